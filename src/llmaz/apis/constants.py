@@ -1,0 +1,105 @@
+"""Well-known names shared with llmaz: labels, annotations, conditions, secrets, paths and defaults.
+
+Every string here is part of the observable contract: manifests, dashboards and tooling written for llmaz rely on
+them, so they are exact and must not change.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+CORE_GROUP: Final = "llmaz.io"
+INFERENCE_GROUP: Final = "inference.llmaz.io"
+VERSION: Final = "v1alpha1"
+CORE_API_VERSION: Final = f"{CORE_GROUP}/{VERSION}"
+INFERENCE_API_VERSION: Final = f"{INFERENCE_GROUP}/{VERSION}"
+
+# Labels and annotations.
+MODEL_FAMILY_NAME_LABEL: Final = "llmaz.io/model-family-name"
+MODEL_NAME_LABEL: Final = "llmaz.io/model-name"
+MODEL_PREHEAT_ANNOTATION: Final = "llmaz.io/model-preheat"
+SKIP_MODEL_LOADER_ANNOTATION: Final = "llmaz.io/skip-model-loader"
+INFERENCE_SERVICE_FLAVORS_ANNOTATION: Final = "llmaz.io/inference-service-flavors"
+ACTIVATOR_MODEL_NAME_ANNOTATION: Final = "activator.llmaz.io/model-name"
+ACTIVATOR_CACHED_STATE_ANNOTATION: Final = "activator.llmaz.io/cached-state"
+LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+
+# Model hubs, roles, presets and defaults.
+HUGGING_FACE: Final = "Huggingface"
+MODEL_SCOPE: Final = "ModelScope"
+DEFAULT_OWNED_BY: Final = "llmaz"
+DEFAULT_BACKEND_NAME: Final = "vllm"
+DEFAULT_CONFIG_NAME: Final = "default"
+SPECULATIVE_DECODING_CONFIG_NAME: Final = "speculative-decoding"
+MAIN_ROLE: Final = "main"
+DRAFT_ROLE: Final = "draft"
+LORA_ROLE: Final = "lora"
+DEFAULT_REVISION: Final = "main"
+
+# URI protocols, upper-cased after parsing.
+GCS: Final = "GCS"
+OSS: Final = "OSS"
+S3: Final = "S3"
+OLLAMA: Final = "OLLAMA"
+HOST: Final = "HOST"
+URI_PROTOCOLS: Final = frozenset({GCS, OSS, S3, OLLAMA, HOST})
+
+# Pods.
+CONTAINER_MODEL_PATH: Final = "/workspace/models/"
+HOST_MODEL_PATH: Final = "/mnt/models/"
+HOST_CLUSTER_MODEL_PATH: Final = "/mnt/models/cluster/"
+DEFAULT_BACKEND_PORT: Final = 8080
+HTTP_PORT_NAME: Final = "http"
+MODEL_VOLUME_NAME: Final = "model-volume"
+MODEL_RUNNER_CONTAINER_NAME: Final = "model-runner"
+MODEL_LOADER_CONTAINER_NAME: Final = "model-loader"
+SHM_VOLUME_NAME: Final = "dshm"
+SHM_MOUNT_PATH: Final = "/dev/shm"
+TERMINATION_GRACE_PERIOD_SECONDS: Final = 130
+MODEL_SOURCE_MODELHUB: Final = "modelhub"
+MODEL_SOURCE_OBJSTORE: Final = "objstore"
+
+# Secrets read by the loader and the engines.
+MODELHUB_SECRET_NAME: Final = "modelhub-secret"
+HF_TOKEN_KEY: Final = "HF_TOKEN"
+HF_TOKEN_ENV_NAMES: Final = ("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN")
+OSS_SECRET_NAME: Final = "oss-access-secret"
+OSS_ACCESS_KEY_ID: Final = "OSS_ACCESS_KEY_ID"
+OSS_ACCESS_KEY_SECRET: Final = "OSS_ACCESS_KEY_SECRET"
+AWS_SECRET_NAME: Final = "aws-access-secret"
+AWS_ACCESS_KEY_ID: Final = "AWS_ACCESS_KEY_ID"
+AWS_SECRET_ACCESS_KEY: Final = "AWS_SECRET_ACCESS_KEY"
+
+# Cluster configuration.
+GLOBAL_CONFIG_NAME: Final = "llmaz-global-config"
+GLOBAL_CONFIG_NAMESPACE: Final = "llmaz-system"
+GLOBAL_CONFIG_DATA_KEY: Final = "config.data"
+DEFAULT_INIT_CONTAINER_IMAGE: Final = "inftyai/model-loader:v0.0.10"
+FIELD_MANAGER: Final = "llmaz"
+
+# Conditions: types.
+CONDITION_PROGRESSING: Final = "Progressing"
+CONDITION_AVAILABLE: Final = "Available"
+CONDITION_READY: Final = "Ready"
+CONDITION_PENDING: Final = "Pending"
+
+# Playground condition reasons and messages.
+REASON_ABORT_PROCESSING: Final = "AbortProcessing"
+REASON_PENDING: Final = "Pending"
+REASON_PLAYGROUND_READY: Final = "PlaygroundReady"
+REASON_PLAYGROUND_IN_PROGRESS: Final = "PlaygroundInProgress"
+REASON_PLAYGROUND_NOT_READY: Final = "PlaygroundNotReady"
+MESSAGE_SERVICE_CONFLICT: Final = "Playground owns the same name with an existing Service"
+MESSAGE_WAITING_FOR_MODEL: Final = "Waiting for model creation"
+MESSAGE_WAITING_FOR_SERVICE_READY: Final = "Waiting for inference Service ready"
+MESSAGE_PLAYGROUND_READY: Final = "Playground is ready"
+MESSAGE_WAITING_FOR_SERVICE_PROGRESSING: Final = "Waiting for inference Service progressing"
+
+# Service condition reasons and messages.
+REASON_SERVICE_READY: Final = "ServiceReady"
+REASON_SERVICE_IN_PROGRESS: Final = "ServiceInProgress"
+REASON_SERVICE_NOT_READY: Final = "ServiceNotReady"
+MESSAGE_SERVICE_READY: Final = "Inference Service is ready"
+MESSAGE_SERVICE_IN_PROGRESS: Final = "Inference Service is progressing"
+MESSAGE_WAITING_FOR_LWS_READY: Final = "Waiting for leaderWorkerSet ready"

@@ -1,0 +1,1 @@
+"""CRD generation from the API models (`make manifests`)."""

@@ -1,0 +1,66 @@
+"""Imports point one way: runtime knows nothing of llmaz, apis nothing but itself, builders only apis.
+
+The rules are checked on the source text (every `import` and `from ... import`, including ones inside functions),
+so a wrong-way import fails here before it becomes a tangle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+# package prefix -> the llmaz packages it may import (itself always allowed)
+RULES: dict[str, tuple[str, ...]] = {
+    "llmaz.runtime": (),
+    "llmaz.apis": (),
+    "llmaz.controllers.builders": ("llmaz.apis",),
+    "llmaz.loader": ("llmaz.apis.constants",),
+}
+TEST_ONLY = ("llmaz.envtest", "llmaz.testing")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _llmaz_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+    return [name for name in found if name == "llmaz" or name.startswith("llmaz.")]
+
+
+MODULES = sorted((_module_name(p), p) for p in (SRC / "llmaz").rglob("*.py"))
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize(("module", "path"), MODULES, ids=[m for m, _ in MODULES])
+def test_imports_point_the_allowed_way(module: str, path: Path) -> None:
+    imports = _llmaz_imports(path)
+    for prefix, allowed in RULES.items():
+        if _within(module, prefix):
+            wrong = [i for i in imports if not _within(i, prefix) and not any(_within(i, a) for a in allowed)]
+            assert not wrong, f"{module} may import only {prefix} and {allowed}, but imports {wrong}"
+    if not any(_within(module, t) for t in TEST_ONLY):
+        leaked = [i for i in imports if any(_within(i, t) for t in TEST_ONLY)]
+        assert not leaked, f"production module {module} imports test support {leaked}"
+
+
+def test_the_rules_see_the_packages_they_guard() -> None:
+    names = {m for m, _ in MODULES}
+    assert any(_within(n, "llmaz.runtime") for n in names)
+    assert any(_within(n, "llmaz.apis") for n in names)
