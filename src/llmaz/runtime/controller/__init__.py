@@ -1,0 +1,32 @@
+"""Controllers: reconcile contract, event handlers, predicates, the worker loop and its builder."""
+
+from llmaz.runtime.controller.builder import ControllerBuilder, InformerSource
+from llmaz.runtime.controller.controller import CacheSyncTimeoutError, Controller, ControllerOptions, Watch
+from llmaz.runtime.controller.handler import (
+    EnqueueHandler,
+    ObjectMapper,
+    enqueue_for_object,
+    enqueue_for_owner,
+    enqueue_mapped,
+)
+from llmaz.runtime.controller.predicate import Predicate
+from llmaz.runtime.controller.reconcile import Reconciler, Request, Result, TerminalError
+
+__all__ = [
+    "CacheSyncTimeoutError",
+    "Controller",
+    "ControllerBuilder",
+    "ControllerOptions",
+    "EnqueueHandler",
+    "InformerSource",
+    "ObjectMapper",
+    "Predicate",
+    "Reconciler",
+    "Request",
+    "Result",
+    "TerminalError",
+    "Watch",
+    "enqueue_for_object",
+    "enqueue_for_owner",
+    "enqueue_mapped",
+]

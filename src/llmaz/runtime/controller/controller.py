@@ -1,0 +1,217 @@
+"""The controller: informer events in, Requests through a rate-limited queue, reconciles out.
+
+`run` registers one `EnqueueHandler` per watch on its informer, waits for every informer to sync (at most
+`cache_sync_timeout`), then starts `max_concurrent_reconciles` workers over one queue. The queue never hands a
+key to two workers at once, so a key is never reconciled concurrently.
+
+Every outcome is decided in `_reconcile_handler`, and nowhere else:
+
+| reconcile ...                     | queue                     | reconcile_total result | also counted     |
+| --------------------------------- | ------------------------- | ---------------------- | ---------------- |
+| returns Result()                  | forget                    | success                |                  |
+| returns Result(requeue_after=s>0) | forget, then add_after(s) | requeue_after          |                  |
+| returns Result(requeue=True)      | add_rate_limited          | requeue                |                  |
+| raises TerminalError              | forget (not retried)      | error                  | errors, terminal |
+| raises any other Exception        | add_rate_limited          | error                  | errors           |
+
+Errors are logged once, here, as "Reconciler error" with the traceback. Nothing a reconciler raises stops a
+worker, except `CancelledError` (and other BaseExceptions), which always propagate. Each reconcile runs with
+controller, kind, namespace, name and a fresh reconcile_id bound to the log context.
+
+Shutdown: when `stopping` is set the queue shuts down with drain. In-flight reconciles finish; queued keys
+that no worker has started are dropped (the controller is level-triggered, so whoever runs next relists and
+reconciles everything); then `run` returns. A controller runs once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llmaz.runtime.cache.interfaces import Informer
+from llmaz.runtime.clock import REAL_CLOCK, Clock
+from llmaz.runtime.controller import metrics
+from llmaz.runtime.controller.handler import EnqueueHandler, ObjectMapper
+from llmaz.runtime.controller.predicate import Predicate
+from llmaz.runtime.controller.reconcile import Reconciler, Request, Result, TerminalError
+from llmaz.runtime.log import bound_context, get_logger
+from llmaz.runtime.workqueue import QueueShutDownError, RateLimiter, RateLimitingQueue
+
+_log = get_logger("llmaz.runtime.controller")
+
+
+class CacheSyncTimeoutError(TimeoutError):
+    """The controller's informers did not sync within `cache_sync_timeout`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """One event source: an informer, the keys its objects concern, and the predicates that filter events."""
+
+    informer: Informer
+    mapper: ObjectMapper
+    predicates: tuple[Predicate, ...] = ()
+    source: str = ""
+    """What is watched, for logs (for example "models.v1alpha1.llmaz.io")."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerOptions:
+    max_concurrent_reconciles: int = 1
+    """Workers over the queue. Default 1."""
+    cache_sync_timeout: float = 120.0
+    """Seconds to wait for the informers to sync before `run` fails. Default 2 minutes."""
+    needs_leader_election: bool = True
+    """Run only while this replica leads. Default True."""
+    rate_limiter: RateLimiter | None = None
+    """Retry spacing. Default: `default_controller_rate_limiter` (5 ms .. 1000 s per key, 10 qps overall)."""
+    clock: Clock = field(default=REAL_CLOCK)
+    """Times backoff, delays and metrics. Default: the real monotonic clock."""
+    kind: str = ""
+    """Kind of the reconciled objects, bound to the log context. Default: none."""
+
+
+class Controller:
+    """A Runnable that reconciles Requests produced by its watches."""
+
+    def __init__(
+        self,
+        name: str,
+        reconciler: Reconciler,
+        watches: Sequence[Watch],
+        options: ControllerOptions | None = None,
+    ) -> None:
+        self.options = options or ControllerOptions()
+        if not name:
+            raise ValueError("a controller needs a name")
+        if self.options.max_concurrent_reconciles < 1:
+            raise ValueError("max_concurrent_reconciles must be at least 1")
+        self.name = name
+        self.needs_leader_election = self.options.needs_leader_election
+        self.queue: RateLimitingQueue[Request] = RateLimitingQueue(
+            name=name, clock=self.options.clock, rate_limiter=self.options.rate_limiter
+        )
+        self._reconciler = reconciler
+        self._watches = tuple(watches)
+        self._clock = self.options.clock
+        self._started = False
+        self._stopping = False
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        if self._started:
+            raise RuntimeError(f"controller {self.name!r} was already started")
+        self._started = True
+        metrics.init_controller_metrics(self.name, self.options.max_concurrent_reconciles)
+        try:
+            with bound_context(controller=self.name):
+                self._register_handlers()
+                if await self._wait_for_sync(stopping):
+                    await self._run_workers(stopping)
+        finally:
+            self.queue.shut_down()
+
+    def _register_handlers(self) -> None:
+        for watch in self._watches:
+            _log.info("Starting EventSource", source=watch.source)
+            watch.informer.add_event_handler(EnqueueHandler(watch.mapper, self.queue, watch.predicates))
+
+    async def _wait_for_sync(self, stopping: asyncio.Event) -> bool:
+        """True once every informer has synced; False if `stopping` came first; raises on timeout."""
+        synced = asyncio.ensure_future(asyncio.gather(*(w.informer.wait_for_sync() for w in self._watches)))
+        stopped = asyncio.ensure_future(stopping.wait())
+        timed_out = asyncio.ensure_future(self._clock.sleep(self.options.cache_sync_timeout))
+        try:
+            await asyncio.wait((synced, stopped, timed_out), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (synced, stopped, timed_out):
+                waiter.cancel()
+        if stopped.done() and not stopped.cancelled():
+            return False
+        if synced.done() and not synced.cancelled():
+            synced.result()  # re-raise an informer's failure
+            return True
+        raise CacheSyncTimeoutError(f"controller {self.name!r}: timed out waiting for caches to sync")
+
+    async def _run_workers(self, stopping: asyncio.Event) -> None:
+        _log.info("Starting workers", worker_count=self.options.max_concurrent_reconciles)
+        async with asyncio.TaskGroup() as workers:
+            for index in range(self.options.max_concurrent_reconciles):
+                workers.create_task(self._work(), name=f"controller-{self.name}-worker-{index}")
+            await stopping.wait()
+            _log.info("Shutdown signal received, waiting for all workers to finish", dropped=len(self.queue))
+            self._stopping = True
+            await self.queue.shut_down_with_drain()
+        _log.info("All workers finished")
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                request = await self.queue.get()
+            except QueueShutDownError:
+                return
+            try:
+                if not self._stopping:
+                    await self._process(request)
+            except Exception:
+                # _process decides every outcome itself; this only keeps a bug there from killing the worker.
+                _log.exception("Reconcile handler failed", namespace=request.namespace, name=request.name)
+            finally:
+                self.queue.done(request)
+
+    async def _process(self, request: Request) -> None:
+        active = metrics.ACTIVE_WORKERS.labels(controller=self.name)
+        started = self._clock.now()
+        active.inc()
+        try:
+            with bound_context(**self._log_fields(request)):
+                await self._reconcile_handler(request)
+        finally:
+            active.dec()
+            metrics.RECONCILE_TIME.labels(controller=self.name).observe(self._clock.now() - started)
+
+    def _log_fields(self, request: Request) -> dict[str, str]:
+        fields = {"kind": self.options.kind} if self.options.kind else {}
+        return {
+            **fields,
+            "namespace": request.namespace,
+            "name": request.name,
+            "reconcile_id": secrets.token_hex(6),  # ties together every line one reconcile logs
+        }
+
+    async def _reconcile_handler(self, request: Request) -> None:
+        try:
+            result = await self._reconciler.reconcile(request)
+            if not isinstance(result, Result):
+                raise TypeError(f"reconcile returned {type(result).__name__}, not Result")
+        except TerminalError:
+            self.queue.forget(request)
+            self._count_error(terminal=True)
+            _log.exception("Reconciler error")
+            return
+        except Exception:  # CancelledError is a BaseException: it is not caught and always propagates.
+            self.queue.add_rate_limited(request)
+            self._count_error(terminal=False)
+            _log.exception("Reconciler error")
+            return
+        if result.requeue_after:
+            self.queue.forget(request)
+            self.queue.add_after(request, result.requeue_after)
+            self._count("requeue_after")
+        elif result.requeue:
+            self.queue.add_rate_limited(request)
+            self._count("requeue")
+        else:
+            self.queue.forget(request)
+            self._count("success")
+            _log.debug("Reconcile successful")
+
+    def _count(self, result: str) -> None:
+        metrics.RECONCILE_TOTAL.labels(controller=self.name, result=result).inc()
+
+    def _count_error(self, *, terminal: bool) -> None:
+        self._count("error")
+        metrics.RECONCILE_ERRORS.labels(controller=self.name).inc()
+        if terminal:
+            metrics.TERMINAL_RECONCILE_ERRORS.labels(controller=self.name).inc()
