@@ -103,3 +103,24 @@ REASON_SERVICE_NOT_READY: Final = "ServiceNotReady"
 MESSAGE_SERVICE_READY: Final = "Inference Service is ready"
 MESSAGE_SERVICE_IN_PROGRESS: Final = "Inference Service is progressing"
 MESSAGE_WAITING_FOR_LWS_READY: Final = "Waiting for leaderWorkerSet ready"
+
+# Model loader environment contract (read by the loader, written by the Service builder).
+ENV_MODEL_SOURCE_TYPE: Final = "MODEL_SOURCE_TYPE"
+ENV_MODEL_ID: Final = "MODEL_ID"
+ENV_MODEL_HUB_NAME: Final = "MODEL_HUB_NAME"
+ENV_MODEL_FILENAME: Final = "MODEL_FILENAME"
+ENV_REVISION: Final = "REVISION"
+ENV_MODEL_ALLOW_PATTERNS: Final = "MODEL_ALLOW_PATTERNS"
+ENV_MODEL_IGNORE_PATTERNS: Final = "MODEL_IGNORE_PATTERNS"
+ENV_PROVIDER: Final = "PROVIDER"
+ENV_ENDPOINT: Final = "ENDPOINT"
+ENV_BUCKET: Final = "BUCKET"
+ENV_MODEL_PATH: Final = "MODEL_PATH"
+
+# Conditions this project adds where llmaz only returned an error (reason REASON_ABORT_PROCESSING,
+# Progressing=False); the placeholders name the missing thing.
+MESSAGE_WAITING_FOR_BACKEND_RUNTIME: Final = "Waiting for BackendRuntime {backend} creation"
+MESSAGE_RECOMMENDED_CONFIG_NOT_FOUND: Final = "Recommended config {config} not found in BackendRuntime {backend}"
+MESSAGE_ARG_RENDER_ERROR: Final = "missing flag or the flag has format error: {arg}"
+MESSAGE_INVALID_MODEL_SOURCE: Final = "OpenModel {model} has an invalid source: {detail}"
+MESSAGE_NO_MODEL_CLAIMED: Final = "No model is claimed"

@@ -1,0 +1,1 @@
+"""llmaz controllers: thin reconcilers per kind; all llmaz behaviour lives in the pure `builders` package."""

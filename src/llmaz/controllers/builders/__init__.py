@@ -1,0 +1,61 @@
+"""Pure builders holding llmaz's behaviour: typed API objects in, apply-ready dicts out; no I/O and no clock.
+
+A Playground reconcile: `playground_model_refs` -> fetch each OpenModel -> `main_first` -> `build_service` and
+`build_hpa` (apply both; None means delete an owned HPA) -> `playground_status`. A Service reconcile:
+`with_scheduler_name` -> `service_model_refs` -> fetch -> `main_first` -> `build_leader_worker_set` and
+`build_lb_service` (apply both) -> `service_status`. Every `BuildError` carries the message of the
+`Progressing=False`/`AbortProcessing` condition to surface (`abort_status`).
+"""
+
+from llmaz.controllers.builders.errors import (
+    ArgRenderError,
+    BackendRuntimeNotFoundError,
+    BuildError,
+    InvalidModelSourceError,
+    NoModelClaimedError,
+    RecommendedConfigNotFoundError,
+)
+from llmaz.controllers.builders.meta import apply_ready, controller_reference
+from llmaz.controllers.builders.models import (
+    backend_name,
+    effective_config_name,
+    main_first,
+    playground_model_refs,
+    service_model_refs,
+    skip_model_loader,
+)
+from llmaz.controllers.builders.playground import build_hpa, build_service
+from llmaz.controllers.builders.service import (
+    build_lb_service,
+    build_leader_worker_set,
+    lb_service_name,
+    with_scheduler_name,
+)
+from llmaz.controllers.builders.status import abort_status, playground_status, service_status, set_condition
+
+__all__ = [
+    "ArgRenderError",
+    "BackendRuntimeNotFoundError",
+    "BuildError",
+    "InvalidModelSourceError",
+    "NoModelClaimedError",
+    "RecommendedConfigNotFoundError",
+    "abort_status",
+    "apply_ready",
+    "backend_name",
+    "build_hpa",
+    "build_lb_service",
+    "build_leader_worker_set",
+    "build_service",
+    "controller_reference",
+    "effective_config_name",
+    "lb_service_name",
+    "main_first",
+    "playground_model_refs",
+    "playground_status",
+    "service_model_refs",
+    "service_status",
+    "set_condition",
+    "skip_model_loader",
+    "with_scheduler_name",
+]

@@ -1,0 +1,132 @@
+"""Model, label and flavor injection into one LeaderWorkerSet pod template (a dict the caller owns).
+
+Invariants:
+- Everything already in the template keeps its position; injected init containers, volumes, mounts and envs are
+  appended (init containers in model order, main first), and never under a name (mountPath for mounts) that is
+  already taken, so the result is always a valid list-map for server-side apply.
+- Only containers named `model-runner` receive mounts, credential envs and flavor resources.
+- Volumes: the loaders share one `model-volume` emptyDir, added only when some model is loaded into it; a `host://`
+  model gets its hostPath volume only (llmaz added both under one name, which apply rejects, §9 #5). Host volumes
+  are named `model-volume` when they are the only model volume, else `model-volume-<model index>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llmaz.apis import Flavor, OpenModel
+from llmaz.apis import constants as c
+from llmaz.controllers.builders.merge import append_absent, merge_kvs, quantity_text
+from llmaz.controllers.builders.sources import credential_envs, host_path, loader_container
+
+
+def _field(owner: dict[str, Any], key: str, kind: type[Any]) -> Any:
+    """`owner[key]`, created empty when absent or null."""
+    if owner.get(key) is None:
+        owner[key] = kind()
+    return owner[key]
+
+
+def runners(template: dict[str, Any]) -> list[dict[str, Any]]:
+    containers: list[dict[str, Any]] = _field(template, "spec", dict).get("containers") or []
+    return [container for container in containers if container.get("name") == c.MODEL_RUNNER_CONTAINER_NAME]
+
+
+def _append_to_runners(template: dict[str, Any], field: str, additions: list[dict[str, Any]], key: str) -> None:
+    for runner in runners(template):
+        append_absent(_field(runner, field, list), additions, key)
+
+
+def _append_volume(template: dict[str, Any], volume: dict[str, Any]) -> None:
+    append_absent(_field(_field(template, "spec", dict), "volumes", list), [volume])
+
+
+def needs_model_volume(models: Sequence[OpenModel], skip: bool) -> bool:
+    """The shared emptyDir is needed unless the loader is skipped or every model lives on the host."""
+    return not skip and any(host_path(model) is None for model in models)
+
+
+def inject_loaders(template: dict[str, Any], models: Sequence[OpenModel], image: str) -> None:
+    """One loader init container per model that needs one, with the `model-runner` env as its base (§9 #17)."""
+    runner_list = runners(template)
+    runner_env = runner_list[0].get("env") if runner_list else None
+    loaders = []
+    for index, model in enumerate(models):
+        loader = loader_container(model, index, image, runner_env)
+        if loader is not None:
+            loaders.append(loader)
+    if loaders:
+        append_absent(_field(template["spec"], "initContainers", list), loaders)
+
+
+def inject_credentials(template: dict[str, Any], models: Sequence[OpenModel]) -> None:
+    """With the loader skipped the engine reads the source itself: add its credential envs unless already set."""
+    for model in models:
+        envs = credential_envs(model)
+        if envs:
+            _append_to_runners(template, "env", envs, "name")
+
+
+def inject_host_volumes(template: dict[str, Any], models: Sequence[OpenModel], model_volume: bool) -> None:
+    for index, model in enumerate(models):
+        path = host_path(model)
+        if path is None:
+            continue
+        alone = index == 0 and not model_volume
+        name = c.MODEL_VOLUME_NAME if alone else f"{c.MODEL_VOLUME_NAME}-{index}"
+        _append_volume(template, {"name": name, "hostPath": {"path": path}})
+        _append_to_runners(template, "volumeMounts", [{"name": name, "mountPath": path, "readOnly": True}], "mountPath")
+
+
+def inject_model_volume(template: dict[str, Any]) -> None:
+    mount = {"name": c.MODEL_VOLUME_NAME, "mountPath": c.CONTAINER_MODEL_PATH, "readOnly": True}
+    _append_to_runners(template, "volumeMounts", [mount], "mountPath")
+    _append_volume(template, {"name": c.MODEL_VOLUME_NAME, "emptyDir": {}})
+
+
+def inject_models(template: dict[str, Any], models: Sequence[OpenModel], skip: bool, image: str) -> None:
+    """Everything a template needs to find the models' weights."""
+    _field(template, "spec", dict)
+    model_volume = needs_model_volume(models, skip)
+    if skip:
+        inject_credentials(template, models)
+    else:
+        inject_loaders(template, models, image)
+    inject_host_volumes(template, models, model_volume)
+    if model_volume:
+        inject_model_volume(template)
+
+
+def inject_labels(template: dict[str, Any], main: OpenModel, inference_flavors: Sequence[str] | None) -> None:
+    """The main model's name and family as labels; the claimed flavors as an annotation when there are any."""
+    metadata = _field(template, "metadata", dict)
+    labels = {c.MODEL_NAME_LABEL: main.metadata.name or "", c.MODEL_FAMILY_NAME_LABEL: main.spec.family_name}
+    metadata["labels"] = merge_kvs(metadata.get("labels"), labels)
+    if inference_flavors:
+        flavors = {c.INFERENCE_SERVICE_FLAVORS_ANNOTATION: ",".join(inference_flavors)}
+        metadata["annotations"] = merge_kvs(metadata.get("annotations"), flavors)
+
+
+def chosen_flavor(main: OpenModel, inference_flavors: Sequence[str] | None) -> Flavor | None:
+    """The first claimed flavor (else the model's first) if the model defines it."""
+    config = main.spec.inference_config
+    flavors = (config.flavors if config is not None else None) or []
+    if not flavors:
+        return None
+    wanted = inference_flavors[0] if inference_flavors else flavors[0].name
+    return next((flavor for flavor in flavors if flavor.name == wanted), None)
+
+
+def inject_flavor(template: dict[str, Any], main: OpenModel, inference_flavors: Sequence[str] | None) -> None:
+    """The flavor's limits become both requests and limits of `model-runner`, overwriting those keys."""
+    flavor = chosen_flavor(main, inference_flavors)
+    if flavor is None or not flavor.limits:
+        return
+    runner_list = runners(template)
+    if not runner_list:
+        return
+    resources = _field(runner_list[-1], "resources", dict)
+    for name, quantity in flavor.limits.items():
+        _field(resources, "requests", dict)[name] = quantity_text(quantity)
+        _field(resources, "limits", dict)[name] = quantity_text(quantity)

@@ -1,0 +1,139 @@
+"""Inference Service -> desired LeaderWorkerSet (same name) and load-balancing core Service `<name>-lb`.
+
+Invariants:
+- Inputs are typed and read-only (templates are deep-copied); `models` is main-first and non-empty.
+- Outputs are apply-ready dicts owned by the Service (controller reference), deterministic, without `None` or
+  `creationTimestamp`.
+- "Multi-host" means the Service has a leaderTemplate. Model, label and flavor injection then apply to BOTH
+  templates; llmaz labelled only the leader, while its own validation read the worker's labels (§9 #10).
+- `restartPolicy` and `subGroupPolicy` are carried to the LeaderWorkerSet (llmaz dropped them, §9 #9).
+- The `-lb` Service is a complete desired object, meant to be applied on every reconcile (§9 #19).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from llmaz.apis import OpenModel, Service
+from llmaz.apis import constants as c
+from llmaz.controllers.builders.inject import inject_flavor, inject_labels, inject_models
+from llmaz.controllers.builders.meta import apply_ready, owned_metadata
+from llmaz.controllers.builders.models import require_models, skip_model_loader
+
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LB_SERVICE_SUFFIX = "-lb"
+# What the Service CRD defaults a present rollingUpdateConfiguration to.
+DEFAULT_MAX_UNAVAILABLE = 1
+DEFAULT_MAX_SURGE = 0
+
+
+def _owned(service: Service, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return owned_metadata(name, service.metadata, c.INFERENCE_API_VERSION, Service.KIND, annotations)
+
+
+def _rollout_strategy(strategy: dict[str, Any] | None) -> dict[str, Any] | None:
+    if strategy is None:
+        return None
+    result: dict[str, Any] = {"type": strategy.get("type") or "RollingUpdate"}
+    rolling = strategy.get("rollingUpdateConfiguration")
+    if rolling is not None:
+        result["rollingUpdateConfiguration"] = {
+            "maxSurge": rolling.get("maxSurge", DEFAULT_MAX_SURGE),
+            "maxUnavailable": rolling.get("maxUnavailable", DEFAULT_MAX_UNAVAILABLE),
+        }
+    return result
+
+
+def _templates(service: Service) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    workload = service.spec.workload_template
+    leader = workload.get("leaderTemplate")
+    worker = workload.get("workerTemplate")
+    return copy.deepcopy(leader) if leader is not None else None, copy.deepcopy(worker or {})
+
+
+def _leader_worker_template(service: Service, models: Sequence[OpenModel], image: str) -> dict[str, Any]:
+    main = require_models(models)
+    claims = service.spec.model_claims
+    flavors = claims.inference_flavors if claims is not None else None
+    skip = skip_model_loader(service.metadata.annotations)
+    leader, worker = _templates(service)
+    for template in (leader, worker):
+        if template is not None:
+            inject_models(template, models, skip, image)
+            inject_labels(template, main, flavors)
+            inject_flavor(template, main, flavors)
+    workload = service.spec.workload_template
+    size = workload.get("size")
+    return {
+        "leaderTemplate": leader,
+        "workerTemplate": worker,
+        "size": 1 if size is None else size,
+        "restartPolicy": workload.get("restartPolicy"),
+        "subGroupPolicy": copy.deepcopy(workload.get("subGroupPolicy")),
+    }
+
+
+def build_leader_worker_set(service: Service, models: Sequence[OpenModel], init_container_image: str) -> dict[str, Any]:
+    """The desired LeaderWorkerSet running `service`'s templates with its models injected.
+
+    Raises `NoModelClaimedError` or `InvalidModelSourceError`.
+    """
+    lws = {
+        "apiVersion": LWS_API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": _owned(service, service.metadata.name or ""),
+        "spec": {
+            "replicas": 1 if service.spec.replicas is None else service.spec.replicas,
+            "leaderWorkerTemplate": _leader_worker_template(service, models, init_container_image),
+            "rolloutStrategy": _rollout_strategy(service.spec.rollout_strategy),
+            "startupPolicy": "LeaderReady",
+        },
+    }
+    result: dict[str, Any] = apply_ready(lws)
+    return result
+
+
+def lb_service_name(service_name: str) -> str:
+    return service_name + LB_SERVICE_SUFFIX
+
+
+def build_lb_service(service: Service, models: Sequence[OpenModel]) -> dict[str, Any]:
+    """The ClusterIP Service sending port 8080 to the group leaders (worker index 0) of the LeaderWorkerSet."""
+    main = require_models(models)
+    name = service.metadata.name or ""
+    annotations = {c.ACTIVATOR_MODEL_NAME_ANNOTATION: main.metadata.name or ""}
+    port = {"name": c.HTTP_PORT_NAME, "protocol": "TCP", "port": c.DEFAULT_BACKEND_PORT}
+    lb = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _owned(service, lb_service_name(name), annotations),
+        "spec": {
+            "ports": [{**port, "targetPort": c.DEFAULT_BACKEND_PORT}],
+            "selector": {c.LWS_NAME_LABEL: name, c.LWS_WORKER_INDEX_LABEL: "0"},
+        },
+    }
+    result: dict[str, Any] = apply_ready(lb)
+    return result
+
+
+def with_scheduler_name(workload_template: dict[str, Any], scheduler_name: str) -> dict[str, Any]:
+    """A copy of a Service's workloadTemplate whose pod templates name `scheduler_name` where they named none.
+
+    llmaz persists this into the Service CR itself (an Update), so the LeaderWorkerSet inherits it; an empty
+    `scheduler_name` changes nothing.
+    """
+    result = copy.deepcopy(workload_template)
+    if not scheduler_name:
+        return result
+    for key in ("leaderTemplate", "workerTemplate"):
+        template = result.get(key)
+        if template is None:
+            continue
+        spec = template.get("spec")
+        if spec is None:
+            spec = template["spec"] = {}
+        if not spec.get("schedulerName"):
+            spec["schedulerName"] = scheduler_name
+    return result
