@@ -18,7 +18,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "llmaz.runtime": (),
     "llmaz.apis": (),
     "llmaz.controllers.builders": ("llmaz.apis",),
-    "llmaz.loader": ("llmaz.apis.constants",),
+    "llmaz.settings": ("llmaz.apis",),
+    "llmaz.loader": ("llmaz.apis.constants", "llmaz.apis.modelpath", "llmaz.apis.uri"),
 }
 TEST_ONLY = ("llmaz.envtest", "llmaz.testing")
 

@@ -1,0 +1,17 @@
+"""The API resources the llmaz controllers read and write."""
+
+from __future__ import annotations
+
+from llmaz.apis import constants as c
+from llmaz.runtime.resource import Resource
+
+OPEN_MODELS = Resource(c.CORE_GROUP, c.VERSION, "openmodels", "OpenModel", namespaced=False)
+BACKEND_RUNTIMES = Resource(c.INFERENCE_GROUP, c.VERSION, "backendruntimes", "BackendRuntime", namespaced=False)
+PLAYGROUNDS = Resource(c.INFERENCE_GROUP, c.VERSION, "playgrounds", "Playground", namespaced=True)
+INFERENCE_SERVICES = Resource(c.INFERENCE_GROUP, c.VERSION, "services", "Service", namespaced=True)
+LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", namespaced=True)
+SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+HORIZONTAL_POD_AUTOSCALERS = Resource(
+    "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", namespaced=True
+)

@@ -1,0 +1,55 @@
+"""The global ConfigMap: llmaz's error texts, and a bad edit never replaces good settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmaz.settings import GlobalSettings, SettingsError, SettingsHolder, parse_global_config
+
+
+def _cm(data: str | None) -> dict[str, Any]:
+    return {"metadata": {"name": "llmaz-global-config"}, "data": {} if data is None else {"config.data": data}}
+
+
+def test_a_valid_config_is_parsed() -> None:
+    parsed = parse_global_config(_cm("scheduler-name: s\ninit-container-image: img:1\n"))
+    assert parsed == GlobalSettings(init_container_image="img:1", scheduler_name="s")
+
+
+def test_scheduler_name_is_optional() -> None:
+    assert parse_global_config(_cm("init-container-image: img:1\n")).scheduler_name == ""
+
+
+@pytest.mark.parametrize(
+    ("config_map", "message"),
+    [
+        (_cm(None), "config.data not found in ConfigMap"),
+        ({"metadata": {}}, "config.data not found in ConfigMap"),
+        (_cm("a: [b"), "failed to unmarshal config.data: "),
+        (_cm("- a\n- b\n"), "failed to unmarshal config.data: "),
+        (_cm("scheduler-name: s\n"), "invalid global config: init-container-image is required"),
+        (_cm("init-container-image: ''\n"), "invalid global config: init-container-image is required"),
+    ],
+)
+def test_invalid_configs_are_reported_with_llmaz_texts(config_map: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        parse_global_config(config_map)
+    assert str(err.value).startswith(message)
+
+
+def test_a_bad_edit_keeps_the_last_good_settings() -> None:
+    holder = SettingsHolder()
+    assert holder.update(_cm("init-container-image: img:1\n"))
+    with pytest.raises(SettingsError):
+        holder.update(_cm("scheduler-name: s\n"))
+    assert holder.current == GlobalSettings(init_container_image="img:1")
+    assert holder.last_error == "invalid global config: init-container-image is required"
+
+
+def test_an_unchanged_config_reports_no_change() -> None:
+    holder = SettingsHolder()
+    assert holder.update(_cm("init-container-image: img:1\n"))
+    assert not holder.update(_cm("init-container-image: img:1\n"))
+    assert holder.update(_cm("init-container-image: img:2\n"))
