@@ -120,10 +120,21 @@ class FakeInformerSource:
 
     def __init__(self) -> None:
         self.informers: dict[Resource, FakeInformer] = {}
+        self.scoped: dict[tuple[Resource, str | None, str | None, str | None], FakeInformer] = {}
+        """Informers asked for with a namespace or selector, by (resource, namespace, labels, fields)."""
 
-    def informer_for(self, resource: Resource) -> FakeInformer:
-        return self.informers.setdefault(resource, FakeInformer())
+    def informer_for(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> FakeInformer:
+        """One informer per scope; the fake does not filter by it (tests add only matching objects)."""
+        if namespace is None and label_selector is None and field_selector is None:
+            return self.informers.setdefault(resource, FakeInformer())
+        return self.scoped.setdefault((resource, namespace, label_selector, field_selector), FakeInformer())
 
     def mark_all_synced(self) -> None:
-        for informer in self.informers.values():
+        for informer in (*self.informers.values(), *self.scoped.values()):
             informer.mark_synced()

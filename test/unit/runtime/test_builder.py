@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from llmaz.runtime.cache.interfaces import Obj
-from llmaz.runtime.controller import ControllerBuilder, Request, Result
+from llmaz.runtime.controller import ControllerBuilder, Request, Result, Scope
 from llmaz.runtime.controller import predicate as p
 from llmaz.runtime.resource import Resource
 from llmaz.testing import FakeClock, FakeInformerSource
@@ -95,11 +95,7 @@ async def test_built_controller_reconciles_primary_owned_and_mapped_objects(
 
 def test_options_reach_the_controller_and_keep_their_defaults(request: pytest.FixtureRequest) -> None:
     source = FakeInformerSource()
-    default = (
-        ControllerBuilder("default-" + request.node.name)
-        .for_(PLAYGROUND)
-        .build(RecordingReconciler(), source)
-    )
+    default = ControllerBuilder("default-" + request.node.name).for_(PLAYGROUND).build(RecordingReconciler(), source)
     assert default.options.max_concurrent_reconciles == 1
     assert default.options.cache_sync_timeout == 120.0
     assert default.needs_leader_election is True
@@ -133,9 +129,7 @@ def test_a_controller_of_only_mapped_watches_is_allowed() -> None:
         (ControllerBuilder("x").owns(SERVICE), "owns"),
     ],
 )
-def test_build_rejects_a_controller_with_nothing_to_reconcile(
-    builder: ControllerBuilder, message: str
-) -> None:
+def test_build_rejects_a_controller_with_nothing_to_reconcile(builder: ControllerBuilder, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         builder.build(RecordingReconciler(), FakeInformerSource())
 
@@ -150,3 +144,20 @@ def test_max_concurrent_reconciles_must_be_positive() -> None:
         ControllerBuilder("x").for_(PLAYGROUND).with_options(max_concurrent_reconciles=0).build(
             RecordingReconciler(), FakeInformerSource()
         )
+
+
+def test_a_scoped_watch_gets_its_own_informer_for_that_scope() -> None:
+    config_maps = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+    source = FakeInformerSource()
+
+    class Noop:
+        async def reconcile(self, request: Request) -> Result:
+            raise AssertionError("not called")
+
+    ControllerBuilder("scoped").watches(
+        config_maps,
+        lambda obj: [],
+        scope=Scope(namespace="llmaz-system", field_selector="metadata.name=llmaz-global-config"),
+    ).build(Noop(), source)
+    assert list(source.scoped) == [(config_maps, "llmaz-system", None, "metadata.name=llmaz-global-config")]
+    assert config_maps not in source.informers

@@ -1,6 +1,6 @@
 """Controllers: reconcile contract, event handlers, predicates, the worker loop and its builder."""
 
-from llmaz.runtime.controller.builder import ControllerBuilder, InformerSource
+from llmaz.runtime.controller.builder import ControllerBuilder, InformerSource, Scope
 from llmaz.runtime.controller.controller import CacheSyncTimeoutError, Controller, ControllerOptions, Watch
 from llmaz.runtime.controller.handler import (
     EnqueueHandler,
@@ -24,6 +24,7 @@ __all__ = [
     "Reconciler",
     "Request",
     "Result",
+    "Scope",
     "TerminalError",
     "Watch",
     "enqueue_for_object",

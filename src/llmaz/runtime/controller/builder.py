@@ -23,7 +23,7 @@ not start anything: hand the controller to the manager.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self
 
 from llmaz.runtime.cache.interfaces import Informer
@@ -39,7 +39,22 @@ from llmaz.runtime.workqueue import RateLimiter
 class InformerSource(Protocol):
     """Anything that hands out the shared informer for a resource (the manager's informer factory)."""
 
-    def informer_for(self, resource: Resource) -> Informer: ...
+    def informer_for(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Informer: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Narrows a `watches` informer to a namespace and/or selectors (default: every object of the resource)."""
+
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
 
 
 class ControllerBuilder:
@@ -47,7 +62,7 @@ class ControllerBuilder:
         self._name = name
         self._for: tuple[Resource, tuple[Predicate, ...]] | None = None
         self._owns: list[tuple[Resource, tuple[Predicate, ...]]] = []
-        self._watches: list[tuple[Resource, ObjectMapper, tuple[Predicate, ...]]] = []
+        self._watches: list[tuple[Resource, ObjectMapper, tuple[Predicate, ...], Scope]] = []
         self._options = ControllerOptions()
 
     def for_(self, resource: Resource, *, predicates: Sequence[Predicate] = ()) -> Self:
@@ -63,10 +78,15 @@ class ControllerBuilder:
         return self
 
     def watches(
-        self, resource: Resource, mapper: ObjectMapper, *, predicates: Sequence[Predicate] = ()
+        self,
+        resource: Resource,
+        mapper: ObjectMapper,
+        *,
+        predicates: Sequence[Predicate] = (),
+        scope: Scope | None = None,
     ) -> Self:
-        """Reconcile the keys `mapper` returns for a changed `resource` object."""
-        self._watches.append((resource, mapper, tuple(predicates)))
+        """Reconcile the keys `mapper` returns for a changed `resource` object (within `scope`, if given)."""
+        self._watches.append((resource, mapper, tuple(predicates), scope or Scope()))
         return self
 
     def with_options(
@@ -104,12 +124,18 @@ class ControllerBuilder:
                 watches.append(
                     self._watch(informer_source, owned, enqueue_for_owner(primary), owned_predicates)
                 )
-        for resource, mapper, mapped_predicates in self._watches:
-            watches.append(self._watch(informer_source, resource, mapper, mapped_predicates))
+        for resource, mapper, mapped_predicates, scope in self._watches:
+            watches.append(self._watch(informer_source, resource, mapper, mapped_predicates, scope))
         return Controller(self._name, reconciler, watches, options)
 
     @staticmethod
     def _watch(
-        source: InformerSource, resource: Resource, mapper: ObjectMapper, predicates: tuple[Predicate, ...]
+        source: InformerSource,
+        resource: Resource,
+        mapper: ObjectMapper,
+        predicates: tuple[Predicate, ...],
+        scope: Scope | None = None,
     ) -> Watch:
-        return Watch(source.informer_for(resource), mapper, predicates, source=str(resource))
+        scope = scope or Scope()
+        informer = source.informer_for(resource, scope.namespace, scope.label_selector, scope.field_selector)
+        return Watch(informer, mapper, predicates, source=str(resource))

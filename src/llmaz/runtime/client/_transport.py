@@ -1,0 +1,168 @@
+"""One aiohttp session per client: auth headers, TLS, QPS limiting, retries on Retry-After, metrics.
+
+Invariants: every request passes the token bucket and is counted in `rest_client_requests_total` exactly once
+per HTTP attempt; every non-stream request has a total timeout; a response >= 400 becomes a typed `ApiError`
+(through `error_from_status`) and nothing else escapes except `ApiConnectionError` and `CancelledError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+
+from llmaz.runtime.client import _metrics
+from llmaz.runtime.client.config import RestConfig
+from llmaz.runtime.client.errors import ApiConnectionError, ApiError, TooManyRequests, error_from_status
+from llmaz.runtime.client.throttle import TokenBucket
+from llmaz.runtime.clock import REAL_CLOCK, Clock
+
+Params = dict[str, str]
+
+
+def decode(payload: bytes) -> Any:
+    """JSON body to Python objects; a non-JSON body (e.g. "404 page not found") comes back as text."""
+    if not payload:
+        return {}
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return payload.decode("utf-8", "replace")
+
+
+class Transport:
+    def __init__(self, config: RestConfig, clock: Clock = REAL_CLOCK) -> None:
+        self.config = config
+        self._clock = clock
+        self._bucket = TokenBucket(config.qps, config.burst, clock)
+        self._session: aiohttp.ClientSession | None = None
+        self._host = config.host_label
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # Created on first use so it binds to the running event loop.
+        if self._session is None or self._session.closed:
+            # limit=0: every open watch pins a connection, so a pool limit would queue requests behind them.
+            connector = aiohttp.TCPConnector(ssl=self.config.ssl_context(), limit=0)
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {
+            "Accept": "application/json",
+            "User-Agent": self.config.user_agent,
+            **self.config.extra_headers,
+        }
+        headers.update(await self.config.auth_headers())
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        request_timeout: float | None = None,
+    ) -> Any:
+        """Send one request, retrying (at most `max_retries`) when the server asks for a later retry."""
+        attempt = 0
+        while True:
+            try:
+                return await self._request_once(method, path, params, body, content_type, request_timeout)
+            except ApiError as err:
+                delay = self._retry_delay(err, attempt, method)
+                if delay is None:
+                    raise
+                _metrics.REQUEST_RETRIES.labels(str(err.status), method, self._host).inc()
+                await self._clock.sleep(delay)
+                attempt += 1
+
+    def _retry_delay(self, err: ApiError, attempt: int, method: str = "GET") -> float | None:
+        if attempt >= self.config.max_retries:
+            return None
+        if isinstance(err, ApiConnectionError):
+            # A pooled keep-alive connection may have died with a restarted server: retry a read once, at once.
+            return 0.0 if method == "GET" and attempt == 0 else None
+        if isinstance(err, TooManyRequests):
+            return min(err.retry_after if err.retry_after is not None else 1.0, self.config.max_retry_after)
+        if err.status >= 500 and err.retry_after is not None:
+            return min(err.retry_after, self.config.max_retry_after)
+        return None
+
+    async def _request_once(
+        self,
+        method: str,
+        path: str,
+        params: Params | None,
+        body: bytes | None,
+        content_type: str | None,
+        request_timeout: float | None,
+    ) -> Any:
+        resp = await self.open(
+            method,
+            path,
+            params=params,
+            body=body,
+            content_type=content_type,
+            client_timeout=aiohttp.ClientTimeout(total=request_timeout or self.config.timeout),
+        )
+        try:
+            payload = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ApiConnectionError(f"{method} {path}: reading the response failed: {exc!r}") from exc
+        finally:
+            resp.release()
+        return decode(payload)
+
+    async def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        client_timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        """Send a request and return the response once its headers are in (the caller releases it).
+
+        A status >= 400 is read, released and raised as a typed error.
+        """
+        waited = await self._bucket.acquire()
+        _metrics.RATE_LIMITER_DURATION.labels(method, self._host).observe(waited)
+        headers = await self._headers(content_type)
+        start = self._clock.now()
+        try:
+            resp = await self._get_session().request(
+                method,
+                self.config.host + path,
+                params=params,
+                data=body,
+                headers=headers,
+                timeout=client_timeout,
+                server_hostname=self.config.tls_server_name,
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            _metrics.REQUESTS_TOTAL.labels("<error>", method, self._host).inc()
+            raise ApiConnectionError(f"{method} {path}: {exc!r}") from exc
+        finally:
+            _metrics.REQUEST_DURATION.labels(method, self._host).observe(self._clock.now() - start)
+        _metrics.REQUESTS_TOTAL.labels(str(resp.status), method, self._host).inc()
+        if resp.status < 400:
+            return resp
+        try:
+            payload = await resp.read()
+        except (aiohttp.ClientError, TimeoutError):
+            payload = b""
+        finally:
+            resp.release()
+        raise error_from_status(resp.status, decode(payload), resp.headers.get("Retry-After"))

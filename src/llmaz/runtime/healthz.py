@@ -1,0 +1,111 @@
+"""/healthz (liveness) and /readyz (readiness) probes with named checks, served by aiohttp.
+
+Responses follow controller-runtime's healthz handler: 200 "ok" when every check passes; otherwise 500 with a
+listing of "[+]name ok" / "[-]name failed: reason withheld" lines (the error itself is logged, never served).
+`?verbose` forces the listing, `?exclude=name` (repeatable) skips checks, `/healthz/<name>` runs one check.
+A check is a sync or async callable that raises (or returns False) when unhealthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from llmaz.runtime.log import get_logger
+
+Check = Callable[[], bool | Awaitable[bool | None] | None]
+
+DEFAULT_BIND_ADDRESS = ":8081"
+
+
+class Checker:
+    """One endpoint's named checks, run in registration order."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._checks: dict[str, Check] = {}
+        self._log = get_logger("llmaz.runtime.healthz").bind(endpoint=endpoint)
+
+    def add(self, name: str, check: Check) -> None:
+        if name in self._checks:
+            raise ValueError(f"{self.endpoint} check {name!r} already registered")
+        self._checks[name] = check
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._checks)
+
+    async def run(self, only: str | None = None, exclude: frozenset[str] = frozenset()) -> list[tuple[str, bool]]:
+        """(name, passed) per check; `only` restricts to one check (KeyError if unknown)."""
+        names = [only] if only is not None else [n for n in self._checks if n not in exclude]
+        return [(name, await self._passes(name, self._checks[name])) for name in names]
+
+    async def _passes(self, name: str, check: Check) -> bool:
+        try:
+            result = check()
+            if inspect.isawaitable(result):
+                result = await result
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._log.info("check failed", check=name, error=repr(exc))
+            return False
+        return result is not False
+
+    async def handle(self, request: web.Request) -> web.Response:
+        only = request.match_info.get("name")
+        if only is not None and only not in self._checks:
+            return web.Response(status=404, text=f"no {self.endpoint} check named {only!r}\n")
+        results = await self.run(only, frozenset(request.query.getall("exclude", [])))
+        healthy = all(ok for _, ok in results)
+        if healthy and "verbose" not in request.query:
+            return web.Response(text="ok")
+        lines = [f"[+]{n} ok" if ok else f"[-]{n} failed: reason withheld" for n, ok in results]
+        lines.append(f"{self.endpoint} check {'passed' if healthy else 'failed'}")
+        return web.Response(status=200 if healthy else 500, text="\n".join(lines) + "\n")
+
+
+def parse_bind_address(address: str) -> tuple[str, int]:
+    """ ":8081" -> ("0.0.0.0", 8081); "127.0.0.1:0" -> ("127.0.0.1", 0)."""
+    host, _, port = address.rpartition(":")
+    return (host or "0.0.0.0", int(port))
+
+
+class HealthProbeServer:
+    """A Runnable serving /healthz and /readyz; a "ping" liveness check is always present."""
+
+    needs_leader_election = False
+
+    def __init__(self, bind_address: str = DEFAULT_BIND_ADDRESS) -> None:
+        self.bind_address = bind_address
+        self.healthz = Checker("healthz")
+        self.readyz = Checker("readyz")
+        self.healthz.add("ping", lambda: None)
+        self.port: int | None = None
+        self._started = asyncio.Event()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        for checker in (self.healthz, self.readyz):
+            app.router.add_get(f"/{checker.endpoint}", checker.handle)
+            app.router.add_get(f"/{checker.endpoint}/{{name}}", checker.handle)
+        return app
+
+    async def wait_started(self) -> None:
+        await self._started.wait()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        try:
+            host, port = parse_bind_address(self.bind_address)
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+            self.port = runner.addresses[0][1]
+            self._started.set()
+            await stopping.wait()
+        finally:
+            await runner.cleanup()

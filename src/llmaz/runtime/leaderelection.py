@@ -1,0 +1,251 @@
+"""Leader election over a `coordination.k8s.io/v1` Lease, with client-go's algorithm and defaults.
+
+Invariants and timing (lease 15 s > renew deadline 10 s > 1.2 x retry period 2 s):
+- A candidate takes the Lease only when it is free (no holder), or when the record has not changed for a full
+  lease duration as measured on the candidate's own monotonic clock since it last saw a change. Timestamps in
+  the record are written (from `clock.wall()`) for humans and tools, never trusted for decisions, so clock
+  skew between replicas does not matter (a difference in clock *rate* would).
+- The leader renews every retry period; if no renew succeeds within the renew deadline it has lost, and
+  must stop leader-only work at once. Because renew deadline < lease duration, a leader gives up before any
+  follower may take over.
+- Taking over from another holder increments `leaseTransitions`; renewing keeps `acquireTime`.
+- On a clean shutdown the leader may release: holder cleared and duration 1 s, so a successor acquires on its
+  next retry instead of waiting out the lease.
+There is no fencing: like client-go, this cannot guarantee a single active leader if a leader's process
+stalls for longer than the lease; leader-only work must tolerate a brief overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import socket
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from llmaz.runtime.client.client import Client
+from llmaz.runtime.client.errors import ApiError, NotFound
+from llmaz.runtime.clock import REAL_CLOCK, Clock
+from llmaz.runtime.log import get_logger
+from llmaz.runtime.metrics import REGISTRY
+from llmaz.runtime.resource import Resource
+
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+JITTER_FACTOR = 1.2
+
+MASTER_STATUS = Gauge(
+    "leader_election_master_status",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.",
+    ["name"],
+    registry=REGISTRY,
+)
+SLOWPATH_TOTAL = Counter(
+    "leader_election_slowpath_total",
+    "Total number of slow path exercised in renewing leader leases.",
+    ["name"],
+    registry=REGISTRY,
+)
+
+
+class LeadershipLostError(Exception):
+    """The leader could not renew its Lease within the renew deadline."""
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def micro_time(t: datetime) -> str:
+    """The API's MicroTime format: RFC 3339 with microseconds, in UTC."""
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElectionConfig:
+    """`name`/`namespace` of the Lease; durations in seconds (controller-runtime defaults 15/10/2)."""
+
+    name: str
+    namespace: str
+    identity: str = field(default_factory=default_identity)
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    release_on_cancel: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.lease_duration > self.renew_deadline > JITTER_FACTOR * self.retry_period > 0:
+            raise ValueError("need lease_duration > renew_deadline > 1.2 * retry_period > 0")
+
+    @property
+    def request_timeout(self) -> float:
+        # One hung request must not cost the lease.
+        return max(self.renew_deadline / 2, 1.0)
+
+
+async def sleep_or_stop(clock: Clock, seconds: float, stopping: asyncio.Event) -> bool:
+    """Sleep on `clock`; return True early if `stopping` is set (or already was)."""
+    if stopping.is_set():
+        return True
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    stopper = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait([sleeper, stopper], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        stopper.cancel()
+    return stopping.is_set()
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        client: Client,
+        config: LeaderElectionConfig,
+        clock: Clock = REAL_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self._client = client
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._observed: dict[str, Any] | None = None  # the last Lease object read or written
+        self._observed_time = 0.0  # monotonic time the record last changed, as seen here
+        self._leader = False
+        self._log = get_logger("llmaz.runtime.leaderelection").bind(lease=config.name, identity=config.identity)
+        MASTER_STATUS.labels(config.name).set(0)
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    async def acquire(self, stopping: asyncio.Event) -> bool:
+        """Try every retry period (jittered) until this replica leads (True) or `stopping` is set (False)."""
+        self._log.info("attempting to acquire leader lease")
+        while not stopping.is_set():
+            if await self._try_acquire_or_renew():
+                self._set_leader(True)
+                self._log.info("successfully acquired lease")
+                return True
+            jittered = self.config.retry_period * (1 + self._rng.random() * JITTER_FACTOR)
+            await sleep_or_stop(self._clock, jittered, stopping)
+        return False
+
+    async def hold(self, stopping: asyncio.Event) -> None:
+        """Renew until `stopping` is set; raise LeadershipLostError when the renew deadline passes."""
+        while not await sleep_or_stop(self._clock, self.config.retry_period, stopping):
+            deadline = self._clock.now() + self.config.renew_deadline
+            while not await self._try_acquire_or_renew():
+                if self._clock.now() + self.config.retry_period > deadline:
+                    self._set_leader(False)
+                    self._log.error("failed to renew lease before the renew deadline")
+                    raise LeadershipLostError(f"lost lease {self.config.namespace}/{self.config.name}")
+                if await sleep_or_stop(self._clock, self.config.retry_period, stopping):
+                    return
+
+    async def release(self) -> None:
+        """Give the Lease up (holder cleared, duration 1 s) if held; failures are logged, not raised."""
+        if not self._leader or self._observed is None:
+            return
+        self._set_leader(False)
+        lease = copy.deepcopy(self._observed)
+        now = micro_time(self._clock.wall())
+        spec = lease.setdefault("spec", {})
+        spec.pop("holderIdentity", None)
+        spec.update({"leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now})
+        try:
+            await self._client.update(LEASES, lease, request_timeout=self.config.request_timeout)
+            self._log.info("released lease")
+        except ApiError as exc:
+            self._log.info("failed to release lease", error=str(exc))
+
+    def _set_leader(self, leading: bool) -> None:
+        self._leader = leading
+        MASTER_STATUS.labels(self.config.name).set(1 if leading else 0)
+
+    async def _try_acquire_or_renew(self) -> bool:
+        observed = self._observed
+        if self._leader and observed is not None and self._holds(observed):
+            # Fast path: renew from the record we wrote last, no read. Only from our own record: after seeing
+            # another holder we must never write over it without the expiry check below.
+            if await self._write(self._next_lease(observed)):
+                return True
+            SLOWPATH_TOTAL.labels(self.config.name).inc()
+        try:
+            current = await self._client.get(
+                LEASES, self.config.name, self.config.namespace, request_timeout=self.config.request_timeout
+            )
+        except NotFound:
+            return await self._create()
+        except ApiError as exc:
+            self._log.info("failed to get lease", error=str(exc))
+            return False
+        self._observe(current)
+        if self._held_by_other(current):
+            return False
+        return await self._write(self._next_lease(current))
+
+    def _holds(self, lease: dict[str, Any]) -> bool:
+        return bool((lease.get("spec") or {}).get("holderIdentity") == self.config.identity)
+
+    def _held_by_other(self, lease: dict[str, Any]) -> bool:
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        if not holder or holder == self.config.identity:
+            return False
+        duration = spec.get("leaseDurationSeconds") or self.config.lease_duration
+        return self._observed_time + float(duration) > self._clock.now()
+
+    def _observe(self, lease: dict[str, Any]) -> None:
+        if self._observed is None or self._observed.get("spec") != lease.get("spec"):
+            self._observed_time = self._clock.now()
+        self._observed = lease
+
+    def _next_lease(self, current: dict[str, Any]) -> dict[str, Any]:
+        lease = copy.deepcopy(current)
+        spec = lease.setdefault("spec", {})
+        now = micro_time(self._clock.wall())
+        if spec.get("holderIdentity") != self.config.identity:
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if spec.get("holderIdentity") else 0)
+        spec.update(
+            holderIdentity=self.config.identity,
+            leaseDurationSeconds=int(self.config.lease_duration),
+            renewTime=now,
+        )
+        return lease
+
+    async def _write(self, lease: dict[str, Any]) -> bool:
+        try:
+            written = await self._client.update(LEASES, lease, request_timeout=self.config.request_timeout)
+        except ApiError as exc:
+            self._log.debug("failed to update lease", error=str(exc))
+            return False
+        self._observe(written)
+        return True
+
+    async def _create(self) -> bool:
+        now = micro_time(self._clock.wall())
+        lease = {
+            "apiVersion": LEASES.api_version,
+            "kind": LEASES.kind,
+            "metadata": {"name": self.config.name, "namespace": self.config.namespace},
+            "spec": {
+                "holderIdentity": self.config.identity,
+                "leaseDurationSeconds": int(self.config.lease_duration),
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            created = await self._client.create(LEASES, lease, request_timeout=self.config.request_timeout)
+        except ApiError as exc:
+            self._log.info("failed to create lease", error=str(exc))
+            return False
+        self._observe(created)
+        return True

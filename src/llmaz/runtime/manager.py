@@ -1,0 +1,239 @@
+"""The Manager: owns the client, the shared informers and the event broadcaster, and runs every Runnable in
+a fixed order.
+
+Start order, and why:
+1. Health probes and the runnables that do not need leader election (webhook and metrics servers,
+   certificate management, the event sender). Probes must answer while caches fill, or the kubelet restarts
+   a slow starter; webhooks must serve first because listing a CRD may need its conversion webhook, and the
+   API server calls admission webhooks regardless of who leads.
+2. Informers, then wait (at most `cache_sync_timeout`, default 2 min) until every informer requested so far
+   has synced. Followers keep warm caches too, so a takeover reconciles at once; readiness reports
+   "informers" unready until then.
+3. Leader election (if enabled), then the leader-elected runnables (controllers) only while leading.
+   Losing the Lease stops them without grace and `start` raises `LeadershipLostError` so the process exits
+   non-zero and restarts clean, as controller-runtime does.
+
+Stop order (on SIGTERM/SIGINT or the `stopping` event): leader-elected runnables first (they stop taking
+work and drain in-flight reconciles), then informers (no new events mid-shutdown), then the Lease is released
+if configured (leader-only work has ended, so a successor cannot overlap it), then servers and probes last,
+so webhooks keep answering while controllers drain. One `graceful_shutdown_timeout` (default 30 s) bounds
+the whole sequence; runnables still running at the deadline are cancelled. A runnable that fails stops the
+manager the same way, and `start` re-raises its error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass, field
+
+from llmaz.runtime.cache.factory import CacheSyncTimeoutError, SharedInformerFactory
+from llmaz.runtime.client.client import Client
+from llmaz.runtime.client.config import in_cluster_namespace
+from llmaz.runtime.clock import REAL_CLOCK, Clock
+from llmaz.runtime.events import EventBroadcaster, EventRecorder
+from llmaz.runtime.healthz import Check, HealthProbeServer
+from llmaz.runtime.leaderelection import (
+    LeaderElectionConfig,
+    LeaderElector,
+    LeadershipLostError,
+    default_identity,
+)
+from llmaz.runtime.log import get_logger
+from llmaz.runtime.runnable import Runnable
+
+__all__ = ["CacheSyncTimeoutError", "LeadershipLostError", "Manager", "ManagerOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerOptions:
+    health_probe_bind_address: str | None = ":8081"
+    """Where /healthz and /readyz listen; None disables them. Default ":8081"."""
+    leader_election: bool = False
+    """Run leader-elected runnables only while holding the Lease. Default False (always run them)."""
+    leader_election_id: str = ""
+    """Name of the Lease; required when leader_election is on."""
+    leader_election_namespace: str | None = None
+    """Namespace of the Lease. Default: the pod's service-account namespace."""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    leader_election_release_on_cancel: bool = False
+    """Release the Lease on a clean stop so a successor takes over at once. Default False; only safe when
+    the process exits right after the manager stops."""
+    identity: str = field(default_factory=default_identity)
+    cache_sync_timeout: float = 120.0
+    graceful_shutdown_timeout: float = 30.0
+    """Seconds the whole stop sequence may take; 0 cancels at once; negative waits forever."""
+    clock: Clock = REAL_CLOCK
+
+
+class _Group:
+    """Runnables started together and stopped together, with their own stop event."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.stop = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def drain(self, deadline: float | None) -> None:
+        self.stop.set()
+        if not self.tasks:
+            return
+        loop = asyncio.get_running_loop()
+        timeout = None if deadline is None else max(0.0, deadline - loop.time())
+        _, pending = await asyncio.wait(self.tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+class Manager:
+    def __init__(self, client: Client, options: ManagerOptions | None = None) -> None:
+        self.options = opts = options or ManagerOptions()
+        if opts.leader_election and not opts.leader_election_id:
+            raise ValueError("leader_election needs a leader_election_id")
+        self.client = client
+        self.informers = SharedInformerFactory(client, clock=opts.clock)
+        self.events = EventBroadcaster(client, clock=opts.clock)
+        self.health = HealthProbeServer(opts.health_probe_bind_address or ":0")
+        self.health.readyz.add("informers", self.informers.has_synced)
+        self._runnables: list[Runnable] = []
+        self._halt = asyncio.Event()  # stop requested, or a runnable failed
+        self._failure: BaseException | None = None
+        self._elector: LeaderElector | None = None
+        self._log = get_logger("llmaz.runtime.manager")
+
+    def add(self, runnable: Runnable) -> None:
+        """Register a runnable; it starts with its group (see the module docstring)."""
+        self._runnables.append(runnable)
+
+    def event_recorder(self, name: str) -> EventRecorder:
+        """An event recorder reporting as controller `name`."""
+        return self.events.recorder(name)
+
+    def add_healthz_check(self, name: str, check: Check) -> None:
+        self.health.healthz.add(name, check)
+
+    def add_readyz_check(self, name: str, check: Check) -> None:
+        self.health.readyz.add(name, check)
+
+    @property
+    def is_leader(self) -> bool:
+        return self._elector.is_leader if self._elector else not self.options.leader_election
+
+    async def start(self, stopping: asyncio.Event | None = None) -> None:
+        """Run until `stopping` is set (or SIGTERM/SIGINT when None); raises on a failure or a lost Lease."""
+        with self._signals(stopping) as stop_event:
+            relay = asyncio.create_task(self._relay(stop_event))
+            servers, caches, leaders = _Group("servers"), _Group("caches"), _Group("leader-elected")
+            lost = False
+            try:
+                self._start(servers, self._server_runnables())
+                self._start(caches, [self.informers])
+                await self._until_halt(self.informers.wait_for_sync(self.options.cache_sync_timeout))
+                if not self._halt.is_set():
+                    lost = await self._lead(leaders)
+            finally:
+                relay.cancel()
+                await self._stop(servers, caches, leaders, lost)
+            if lost:
+                raise LeadershipLostError("leader election lost")
+            if self._failure is not None:
+                raise self._failure
+
+    def _server_runnables(self) -> list[Runnable]:
+        extra: list[Runnable] = [self.health] if self.options.health_probe_bind_address else []
+        return [*extra, self.events, *(r for r in self._runnables if not r.needs_leader_election)]
+
+    async def _lead(self, leaders: _Group) -> bool:
+        """Run leader-elected runnables while leading; True if the Lease was lost."""
+        leader_runnables = [r for r in self._runnables if r.needs_leader_election]
+        if not self.options.leader_election:
+            self._start(leaders, leader_runnables)
+            await self._halt.wait()
+            return False
+        self._elector = LeaderElector(self.client, self._election_config(), self.options.clock)
+        if not await self._elector.acquire(self._halt):
+            return False
+        self._start(leaders, leader_runnables)
+        try:
+            await self._elector.hold(self._halt)
+        except LeadershipLostError:
+            self._log.error("leader election lost")
+            return True
+        return False
+
+    def _election_config(self) -> LeaderElectionConfig:
+        o = self.options
+        return LeaderElectionConfig(
+            name=o.leader_election_id,
+            namespace=o.leader_election_namespace or in_cluster_namespace(),
+            identity=o.identity,
+            lease_duration=o.lease_duration,
+            renew_deadline=o.renew_deadline,
+            retry_period=o.retry_period,
+            release_on_cancel=o.leader_election_release_on_cancel,
+        )
+
+    def _start(self, group: _Group, runnables: list[Runnable]) -> None:
+        for runnable in runnables:
+            task = asyncio.create_task(runnable.run(group.stop), name=f"{group.name}: {runnable!r}")
+            task.add_done_callback(self._on_done)
+            group.tasks.append(task)
+
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None or self._halt.is_set():
+            return
+        self._failure = task.exception()
+        self._log.error("runnable failed", runnable=task.get_name(), error=repr(self._failure))
+        self._halt.set()
+
+    async def _until_halt(self, work: Awaitable[None]) -> None:
+        """Await `work` unless the manager halts first. Errors from `work` (e.g. sync timeout) propagate."""
+        worker = asyncio.ensure_future(work)
+        halted = asyncio.ensure_future(self._halt.wait())
+        try:
+            await asyncio.wait([worker, halted], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            halted.cancel()
+            if not worker.done():
+                worker.cancel()
+        if worker.done() and not worker.cancelled():
+            worker.result()
+
+    async def _stop(self, servers: _Group, caches: _Group, leaders: _Group, lost: bool) -> None:
+        self._halt.set()
+        grace = 0.0 if lost else self.options.graceful_shutdown_timeout
+        loop = asyncio.get_running_loop()
+        deadline = None if grace < 0 else loop.time() + grace
+        await leaders.drain(deadline)
+        await caches.drain(deadline)
+        if self._elector is not None and self.options.leader_election_release_on_cancel and not lost:
+            await self._elector.release()
+        await servers.drain(deadline)
+        self._log.info("manager stopped")
+
+    async def _relay(self, stopping: asyncio.Event) -> None:
+        await stopping.wait()
+        self._log.info("stopping manager")
+        self._halt.set()
+
+    @contextlib.contextmanager
+    def _signals(self, stopping: asyncio.Event | None) -> Iterator[asyncio.Event]:
+        if stopping is not None:
+            yield stopping
+            return
+        event = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, event.set)
+        try:
+            yield event
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)

@@ -1,0 +1,88 @@
+"""Probe endpoints: 200 "ok" when healthy, 500 naming failing checks, ?verbose, ?exclude, per-check paths."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from llmaz.runtime.healthz import HealthProbeServer, parse_bind_address
+
+
+@pytest_asyncio.fixture
+async def server() -> AsyncIterator[HealthProbeServer]:
+    probe = HealthProbeServer("127.0.0.1:0")
+    stopping = asyncio.Event()
+    task = asyncio.create_task(probe.run(stopping))
+    await asyncio.wait_for(probe.wait_started(), 5)
+    yield probe
+    stopping.set()
+    await task
+
+
+async def get(probe: HealthProbeServer, path: str) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{probe.port}{path}") as resp,
+    ):
+        return resp.status, await resp.text()
+
+
+async def test_all_checks_passing_answers_200_ok(server: HealthProbeServer) -> None:
+    server.readyz.add("sync", lambda: True)
+    assert await get(server, "/healthz") == (200, "ok")
+    assert await get(server, "/readyz") == (200, "ok")
+
+
+async def test_a_failing_check_answers_500_and_names_it_without_the_reason(server: HealthProbeServer) -> None:
+    def broken() -> None:
+        raise RuntimeError("secret detail")
+
+    async def not_ready() -> bool:
+        return False
+
+    server.readyz.add("informers", lambda: True)
+    server.readyz.add("webhooks", broken)
+    server.readyz.add("certs", not_ready)
+    status, body = await get(server, "/readyz")
+    assert status == 500
+    assert body.splitlines() == [
+        "[+]informers ok",
+        "[-]webhooks failed: reason withheld",
+        "[-]certs failed: reason withheld",
+        "readyz check failed",
+    ]
+    assert "secret" not in body
+
+
+async def test_verbose_lists_passing_checks(server: HealthProbeServer) -> None:
+    status, body = await get(server, "/healthz?verbose")
+    assert status == 200
+    assert body.splitlines() == ["[+]ping ok", "healthz check passed"]
+
+
+async def test_excluded_checks_are_skipped(server: HealthProbeServer) -> None:
+    server.readyz.add("webhooks", lambda: False)
+    assert await get(server, "/readyz?exclude=webhooks") == (200, "ok")
+
+
+async def test_a_single_check_can_be_queried_by_path(server: HealthProbeServer) -> None:
+    server.readyz.add("a", lambda: True)
+    server.readyz.add("b", lambda: False)
+    assert (await get(server, "/readyz/a"))[0] == 200
+    assert (await get(server, "/readyz/b"))[0] == 500
+    assert (await get(server, "/readyz/missing"))[0] == 404
+
+
+def test_a_check_name_is_registered_once() -> None:
+    probe = HealthProbeServer()
+    with pytest.raises(ValueError, match="already registered"):
+        probe.healthz.add("ping", lambda: None)
+
+
+@pytest.mark.parametrize(("address", "parsed"), [(":8081", ("0.0.0.0", 8081)), ("127.0.0.1:0", ("127.0.0.1", 0))])
+def test_bind_addresses_default_to_all_interfaces(address: str, parsed: tuple[str, int]) -> None:
+    assert parse_bind_address(address) == parsed

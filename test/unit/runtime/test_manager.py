@@ -1,0 +1,122 @@
+"""Manager start/stop order, failure handling and grace period, without leader election or informers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from llmaz.runtime.cache import CacheSyncTimeoutError
+from llmaz.runtime.client import Client, RestConfig
+from llmaz.runtime.manager import Manager, ManagerOptions
+from llmaz.runtime.resource import Resource
+
+UNREACHABLE = "http://127.0.0.1:1"
+
+
+class Tracked:
+    """A runnable that logs its start and stop into a shared journal."""
+
+    def __init__(self, name: str, journal: list[str], *, leader: bool, drain: float = 0.0) -> None:
+        self.name = name
+        self.needs_leader_election = leader
+        self._journal = journal
+        self._drain = drain
+        self.started = asyncio.Event()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        self._journal.append(f"start {self.name}")
+        self.started.set()
+        await stopping.wait()
+        try:
+            await asyncio.sleep(self._drain)
+        except asyncio.CancelledError:
+            self._journal.append(f"cancelled {self.name}")
+            raise
+        self._journal.append(f"stop {self.name}")
+
+
+class Failing:
+    needs_leader_election = True
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        raise RuntimeError("reconciler crashed")
+
+
+def manager(**options: object) -> Manager:
+    opts = ManagerOptions(health_probe_bind_address=None, **options)  # type: ignore[arg-type]
+    return Manager(Client(RestConfig(host=UNREACHABLE)), opts)
+
+
+async def test_servers_start_before_leader_runnables_and_stop_after_them() -> None:
+    journal: list[str] = []
+    mgr = manager()
+    controller = Tracked("controller", journal, leader=True)
+    webhook = Tracked("webhook", journal, leader=False)
+    mgr.add(controller)
+    mgr.add(webhook)
+    stopping = asyncio.Event()
+    run = asyncio.create_task(mgr.start(stopping))
+    await asyncio.wait_for(controller.started.wait(), 5)
+    stopping.set()
+    await asyncio.wait_for(run, 5)
+    assert journal == ["start webhook", "start controller", "stop controller", "stop webhook"]
+
+
+async def test_a_failing_runnable_stops_the_manager_and_its_error_is_raised() -> None:
+    journal: list[str] = []
+    mgr = manager()
+    mgr.add(Tracked("webhook", journal, leader=False))
+    mgr.add(Failing())
+    with pytest.raises(RuntimeError, match="reconciler crashed"):
+        await asyncio.wait_for(mgr.start(asyncio.Event()), 5)
+    assert journal == ["start webhook", "stop webhook"]
+
+
+async def test_runnables_overrunning_the_grace_period_are_cancelled() -> None:
+    journal: list[str] = []
+    mgr = manager(graceful_shutdown_timeout=0.2)
+    slow = Tracked("slow", journal, leader=True, drain=60)
+    mgr.add(slow)
+    stopping = asyncio.Event()
+    run = asyncio.create_task(mgr.start(stopping))
+    await asyncio.wait_for(slow.started.wait(), 5)
+    stopping.set()
+    await asyncio.wait_for(run, 5)
+    assert journal == ["start slow", "cancelled slow"]
+
+
+async def test_leader_runnables_wait_for_informer_sync_and_a_sync_timeout_is_a_clear_error() -> None:
+    journal: list[str] = []
+    mgr = manager(cache_sync_timeout=0.3)
+    mgr.informers.informer_for(Resource("", "v1", "pods", "Pod", namespaced=True))
+    mgr.add(Tracked("controller", journal, leader=True))
+    with pytest.raises(CacheSyncTimeoutError, match=r"pods\.v1"):
+        await asyncio.wait_for(mgr.start(asyncio.Event()), 10)
+    assert journal == []
+
+
+async def test_readiness_reports_informers_unsynced_while_caches_fill() -> None:
+    mgr = Manager(
+        Client(RestConfig(host=UNREACHABLE)),
+        ManagerOptions(health_probe_bind_address="127.0.0.1:0", cache_sync_timeout=30),
+    )
+    mgr.informers.informer_for(Resource("", "v1", "pods", "Pod", namespaced=True))
+    stopping = asyncio.Event()
+    run = asyncio.create_task(mgr.start(stopping))
+    await asyncio.wait_for(mgr.health.wait_started(), 5)
+    async with aiohttp.ClientSession() as session:
+        base = f"http://127.0.0.1:{mgr.health.port}"
+        async with session.get(f"{base}/readyz?verbose") as resp:
+            assert resp.status == 500
+            assert "[-]informers failed" in await resp.text()
+        async with session.get(f"{base}/healthz") as resp:
+            assert resp.status == 200
+    stopping.set()
+    await asyncio.wait_for(run, 5)
+
+
+def test_leader_election_needs_an_id() -> None:
+    with pytest.raises(ValueError, match="leader_election_id"):
+        manager(leader_election=True)
