@@ -124,3 +124,9 @@ MESSAGE_RECOMMENDED_CONFIG_NOT_FOUND: Final = "Recommended config {config} not f
 MESSAGE_ARG_RENDER_ERROR: Final = "missing flag or the flag has format error: {arg}"
 MESSAGE_INVALID_MODEL_SOURCE: Final = "OpenModel {model} has an invalid source: {detail}"
 MESSAGE_NO_MODEL_CLAIMED: Final = "No model is claimed"
+
+# Ready condition of OpenModels and BackendRuntimes (llmaz wrote none).
+REASON_MODEL_READY: Final = "ModelReady"
+REASON_INVALID_MODEL: Final = "InvalidModel"
+REASON_BACKEND_READY: Final = "BackendRuntimeReady"
+REASON_INVALID_BACKEND: Final = "InvalidBackendRuntime"

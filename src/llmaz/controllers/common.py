@@ -1,0 +1,71 @@
+"""What every llmaz reconciler does the same way: read models from the cache, apply only real changes, write
+status only when it differs, and tell who controls an object.
+
+Writes go through server-side apply with field manager `llmaz` and `force=true` (llmaz's contract), skipped when
+`apply_is_noop` shows the live object already matches, so a steady cluster costs no API traffic. Status is written
+with an update carrying the cached resourceVersion: a stale cache gets a Conflict and the key is retried.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from llmaz.apis import OpenModel
+from llmaz.apis import constants as c
+from llmaz.apis.core_v1alpha1 import ModelRef
+from llmaz.controllers.builders import BuildError, main_first
+from llmaz.runtime.cache import Obj, Store
+from llmaz.runtime.client import Client
+from llmaz.runtime.client.applycheck import apply_is_noop
+from llmaz.runtime.resource import Resource
+
+
+class ModelNotFoundError(BuildError):
+    """A claimed OpenModel does not exist (yet); the OpenModel watch wakes the claimant when it appears."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(c.MESSAGE_WAITING_FOR_MODEL)
+        self.model = model
+
+
+def fetch_models(models: Store, refs: Sequence[ModelRef]) -> list[OpenModel]:
+    """The claimed OpenModels from the cache, main model first; raises ModelNotFoundError for a missing one."""
+    claimed = []
+    for ref in refs:
+        obj = models.get(ref.name)
+        if obj is None:
+            raise ModelNotFoundError(ref.name)
+        claimed.append((ref, OpenModel.from_dict(obj)))
+    return main_first(claimed)
+
+
+def controller_uid(obj: Obj) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def is_controlled_by(obj: Obj, owner_uid: str | None) -> bool:
+    return owner_uid is not None and controller_uid(obj) == owner_uid
+
+
+async def apply_if_changed(client: Client, resource: Resource, desired: Obj, live: Obj | None) -> tuple[Obj, bool]:
+    """Server-side apply `desired` unless `live` already matches; returns (object, written)."""
+    if apply_is_noop(desired, live, c.FIELD_MANAGER):
+        assert live is not None
+        return live, False
+    applied = await client.apply(resource, desired, field_manager=c.FIELD_MANAGER, force=True)
+    return applied, True
+
+
+async def write_status_if_changed(client: Client, resource: Resource, live: Obj, status: dict[str, Any]) -> bool:
+    """Replace `live`'s status with `status` when they differ; True when written."""
+    if live.get("status") == status:
+        return False
+    updated = copy.copy(live)
+    updated["status"] = status
+    await client.update_status(resource, updated)
+    return True

@@ -1,0 +1,72 @@
+"""Cache indexes that map a changed dependency to the objects that use it, and the mappers built on them.
+
+An OpenModel or BackendRuntime change must wake exactly the Playgrounds (and Services) that use it, with their
+namespace: llmaz's OpenModel watch enqueued Playgrounds without a namespace, so they only recovered by
+error backoff, and it did not watch BackendRuntimes at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import ValidationError
+
+from llmaz.apis import Playground, Service
+from llmaz.controllers.builders import backend_name, playground_model_refs, service_model_refs
+from llmaz.runtime.cache import Obj, Store
+from llmaz.runtime.controller import Request
+
+PLAYGROUND_MODELS = "llmaz.io/playground-models"
+PLAYGROUND_BACKEND = "llmaz.io/playground-backend"
+SERVICE_MODELS = "llmaz.io/service-models"
+
+
+def playground_models(obj: Obj) -> list[str]:
+    try:
+        return sorted({ref.name for ref in playground_model_refs(Playground.from_dict(obj))})
+    except ValidationError:
+        return []
+
+
+def playground_backend(obj: Obj) -> list[str]:
+    try:
+        return [backend_name(Playground.from_dict(obj))]
+    except ValidationError:
+        return []
+
+
+def service_models(obj: Obj) -> list[str]:
+    try:
+        return sorted({ref.name for ref in service_model_refs(Service.from_dict(obj))})
+    except ValidationError:
+        return []
+
+
+def users_of(store: Store, index: str) -> Callable[[Obj], list[Request]]:
+    """A mapper: the objects in `store` whose `index` lists the changed object's name."""
+
+    def map_users(obj: Obj) -> list[Request]:
+        name = (obj.get("metadata") or {}).get("name", "")
+        return [_request(user) for user in store.by_index(index, name)]
+
+    return map_users
+
+
+def everything_in(store: Store) -> Callable[[Obj], list[Request]]:
+    """A mapper: every object in `store`, whatever changed (for inputs that shape all of them)."""
+
+    def map_all(obj: Obj) -> list[Request]:
+        return [_request(item) for item in store.list()]
+
+    return map_all
+
+
+def same_name(obj: Obj) -> list[Request]:
+    """A mapper: the object of the watching kind with the changed object's namespace and name."""
+    meta = obj.get("metadata") or {}
+    return [Request(meta.get("namespace") or "", meta.get("name") or "")]
+
+
+def _request(obj: Obj) -> Request:
+    meta = obj.get("metadata") or {}
+    return Request(meta.get("namespace") or "", meta.get("name") or "")

@@ -1,0 +1,142 @@
+"""The inference Service reconciler: Service -> LeaderWorkerSet + `<name>-lb` Service, and the Service's status.
+
+One reconcile:
+1. Read the Service from the cache; gone -> done.
+2. Without valid global settings (`llmaz-global-config`) nothing can be built: fail and retry; the ConfigMap
+   watch re-enqueues every Service when the settings arrive or change (llmaz waited for an unrelated event).
+3. Persist the global scheduler name into pod templates that name none (llmaz's contract), with a merge patch
+   of just those fields, and only when missing.
+4. Fetch the claimed OpenModels; a missing one or an unusable source -> `Progressing=False`/`AbortProcessing`.
+5. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
+   `-lb` Service once and never repaired it).
+6. Compute the status from the LeaderWorkerSet and write it when it changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from llmaz.apis import Service
+from llmaz.controllers import resources as r
+from llmaz.controllers.builders import (
+    BuildError,
+    abort_status,
+    build_lb_service,
+    build_leader_worker_set,
+    lb_service_name,
+    service_model_refs,
+    service_status,
+    with_scheduler_name,
+)
+from llmaz.controllers.common import apply_if_changed, fetch_models, write_status_if_changed
+from llmaz.runtime.cache import DeletedFinalStateUnknown, Obj
+from llmaz.runtime.cache.factory import SharedInformerFactory
+from llmaz.runtime.client import Client, PatchType
+from llmaz.runtime.clock import Clock
+from llmaz.runtime.controller import Request, Result, TerminalError
+from llmaz.runtime.events import EventRecorder
+from llmaz.runtime.log import get_logger
+from llmaz.settings import SettingsError, SettingsHolder
+
+_log = get_logger("llmaz.controllers.service")
+
+
+class SettingsNotLoadedError(RuntimeError):
+    pass
+
+
+class ServiceReconciler:
+    def __init__(
+        self,
+        client: Client,
+        informers: SharedInformerFactory,
+        events: EventRecorder,
+        clock: Clock,
+        settings: SettingsHolder,
+    ) -> None:
+        self._client = client
+        self._events = events
+        self._clock = clock
+        self._settings = settings
+        self._services = informers.informer_for(r.INFERENCE_SERVICES).store
+        self._models = informers.informer_for(r.OPEN_MODELS).store
+        self._lws = informers.informer_for(r.LEADER_WORKER_SETS).store
+        self._lb_services = informers.informer_for(r.SERVICES).store
+
+    async def reconcile(self, request: Request) -> Result:
+        obj = self._services.get(request.key)
+        if obj is None:
+            return Result()
+        settings = self._settings.current
+        if settings is None:
+            raise SettingsNotLoadedError(f"global settings not loaded: {self._settings.last_error or 'no ConfigMap'}")
+        try:
+            service = Service.from_dict(obj)
+        except ValidationError as err:
+            raise TerminalError(f"Service {request.key} does not match its schema: {err}") from err
+        obj, service = await self._persist_scheduler_name(obj, service, settings.scheduler_name)
+        try:
+            models = fetch_models(self._models, service_model_refs(service))
+            desired_lws = build_leader_worker_set(service, models, settings.init_container_image)
+            desired_lb = build_lb_service(service, models)
+        except BuildError as err:
+            status = abort_status(service, err.message, self._clock.wall())
+            if await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status):
+                self._events.event(obj, "Warning", type(err).__name__.removesuffix("Error"), err.message)
+            return Result()
+        lws, written = await apply_if_changed(
+            self._client, r.LEADER_WORKER_SETS, desired_lws, self._lws.get(request.key)
+        )
+        if written:
+            self._events.event(obj, "Normal", "Applied", f"Applied LeaderWorkerSet {request.key}")
+        lb_key = f"{request.namespace}/{lb_service_name(request.name)}"
+        await apply_if_changed(self._client, r.SERVICES, desired_lb, self._lb_services.get(lb_key))
+        status = service_status(service, lws, self._clock.wall())
+        await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status)
+        return Result()
+
+    async def _persist_scheduler_name(self, obj: Obj, service: Service, scheduler: str) -> tuple[Obj, Service]:
+        template = service.spec.workload_template
+        wanted = with_scheduler_name(template, scheduler)
+        if wanted == template:
+            return obj, service
+        patch: dict[str, Any] = {}
+        for key in ("leaderTemplate", "workerTemplate"):
+            if key in wanted and wanted[key] != template.get(key):
+                patch[key] = {"spec": {"schedulerName": wanted[key]["spec"]["schedulerName"]}}
+        meta = service.metadata
+        patched = await self._client.patch(
+            r.INFERENCE_SERVICES,
+            meta.name or "",
+            {"metadata": {"resourceVersion": meta.resource_version}, "spec": {"workloadTemplate": patch}},
+            meta.namespace,
+            patch_type=PatchType.MERGE,
+            field_manager="llmaz",
+        )
+        return patched, Service.from_dict(patched)
+
+
+class GlobalSettingsHandler:
+    """Keeps `SettingsHolder` current from the global ConfigMap; a bad edit is logged and the old settings kept."""
+
+    def __init__(self, settings: SettingsHolder) -> None:
+        self._settings = settings
+
+    def on_add(self, obj: Obj, is_initial_list: bool) -> None:
+        self._load(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._load(new)
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self._settings.forget()
+        _log.warning("global config deleted, keeping the last settings")
+
+    def _load(self, obj: Obj) -> None:
+        try:
+            if self._settings.update(obj):
+                _log.info("global config updated", settings=str(self._settings.current))
+        except SettingsError as err:
+            _log.error("failed to parse global config", error=str(err))

@@ -1,0 +1,84 @@
+"""Wire the four llmaz controllers into a manager: their watches, indexes and predicates.
+
+Watches (each change wakes only the objects it concerns, with their namespace):
+- Playground <- Playground; its inference Service (same name: creation, deletion, status or spec changes);
+  its HPA (owned); OpenModels it claims and the BackendRuntime it names (through cache indexes).
+- Service <- Service; its LeaderWorkerSet and `-lb` Service (owned: status or spec changes); OpenModels it
+  claims; the global ConfigMap (every Service, since the settings shape them all).
+- OpenModel, BackendRuntime <- themselves (spec changes) for their `Ready` condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmaz.apis import constants as c
+from llmaz.controllers import indexes as ix
+from llmaz.controllers import resources as r
+from llmaz.controllers.playground import PlaygroundReconciler
+from llmaz.controllers.readiness import backend_reconciler, model_reconciler
+from llmaz.controllers.service import GlobalSettingsHandler, ServiceReconciler
+from llmaz.runtime.controller import Controller, ControllerBuilder, Scope
+from llmaz.runtime.controller import predicate as p
+from llmaz.runtime.manager import Manager
+from llmaz.settings import SettingsHolder
+
+SPEC_OR_STATUS = p.or_(p.generation_changed(), p.status_changed())
+SPEC = p.generation_changed()
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    namespace: str = c.GLOBAL_CONFIG_NAMESPACE
+    """Namespace of the manager, where the global ConfigMap lives. Default llmaz-system."""
+    max_concurrent_reconciles: int = 1
+
+
+def setup_controllers(manager: Manager, options: ControllerSettings | None = None) -> list[Controller]:
+    """Build the four controllers, register them with `manager`, and return them."""
+    opts = options or ControllerSettings()
+    informers, clock = manager.informers, manager.options.clock
+    playgrounds = informers.informer_for(r.PLAYGROUNDS)
+    services = informers.informer_for(r.INFERENCE_SERVICES)
+    playgrounds.add_indexers({ix.PLAYGROUND_MODELS: ix.playground_models, ix.PLAYGROUND_BACKEND: ix.playground_backend})
+    services.add_indexers({ix.SERVICE_MODELS: ix.service_models})
+    settings = SettingsHolder()
+    config_scope = Scope(namespace=opts.namespace, field_selector=f"metadata.name={c.GLOBAL_CONFIG_NAME}")
+    # Registered before the Service controller's own handler, so settings are current when Services are enqueued.
+    informers.informer_for(
+        r.CONFIG_MAPS, config_scope.namespace, field_selector=config_scope.field_selector
+    ).add_event_handler(GlobalSettingsHandler(settings))
+
+    controllers = [
+        ControllerBuilder("playground")
+        .for_(r.PLAYGROUNDS)
+        .owns(r.HORIZONTAL_POD_AUTOSCALERS, predicates=[SPEC])
+        .watches(r.INFERENCE_SERVICES, ix.same_name, predicates=[SPEC_OR_STATUS])
+        .watches(r.OPEN_MODELS, ix.users_of(playgrounds.store, ix.PLAYGROUND_MODELS), predicates=[SPEC])
+        .watches(r.BACKEND_RUNTIMES, ix.users_of(playgrounds.store, ix.PLAYGROUND_BACKEND), predicates=[SPEC])
+        .with_options(max_concurrent_reconciles=opts.max_concurrent_reconciles)
+        .build(
+            PlaygroundReconciler(manager.client, informers, manager.event_recorder("playground-controller"), clock),
+            informers,
+        ),
+        ControllerBuilder("service")
+        .for_(r.INFERENCE_SERVICES)
+        .owns(r.LEADER_WORKER_SETS, predicates=[SPEC_OR_STATUS])
+        .owns(r.SERVICES, predicates=[p.resource_version_changed()])
+        .watches(r.OPEN_MODELS, ix.users_of(services.store, ix.SERVICE_MODELS), predicates=[SPEC])
+        .watches(r.CONFIG_MAPS, ix.everything_in(services.store), scope=config_scope)
+        .with_options(max_concurrent_reconciles=opts.max_concurrent_reconciles)
+        .build(
+            ServiceReconciler(manager.client, informers, manager.event_recorder("service-controller"), clock, settings),
+            informers,
+        ),
+        ControllerBuilder("openmodel")
+        .for_(r.OPEN_MODELS, predicates=[SPEC])
+        .build(model_reconciler(manager.client, informers.informer_for(r.OPEN_MODELS).store, clock), informers),
+        ControllerBuilder("backendruntime")
+        .for_(r.BACKEND_RUNTIMES, predicates=[SPEC])
+        .build(backend_reconciler(manager.client, informers.informer_for(r.BACKEND_RUNTIMES).store, clock), informers),
+    ]
+    for controller in controllers:
+        manager.add(controller)
+    return controllers

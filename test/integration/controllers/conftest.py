@@ -1,0 +1,77 @@
+"""The llmaz manager running in-process (webhooks off) against the real control plane.
+
+The LeaderWorkerSet controller does not run here: tests drive LWS status through its status subresource, as
+llmaz's own integration suites do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from llmaz.controllers.setup import ControllerSettings, setup_controllers
+from llmaz.envtest import Cluster
+from llmaz.runtime.client import Client
+from llmaz.runtime.manager import Manager, ManagerOptions
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="session")
+def llmaz_defaults(control_plane: Cluster) -> None:
+    """The default BackendRuntimes and a valid global ConfigMap, as `make dev-up` installs them."""
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "config" / "dev"))
+
+
+@pytest_asyncio.fixture
+async def client(kubeconfig: Path) -> AsyncIterator[Client]:
+    c = await Client.from_kubeconfig(kubeconfig)
+    yield c
+    await c.close()
+
+
+@pytest_asyncio.fixture
+async def manager(kubeconfig: Path, llmaz_defaults: None) -> AsyncIterator[Manager]:
+    """A running manager with the four llmaz controllers; stopped (and drained) after the test."""
+    manager_client = await Client.from_kubeconfig(kubeconfig)
+    running = Manager(manager_client, ManagerOptions(health_probe_bind_address=None, graceful_shutdown_timeout=10))
+    setup_controllers(running, ControllerSettings(max_concurrent_reconciles=2))
+    stopping = asyncio.Event()
+    task = asyncio.create_task(running.start(stopping))
+    try:
+        await asyncio.wait_for(_synced(running, task), timeout=30)
+        yield running
+    finally:
+        stopping.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, timeout=20)
+        await manager_client.close()
+
+
+async def _synced(manager: Manager, task: asyncio.Task[None]) -> None:
+    while not manager.informers.has_synced():
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.05)
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], within: float = 20.0, interval: float = 0.1) -> Any:
+    """Poll `check` until it returns a truthy value (returned) or raises nothing past `within` seconds."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            result = await check()
+            if result:
+                return result
+            last: BaseException | None = None
+        except (AssertionError, LookupError) as err:
+            last = err
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {within}s: {last!r}")
+        await asyncio.sleep(interval)
