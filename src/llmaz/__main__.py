@@ -1,7 +1,9 @@
-"""llmaz-manager: the composition root. Flags, logging, client, manager, controllers; nothing imports it.
+"""llmaz-manager: the composition root. Flags, logging, client, manager, controllers, webhooks and metrics.
 
-Startup order is the manager's (probes and servers first, then caches, then leader election and controllers);
-see `llmaz.runtime.manager` for why.
+Nothing imports this module. Startup order is the manager's (probes and servers first, then caches, then leader
+election and controllers; see `llmaz.runtime.manager` for why). Readiness waits for the caches and, when
+webhooks are on, for the webhook server to serve a certificate whose CA is injected into both webhook
+configurations (llmaz reported ready before its webhooks could answer).
 """
 
 from __future__ import annotations
@@ -9,36 +11,85 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from llmaz.certs import CertRotator, RotatorOptions, ensure_self_signed
+from llmaz.controllers import resources as r
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.runtime import log
+from llmaz.runtime.authn import DelegatingAuth
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import load
 from llmaz.runtime.manager import Manager, ManagerOptions
+from llmaz.runtime.metrics_server import DEFAULT_CERT_DIR as METRICS_CERT_DIR
+from llmaz.runtime.metrics_server import MetricsServer
+from llmaz.runtime.webhook.server import DEFAULT_CERT_DIR as WEBHOOK_CERT_DIR
+from llmaz.runtime.webhook.server import WebhookServer
+from llmaz.webhooks import webhooks
+from llmaz.webhooks.cachelookup import CacheLookup
 
 LEADER_ELECTION_ID = "fbb36db9.llmaz.io"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="llmaz-manager", description="Run the llmaz controllers and webhooks.")
-    parser.add_argument("--metrics-bind-address", default=":8443", help="metrics endpoint address (default :8443)")
-    parser.add_argument(
-        "--health-probe-bind-address", default=":8081", help="/healthz and /readyz address (default :8081)"
-    )
-    parser.add_argument("--webhook-port", type=int, default=9443, help="admission webhook port (default 9443)")
-    parser.add_argument("--namespace", default="llmaz-system", help="namespace of the manager, its Secret and Lease")
-    parser.add_argument("--leader-elect", action="store_true", help="run controllers only while holding the Lease")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or $KUBECONFIG)")
-    parser.add_argument("--max-concurrent-reconciles", type=int, default=1, help="workers per controller (default 1)")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--log-format", default="auto", choices=["auto", "json", "console"])
+    add = parser.add_argument
+    add("--metrics-bind-address", default=":8443", help="metrics endpoint address; 0 disables it (default :8443)")
+    add("--metrics-secure", default="true", choices=["true", "false"], help="HTTPS + token auth for /metrics")
+    add("--metrics-cert-dir", type=Path, default=None, help="tls.crt/tls.key for /metrics (default: self-signed)")
+    add("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address (default :8081)")
+    add("--webhook-port", type=int, default=9443, help="admission webhook port (default 9443)")
+    add("--webhook-bind-host", default="0.0.0.0", help="admission webhook listen host (default 0.0.0.0)")
+    add("--cert-dir", type=Path, default=None, help="externally managed webhook tls.crt/tls.key (turns rotation off)")
+    add("--webhook-cert-ip-addresses", default="", help="extra IP SANs of the self-managed webhook certificate")
+    add("--namespace", default="llmaz-system", help="namespace of the manager, its Secret, Lease and ConfigMap")
+    add("--leader-elect", action="store_true", help="run controllers only while holding the Lease")
+    add("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or $KUBECONFIG)")
+    add("--max-concurrent-reconciles", type=int, default=1, help="workers per controller (default 1)")
+    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add("--log-format", default="auto", choices=["auto", "json", "console"])
     return parser.parse_args(argv)
 
 
 def webhooks_enabled() -> bool:
     return os.environ.get("ENABLE_WEBHOOKS", "true").lower() != "false"
+
+
+def add_webhooks(manager: Manager, args: argparse.Namespace) -> None:
+    informers = manager.informers
+    lookup = CacheLookup(
+        informers.informer_for(r.OPEN_MODELS).store,
+        informers.informer_for(r.BACKEND_RUNTIMES).store,
+        informers.has_synced,
+    )
+    cert_dir = args.cert_dir or WEBHOOK_CERT_DIR
+    server = WebhookServer(webhooks(lookup), host=args.webhook_bind_host, port=args.webhook_port, cert_dir=cert_dir)
+    manager.add(server)
+    if args.cert_dir is not None:
+        manager.add_readyz_check("webhook", server.started)
+        return
+    ips = tuple(ip for ip in args.webhook_cert_ip_addresses.split(",") if ip)
+    rotator = CertRotator(
+        manager.client,
+        RotatorOptions(namespace=args.namespace, cert_dir=cert_dir, ip_addresses=ips),
+        on_files_written=server.certs.reload,
+    )
+    manager.add(rotator)
+    manager.add_readyz_check("webhook", lambda: server.started() and rotator.ready())
+
+
+def add_metrics(manager: Manager, args: argparse.Namespace) -> None:
+    if args.metrics_bind_address == "0":
+        return
+    secure = args.metrics_secure == "true"
+    cert_dir = args.metrics_cert_dir or METRICS_CERT_DIR
+    if secure and args.metrics_cert_dir is None:
+        ensure_self_signed(cert_dir, dns_names=[socket.gethostname(), "localhost"], ip_addresses=["127.0.0.1"])
+    auth = DelegatingAuth(manager.client) if secure else None
+    manager.add(MetricsServer(args.metrics_bind_address, auth=auth, cert_dir=cert_dir, secure=secure))
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -57,6 +108,9 @@ async def run(args: argparse.Namespace) -> None:
             manager,
             ControllerSettings(namespace=args.namespace, max_concurrent_reconciles=args.max_concurrent_reconciles),
         )
+        if webhooks_enabled():
+            add_webhooks(manager, args)
+        add_metrics(manager, args)
         await manager.start()
     finally:
         await client.close()

@@ -1,0 +1,99 @@
+"""The metrics endpoint: `/metrics` from the shared registry, over HTTPS with delegated auth, or plain HTTP.
+
+Secure mode (the default, as deployed on :8443): TLS with the key pair in `cert_dir` (`tls.crt`, `tls.key`,
+reloaded when they change), and every request must carry a bearer token the API server authenticates
+(TokenReview) for a user allowed to `get` the path (SubjectAccessReview), e.g. through the `metrics-reader`
+ClusterRole. Answers: 401 without a valid token, 403 without the permission, 500 when the API server cannot
+be asked. Insecure mode (`--metrics-secure=false`, local runs) serves plain HTTP without auth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from llmaz.runtime.authn import DelegatingAuth
+from llmaz.runtime.client import ApiError
+from llmaz.runtime.healthz import parse_bind_address
+from llmaz.runtime.log import get_logger
+from llmaz.runtime.metrics import REGISTRY
+from llmaz.runtime.webhook.certwatcher import CertWatcher
+
+DEFAULT_CERT_DIR = Path("/tmp/k8s-metrics-server/serving-certs")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class MetricsServer:
+    needs_leader_election = False
+
+    def __init__(
+        self,
+        bind_address: str = ":8443",
+        *,
+        auth: DelegatingAuth | None = None,
+        cert_dir: Path = DEFAULT_CERT_DIR,
+        secure: bool = True,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        if secure and auth is None:
+            raise ValueError("secure metrics serving needs a DelegatingAuth")
+        self.bind_address = bind_address
+        self.secure = secure
+        self.auth = auth
+        self.registry = registry
+        self.certs = CertWatcher(cert_dir / "tls.crt", cert_dir / "tls.key")
+        self.port: int | None = None
+        self._serving = asyncio.Event()
+        self._log = get_logger("llmaz.runtime.metrics")
+
+    def started(self) -> bool:
+        return self._serving.is_set()
+
+    async def wait_started(self) -> None:
+        await self._serving.wait()
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard] if self.secure else [])
+        app.router.add_get("/metrics", self._metrics)
+        return app
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        resp = web.Response(body=generate_latest(self.registry))
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        assert self.auth is not None
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        try:
+            user = await self.auth.authenticate(token.strip()) if scheme.lower() == "bearer" and token else None
+            if user is None:
+                return web.Response(status=401, text="Unauthorized\n")
+            if not await self.auth.authorize(user, request.method.lower(), request.path):
+                return web.Response(status=403, text="Forbidden\n")
+        except ApiError as exc:
+            self._log.error("metrics authorization failed", error=repr(exc))
+            return web.Response(status=500, text="Internal Server Error\n")
+        return await handler(request)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        if self.secure and not await self.certs.wait_loaded(stopping):
+            return
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        try:
+            host, port = parse_bind_address(self.bind_address)
+            ssl_context = self.certs.server_context() if self.secure else None
+            await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
+            self.port = runner.addresses[0][1]
+            self._serving.set()
+            self._log.info("metrics server started", port=self.port, secure=self.secure)
+            await (self.certs.watch(stopping) if self.secure else stopping.wait())
+        finally:
+            self._serving.clear()
+            await runner.cleanup()

@@ -1,0 +1,25 @@
+"""llmaz's admission rules, one pure module per kind, and the registry of the eight webhooks serving them.
+
+Defaulters take the raw object and return the mutated copy; validators take the decoded object and return
+field errors (rendered in apimachinery's text by `field`); warning functions name references that do not
+exist yet, asked through a `ReferenceLookup`.
+"""
+
+from llmaz.webhooks.lookup import ReferenceLookup, StaticLookup
+from llmaz.webhooks.registry import (
+    KINDS,
+    MUTATING_CONFIGURATION,
+    VALIDATING_CONFIGURATION,
+    WEBHOOK_SERVICE,
+    webhooks,
+)
+
+__all__ = [
+    "KINDS",
+    "MUTATING_CONFIGURATION",
+    "VALIDATING_CONFIGURATION",
+    "WEBHOOK_SERVICE",
+    "ReferenceLookup",
+    "StaticLookup",
+    "webhooks",
+]

@@ -1,0 +1,32 @@
+"""The manager's answer to the webhooks' `ReferenceLookup`: its informer caches.
+
+Until the caches have synced the answer is None ("cannot tell"), so no warning is given on a cold start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from llmaz.runtime.cache import Store
+
+
+class CacheLookup:
+    def __init__(self, open_models: Store, backend_runtimes: Store, synced: Callable[[], bool]) -> None:
+        self._models = open_models
+        self._backends = backend_runtimes
+        self._synced = synced
+
+    def open_model_exists(self, name: str) -> bool | None:
+        return self._models.get(name) is not None if self._synced() else None
+
+    def backend_runtime_exists(self, name: str) -> bool | None:
+        return self._backends.get(name) is not None if self._synced() else None
+
+    def backend_config_names(self, name: str) -> Collection[str] | None:
+        if not self._synced():
+            return None
+        backend = self._backends.get(name)
+        if backend is None:
+            return None
+        configs = (backend.get("spec") or {}).get("recommendedConfigs") or []
+        return [str(config.get("name")) for config in configs]

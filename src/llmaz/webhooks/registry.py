@@ -1,0 +1,138 @@
+"""The eight llmaz admission webhooks: names, paths, kinds, and the handlers built from the per-kind rules.
+
+This registry is the single source for both the server routes and `config/webhook/manifests.yaml`
+(`python -m llmaz.webhooks.manifests`). Names and paths are llmaz's exactly.
+
+Handlers:
+- mutating: apply the kind's defaulter to the raw object and answer with the JSON Patch (never deny);
+- validating: decode the object, deny with the aggregate of every field error (403), else allow; warnings about
+  missing references (and other surprises) are attached either way. DELETE is always allowed.
+- a request for another kind, or an object that does not decode, is answered with a 400-coded denial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from llmaz.apis import BackendRuntime, OpenModel, Playground, Service
+from llmaz.apis import constants as c
+from llmaz.apis.base import ApiModel
+from llmaz.runtime.webhook import (
+    AdmissionRequest,
+    AdmissionResponse,
+    Handler,
+    Rule,
+    Webhook,
+    WebhookType,
+    allowed,
+    denied,
+    errored,
+    patched,
+)
+from llmaz.webhooks.backendruntime import validate_backendruntime
+from llmaz.webhooks.field import FieldError, aggregate
+from llmaz.webhooks.lookup import ReferenceLookup
+from llmaz.webhooks.openmodel import default_openmodel, openmodel_warnings, validate_openmodel
+from llmaz.webhooks.playground import default_playground, playground_warnings, validate_playground
+from llmaz.webhooks.service import service_warnings, validate_service
+
+MUTATING_CONFIGURATION: Final = "llmaz-mutating-webhook-configuration"
+VALIDATING_CONFIGURATION: Final = "llmaz-validating-webhook-configuration"
+WEBHOOK_SERVICE: Final = "llmaz-webhook-service"
+
+Now = Callable[[], datetime]
+Defaulter = Callable[[dict[str, Any], datetime], dict[str, Any]]
+Validator = Callable[[Any, bool], list[FieldError]]
+Warner = Callable[[Any, ReferenceLookup | None], list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class KindRules:
+    kind: str
+    group: str
+    plural: str
+    model: type[ApiModel]
+    default: Defaulter | None
+    validate: Validator
+    warn: Warner
+
+    @property
+    def path_stem(self) -> str:
+        return f"{self.group.replace('.', '-')}-{c.VERSION}-{self.kind.lower()}"
+
+
+def _no_warnings(_: Any, __: ReferenceLookup | None) -> list[str]:
+    return []
+
+
+KINDS: Final = (
+    KindRules("BackendRuntime", c.INFERENCE_GROUP, "backendruntimes", BackendRuntime, None,
+              lambda obj, _: validate_backendruntime(obj), _no_warnings),
+    KindRules("OpenModel", c.CORE_GROUP, "openmodels", OpenModel, default_openmodel,
+              validate_openmodel, lambda obj, _: openmodel_warnings(obj)),
+    KindRules("Playground", c.INFERENCE_GROUP, "playgrounds", Playground,
+              lambda obj, _: default_playground(obj), validate_playground, playground_warnings),
+    KindRules("Service", c.INFERENCE_GROUP, "services", Service, None, validate_service, service_warnings),
+)  # fmt: skip
+
+
+def webhooks(lookup: ReferenceLookup | None = None, now: Now = lambda: datetime.now(UTC)) -> list[Webhook]:
+    """The eight webhooks; `lookup` (optional) enables reference warnings, `now` stamps createdAt."""
+    out = []
+    for rules in KINDS:
+        rule = Rule((rules.group,), (c.VERSION,), (rules.plural,))
+        out.append(Webhook(f"m{rules.kind.lower()}.kb.io", f"/mutate-{rules.path_stem}", WebhookType.MUTATING,
+                           (rule,), _mutating(rules, now)))  # fmt: skip
+        out.append(Webhook(f"v{rules.kind.lower()}.kb.io", f"/validate-{rules.path_stem}", WebhookType.VALIDATING,
+                           (rule,), _validating(rules, lookup)))  # fmt: skip
+    return sorted(out, key=lambda w: (w.type.value, w.name))
+
+
+def _kind_error(rules: KindRules, request: AdmissionRequest) -> AdmissionResponse | None:
+    k = request.kind
+    if (k.group, k.version, k.kind) != (rules.group, c.VERSION, rules.kind):
+        return errored(400, f"unexpected kind {k.group}/{k.version}, Kind={k.kind}; expected {rules.kind}")
+    if request.object is None and request.operation != "DELETE":
+        return errored(400, f"there is no content to decode in the {rules.kind} request")
+    return None
+
+
+def _mutating(rules: KindRules, now: Now) -> Handler:
+    async def handle(request: AdmissionRequest) -> AdmissionResponse:
+        error = _kind_error(rules, request)
+        if error is not None:
+            return error
+        if rules.default is None or request.object is None or request.operation == "DELETE":
+            return allowed()
+        return patched(request.object, rules.default(request.object, now()))
+
+    return handle
+
+
+def _validating(rules: KindRules, lookup: ReferenceLookup | None) -> Handler:
+    async def handle(request: AdmissionRequest) -> AdmissionResponse:
+        error = _kind_error(rules, request)
+        if error is not None:
+            return error
+        if request.operation not in ("CREATE", "UPDATE") or request.object is None:
+            return allowed()
+        try:
+            obj = rules.model.from_dict(request.object)
+        except ValidationError as exc:
+            return errored(400, f"couldn't decode {rules.kind}: {_summary(exc)}")
+        errors = rules.validate(obj, request.operation == "CREATE")
+        response = denied(aggregate(errors)) if errors else allowed()
+        return response.with_warnings(rules.warn(obj, lookup))
+
+    return handle
+
+
+def _summary(exc: ValidationError, limit: int = 5) -> str:
+    issues = [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()[:limit]]
+    more = exc.error_count() - len(issues)
+    return "; ".join(issues) + (f" (and {more} more)" if more > 0 else "")

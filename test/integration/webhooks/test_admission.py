@@ -1,0 +1,129 @@
+"""The webhooks on a real API server: bad objects are denied with llmaz's texts, good ones are stored with the
+webhook defaults, warnings reach kubectl."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import yaml
+
+from llmaz.envtest._cluster import Cluster
+from llmaz.runtime.client import Client
+
+from .conftest import OPENMODELS, PLAYGROUNDS, kubectl, openmodel
+
+pytestmark = pytest.mark.usefixtures("admission")
+
+RUNNER_TEMPLATE = {"workerTemplate": {"spec": {"containers": [{"name": "model-runner", "image": "vllm"}]}}}
+
+
+def manifest(kind: str, name: str, spec: dict[str, object], namespace: str | None = None) -> str:
+    group = "llmaz.io" if kind == "OpenModel" else "inference.llmaz.io"
+    meta: dict[str, object] = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return yaml.safe_dump({"apiVersion": f"{group}/v1alpha1", "kind": kind, "metadata": meta, "spec": spec})
+
+
+DENIALS = [
+    (
+        "OpenModel",
+        "no-source",
+        {"familyName": "f", "source": {}},
+        'admission webhook "vopenmodel.kb.io" denied the request: spec.source: Forbidden: Source can\'t be all null',
+    ),
+    (
+        "OpenModel",
+        "qwen-2-0.5b",
+        {"familyName": "f", "source": {"uri": "ftp://x"}},
+        'admission webhook "vopenmodel.kb.io" denied the request: [spec.source.uri: Invalid value: "ftp://x": '
+        'URI with unsupported protocol, metadata.name: Invalid value: "qwen-2-0.5b": a lowercase RFC 1123 label',
+    ),
+    (
+        "BackendRuntime",
+        "dup",
+        {"image": "i", "version": "v", "recommendedConfigs": [{"name": "default"}, {"name": "default"}]},
+        'admission webhook "vbackendruntime.kb.io" denied the request: '
+        "spec.args.name: Forbidden: duplicated name default",
+    ),
+    (
+        "Playground",
+        "nothing",
+        {},
+        'admission webhook "vplayground.kb.io" denied the request: '
+        "spec: Forbidden: modelClaim and modelClaims couldn't be both nil",
+    ),
+    (
+        "Playground",
+        "limits",
+        {
+            "modelClaim": {"modelName": "qwen2-0-5b"},
+            "backendRuntimeConfig": {"resources": {"limits": {"cpu": 5}, "requests": {"cpu": 10}}},
+        },
+        'admission webhook "vplayground.kb.io" denied the request: spec.backendRuntimeConfig.resources: Forbidden: '
+        "limit (5) for cpu must be greater than or equal to request (10)",
+    ),
+    (
+        "Service",
+        "no-runner",
+        {
+            "modelClaims": {"models": [{"name": "m"}]},
+            "workloadTemplate": {"workerTemplate": {"spec": {"containers": [{"name": "x", "image": "i"}]}}},
+        },
+        'admission webhook "vservice.kb.io" denied the request: spec.workloadTemplate.workerTemplate.spec.containers: '
+        "Forbidden: model-runner container doesn't exist",
+    ),
+    (
+        "Service",
+        "no-models",
+        {"workloadTemplate": RUNNER_TEMPLATE},
+        'admission webhook "vservice.kb.io" denied the request: spec.modelClaims.models: Required value: '
+        "at least one model is required",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "spec", "message"), DENIALS, ids=[f"{d[0]}-{d[1]}" for d in DENIALS])
+async def test_a_bad_object_is_denied_by_the_named_webhook(
+    control_plane: Cluster, namespace: str, kind: str, name: str, spec: dict[str, object], message: str
+) -> None:
+    ns = None if kind in ("OpenModel", "BackendRuntime") else namespace
+    result = await kubectl(control_plane, "create", "-f", "-", input=manifest(kind, name, spec, ns))
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+async def test_an_openmodel_is_stored_with_the_family_label_and_created_at(client: Client) -> None:
+    before = datetime.now(UTC).replace(microsecond=0)
+    created = await client.create(OPENMODELS, openmodel("qwen2-0-5b-stored"))
+    try:
+        assert created["metadata"]["labels"]["llmaz.io/model-family-name"] == "qwen2"
+        stamp = datetime.strptime(created["spec"]["createdAt"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        assert before - timedelta(seconds=1) <= stamp <= datetime.now(UTC)
+        created["metadata"]["labels"]["llmaz.io/model-family-name"] = "changed"
+        updated = await client.update(OPENMODELS, created)
+        assert updated["metadata"]["labels"]["llmaz.io/model-family-name"] == "qwen2"  # overwritten on update
+        assert updated["spec"]["createdAt"] == created["spec"]["createdAt"]  # kept
+    finally:
+        await client.delete(OPENMODELS, "qwen2-0-5b-stored")
+
+
+async def test_a_playground_is_stored_with_the_model_name_label(client: Client, namespace: str) -> None:
+    body = {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Playground",
+        "metadata": {"name": "qwen", "namespace": namespace, "labels": {"llmaz.io/model-name": "wrong", "app": "a"}},
+        "spec": {"modelClaim": {"modelName": "qwen2-0-5b"}},
+    }
+    created = await client.create(PLAYGROUNDS, body)
+    assert created["metadata"]["labels"] == {"llmaz.io/model-name": "qwen2-0-5b", "app": "a"}
+
+
+async def test_missing_references_are_admitted_with_warnings_kubectl_prints(
+    control_plane: Cluster, namespace: str
+) -> None:
+    spec = {"modelClaim": {"modelName": "nope"}, "backendRuntimeConfig": {"backendName": "vllm", "configName": "fast"}}
+    result = await kubectl(control_plane, "create", "-f", "-", input=manifest("Playground", "warned", spec, namespace))
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"Warning: OpenModel 'nope' not found", result.stderr)
+    assert "Warning: BackendRuntime 'vllm' has no recommended config 'fast'" in result.stderr

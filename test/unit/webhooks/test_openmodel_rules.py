@@ -1,0 +1,170 @@
+"""OpenModel: defaulting of the family label and createdAt, and every validation rule with its exact text."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from llmaz.apis import OpenModel
+from llmaz.webhooks.field import aggregate
+from llmaz.webhooks.names import LABEL_FORMAT_MESSAGE
+from llmaz.webhooks.openmodel import HUB_AND_URI_WARNING, default_openmodel, openmodel_warnings, validate_openmodel
+
+NOW = datetime(2025, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
+
+
+def model(source: dict[str, Any], name: str = "qwen2-0-5b", **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "llmaz.io/v1alpha1",
+        "kind": "OpenModel",
+        "metadata": {"name": name, **meta},
+        "spec": {"familyName": "qwen2", "source": source},
+    }
+
+
+def errors(obj: dict[str, Any], creating: bool = True) -> list[str]:
+    return [str(e) for e in validate_openmodel(OpenModel.from_dict(obj), creating)]
+
+
+HUB = {"modelHub": {"modelID": "Qwen/Qwen2-0.5B-Instruct"}}
+
+
+class TestDefaulting:
+    def test_the_family_label_is_added_when_there_are_no_labels(self) -> None:
+        out = default_openmodel(model(HUB), NOW)
+        assert out["metadata"]["labels"] == {"llmaz.io/model-family-name": "qwen2"}
+
+    def test_the_family_label_overwrites_a_user_value_and_keeps_other_labels(self) -> None:
+        out = default_openmodel(model(HUB, labels={"llmaz.io/model-family-name": "x", "team": "a"}), NOW)
+        assert out["metadata"]["labels"] == {"llmaz.io/model-family-name": "qwen2", "team": "a"}
+
+    def test_created_at_is_now_in_utc_truncated_to_seconds(self) -> None:
+        assert default_openmodel(model(HUB), NOW)["spec"]["createdAt"] == "2025-03-04T05:06:07Z"
+        local = NOW.astimezone(timezone(timedelta(hours=8)))
+        assert default_openmodel(model(HUB), local)["spec"]["createdAt"] == "2025-03-04T05:06:07Z"
+
+    def test_an_existing_created_at_is_kept(self) -> None:
+        obj = model(HUB)
+        obj["spec"]["createdAt"] = "2024-01-01T00:00:00Z"
+        assert default_openmodel(obj, NOW)["spec"]["createdAt"] == "2024-01-01T00:00:00Z"
+
+    def test_the_input_is_not_modified_and_unknown_fields_survive(self) -> None:
+        obj = model(HUB)
+        obj["spec"]["future"] = {"x": 1}
+        out = default_openmodel(obj, NOW)
+        assert "labels" not in obj["metadata"]
+        assert out["spec"]["future"] == {"x": 1}
+
+    def test_a_model_without_family_name_gets_an_empty_label(self) -> None:
+        obj = model(HUB)
+        del obj["spec"]["familyName"]
+        assert default_openmodel(obj, NOW)["metadata"]["labels"] == {"llmaz.io/model-family-name": ""}
+
+
+ADDRESS = "URI with wrong address"
+
+# (case, source, name, expected errors in order)
+CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
+    ("hub is valid", HUB, "m", []),
+    ("no source at all", {}, "m", ["spec.source: Forbidden: Source can't be all null"]),
+    ("uri without separator", {"uri": "qwen"}, "m", ['spec.source.uri: Invalid value: "qwen": URI with wrong format']),
+    (
+        "uri with two separators",
+        {"uri": "oss://a://b"},
+        "m",
+        ['spec.source.uri: Invalid value: "oss://a://b": URI with wrong format'],
+    ),
+    ("empty uri", {"uri": ""}, "m", ['spec.source.uri: Invalid value: "": URI with wrong format']),
+    (
+        "unsupported protocol",
+        {"uri": "http://x/y"},
+        "m",
+        ['spec.source.uri: Invalid value: "http://x/y": URI with unsupported protocol'],
+    ),
+    ("oss valid", {"uri": "oss://bucket.endpoint/models/qwen"}, "m", []),
+    ("protocol is case-insensitive", {"uri": "Oss://bucket.endpoint/p"}, "m", []),
+    (
+        "oss without dot",
+        {"uri": "oss://bucket/path"},
+        "m",
+        [f'spec.source.uri: Invalid value: "oss://bucket/path": {ADDRESS}'],
+    ),
+    (
+        "oss without slash",
+        {"uri": "oss://bucket.endpoint"},
+        "m",
+        [f'spec.source.uri: Invalid value: "oss://bucket.endpoint": {ADDRESS}'],
+    ),
+    ("s3 valid", {"uri": "s3://bucket/path"}, "m", []),
+    ("s3 without path", {"uri": "s3://bucket"}, "m", [f'spec.source.uri: Invalid value: "s3://bucket": {ADDRESS}']),
+    ("gcs without path", {"uri": "GCS://bucket"}, "m", [f'spec.source.uri: Invalid value: "GCS://bucket": {ADDRESS}']),
+    ("ollama needs no address check", {"uri": "ollama://"}, "m", []),
+    ("host accepts an absolute path", {"uri": "host:///workspace/Qwen2"}, "m", []),
+    (
+        "modelscope with filename",
+        {"modelHub": {"name": "ModelScope", "filename": "a.gguf"}},
+        "m",
+        ['spec.source.modelHub.filename: Invalid value: "a.gguf": Filename can only set once modelHub is Huggingface'],
+    ),
+    ("huggingface with filename", {"modelHub": {"name": "Huggingface", "filename": "a.gguf"}}, "m", []),
+    (
+        "filename with allowPatterns",
+        {"modelHub": {"filename": "a.gguf", "allowPatterns": ["*.gguf"]}},
+        "m",
+        [
+            'spec.source.modelHub.allowPatterns: Invalid value: []string{"*.gguf"}: '
+            "Once Filename is set, allowPatterns should be nil"
+        ],
+    ),
+    (
+        "filename with empty ignorePatterns",
+        {"modelHub": {"filename": "a", "ignorePatterns": []}},
+        "m",
+        [
+            "spec.source.modelHub.ignorePatterns: Invalid value: []string{}: "
+            "Once Filename is set, ignorePatterns should be nil"
+        ],
+    ),
+    ("patterns without filename", {"modelHub": {"allowPatterns": ["a"], "ignorePatterns": ["b"]}}, "m", []),
+    ("name with a dot", HUB, "qwen-2-0.5b", [f'metadata.name: Invalid value: "qwen-2-0.5b": {LABEL_FORMAT_MESSAGE}']),
+    (
+        "everything wrong at once, in llmaz's order",
+        {
+            "modelHub": {"name": "ModelScope", "filename": "f", "allowPatterns": ["a"], "ignorePatterns": ["b"]},
+            "uri": "ftp://x",
+        },
+        "Bad",
+        [
+            'spec.source.uri: Invalid value: "ftp://x": URI with unsupported protocol',
+            'spec.source.modelHub.filename: Invalid value: "f": Filename can only set once modelHub is Huggingface',
+            'spec.source.modelHub.allowPatterns: Invalid value: []string{"a"}: '
+            "Once Filename is set, allowPatterns should be nil",
+            'spec.source.modelHub.ignorePatterns: Invalid value: []string{"b"}: '
+            "Once Filename is set, ignorePatterns should be nil",
+            f'metadata.name: Invalid value: "Bad": {LABEL_FORMAT_MESSAGE}',
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "source", "name", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_validation_rule(case: str, source: dict[str, Any], name: str, expected: list[str]) -> None:
+    assert errors(model(source, name)) == expected
+
+
+def test_the_name_is_checked_on_create_only() -> None:
+    assert errors(model(HUB, "qwen-2-0.5b"), creating=False) == []
+
+
+def test_several_errors_are_denied_together_in_one_aggregate() -> None:
+    found = validate_openmodel(OpenModel.from_dict(model({"uri": "x"}, "A")), True)
+    assert aggregate(found).startswith('[spec.source.uri: Invalid value: "x": URI with wrong format, metadata.name: ')
+
+
+def test_hub_and_uri_together_are_admitted_with_a_warning() -> None:
+    both = OpenModel.from_dict(model({**HUB, "uri": "s3://b/p"}))
+    assert validate_openmodel(both, True) == []
+    assert openmodel_warnings(both) == [HUB_AND_URI_WARNING]
+    assert openmodel_warnings(OpenModel.from_dict(model(HUB))) == []

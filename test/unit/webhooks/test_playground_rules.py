@@ -1,0 +1,189 @@
+"""Playground: the model-name label default, every validation rule and fix, and reference warnings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmaz.apis import Playground
+from llmaz.webhooks.lookup import StaticLookup
+from llmaz.webhooks.names import LABEL_FORMAT_MESSAGE
+from llmaz.webhooks.playground import default_playground, playground_warnings, validate_playground
+
+
+def playground(spec: dict[str, Any], name: str = "qwen", **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Playground",
+        "metadata": {"name": name, "namespace": "default", **meta},
+        "spec": spec,
+    }
+
+
+CLAIM = {"modelClaim": {"modelName": "qwen2-0-5b"}}
+SPECULATIVE = {"modelClaims": {"models": [{"name": "llama-7b", "role": "main"}, {"name": "llama-1b", "role": "draft"}]}}
+
+
+class TestDefaulting:
+    def test_the_label_is_the_model_claim_name(self) -> None:
+        out = default_playground(playground(CLAIM))
+        assert out["metadata"]["labels"] == {"llmaz.io/model-name": "qwen2-0-5b"}
+
+    def test_the_label_is_the_last_main_model_of_model_claims(self) -> None:
+        claims = {"models": [{"name": "a"}, {"name": "d", "role": "draft"}, {"name": "b", "role": "main"}]}
+        out = default_playground(playground({"modelClaims": claims}))
+        assert out["metadata"]["labels"]["llmaz.io/model-name"] == "b"
+
+    def test_the_label_is_set_to_empty_when_no_model_is_claimed(self) -> None:
+        out = default_playground(playground({}))
+        assert out["metadata"]["labels"] == {"llmaz.io/model-name": ""}
+
+    def test_the_label_overwrites_a_user_value_and_keeps_other_labels(self) -> None:
+        out = default_playground(playground(CLAIM, labels={"llmaz.io/model-name": "other", "app": "x"}))
+        assert out["metadata"]["labels"] == {"llmaz.io/model-name": "qwen2-0-5b", "app": "x"}
+
+    def test_the_input_is_not_modified(self) -> None:
+        obj = playground(CLAIM)
+        default_playground(obj)
+        assert "labels" not in obj["metadata"]
+
+
+def errors(spec: dict[str, Any], name: str = "qwen", creating: bool = True) -> list[str]:
+    return [str(e) for e in validate_playground(Playground.from_dict(playground(spec, name)), creating)]
+
+
+LIMIT = (
+    "spec.backendRuntimeConfig.resources: Forbidden: limit ({}) for {} must be greater than or equal to request ({})"
+)
+
+CASES: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("a model claim is valid", CLAIM, []),
+    ("speculative decoding with two models is valid", SPECULATIVE, []),
+    ("no claim at all", {}, ["spec: Forbidden: modelClaim and modelClaims couldn't be both nil"]),
+    ("both claims", {**CLAIM, **SPECULATIVE}, ["spec: Forbidden: modelClaim and modelClaims couldn't be both not nil"]),
+    (
+        "speculative decoding with three models",
+        {"modelClaims": {"models": [{"name": "a"}, {"name": "b", "role": "draft"}, {"name": "c", "role": "draft"}]}},
+        ["spec.modelClaims.models: Forbidden: only two models are allowed in speculativeDecoding mode"],
+    ),
+    # Fix #2: count main models by role, and require one.
+    (
+        "two main models (fix: counted by role)",
+        {"modelClaims": {"models": [{"name": "a"}, {"name": "b", "role": "main"}]}},
+        ["spec.modelClaims.models: Forbidden: only one main model is allowed"],
+    ),
+    ("a model named main is just a model (fix)", {"modelClaims": {"models": [{"name": "main"}]}}, []),
+    (
+        "only a draft model (fix: a main model is required)",
+        {"modelClaims": {"models": [{"name": "d", "role": "draft"}]}},
+        [
+            "spec.modelClaims.models: Forbidden: only two models are allowed in speculativeDecoding mode",
+            "spec.modelClaims.models: Forbidden: main model is required",
+        ],
+    ),
+    (
+        "model claims without models (fix)",
+        {"modelClaims": {}},
+        ["spec.modelClaims.models: Forbidden: main model is required"],
+    ),
+    (
+        "limit below request",
+        {**CLAIM, "backendRuntimeConfig": {"resources": {"limits": {"cpu": 5}, "requests": {"cpu": 10}}}},
+        [LIMIT.format("5", "cpu", "10")],
+    ),
+    (
+        "quantities are printed canonically",
+        {
+            **CLAIM,
+            "backendRuntimeConfig": {
+                "resources": {
+                    "limits": {"memory": "2048Mi", "cpu": "500m"},
+                    "requests": {"memory": "3Gi", "cpu": "1000m"},
+                }
+            },
+        },
+        [LIMIT.format("2Gi", "memory", "3Gi"), LIMIT.format("500m", "cpu", "1")],
+    ),
+    (
+        "limit equal to request",
+        {**CLAIM, "backendRuntimeConfig": {"resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "1000m"}}}},
+        [],
+    ),
+    (
+        "minReplicas zero",
+        {**CLAIM, "elasticConfig": {"minReplicas": 0, "maxReplicas": 3}},
+        ["spec.elasticConfig.minReplicas: Forbidden: minReplicas couldn't be 0"],
+    ),
+    # Fix #3: the errors are reported on the fields they concern.
+    (
+        "minReplicas not below maxReplicas (fix: path)",
+        {**CLAIM, "elasticConfig": {"minReplicas": 3, "maxReplicas": 3}},
+        ["spec.elasticConfig.minReplicas: Invalid value: 3: minReplicas must be less than maxReplicas"],
+    ),
+    (
+        "minReplicas zero and maxReplicas zero",
+        {**CLAIM, "elasticConfig": {"minReplicas": 0, "maxReplicas": 0}},
+        [
+            "spec.elasticConfig.minReplicas: Forbidden: minReplicas couldn't be 0",
+            "spec.elasticConfig.minReplicas: Invalid value: 0: minReplicas must be less than maxReplicas",
+        ],
+    ),
+    ("minReplicas unset is not compared", {**CLAIM, "elasticConfig": {"maxReplicas": 1}}, []),
+    (
+        "scaleTrigger without hpa (fix: path)",
+        {**CLAIM, "elasticConfig": {"maxReplicas": 3, "scaleTrigger": {}}},
+        ["spec.elasticConfig.scaleTrigger.hpa: Forbidden: hpa couldn't be nil"],
+    ),
+    ("scaleTrigger with hpa", {**CLAIM, "elasticConfig": {"maxReplicas": 3, "scaleTrigger": {"hpa": {}}}}, []),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_validation_rule(case: str, spec: dict[str, Any], expected: list[str]) -> None:
+    assert errors(spec) == expected
+
+
+def test_the_name_is_checked_on_create_only() -> None:
+    assert errors(CLAIM, name="qwen.0") == [f'metadata.name: Invalid value: "qwen.0": {LABEL_FORMAT_MESSAGE}']
+    assert errors(CLAIM, name="qwen.0", creating=False) == []
+
+
+def warnings(spec: dict[str, Any], lookup: StaticLookup | None) -> list[str]:
+    return playground_warnings(Playground.from_dict(playground(spec)), lookup)
+
+
+LOOKUP = StaticLookup(
+    backends={"vllm": ["default", "speculative-decoding"], "llamacpp": ["default"]},
+    models={"qwen2-0-5b", "llama-7b", "llama-1b"},
+)
+
+
+class TestWarnings:
+    def test_no_warning_when_everything_exists(self) -> None:
+        assert warnings(CLAIM, LOOKUP) == []
+        assert warnings(SPECULATIVE, LOOKUP) == []
+
+    def test_a_missing_model_is_named(self) -> None:
+        assert warnings({"modelClaim": {"modelName": "nope"}}, LOOKUP) == [
+            "OpenModel 'nope' not found; the workload waits until it exists"
+        ]
+
+    def test_a_missing_backend_is_named_and_defaults_to_vllm(self) -> None:
+        assert warnings(CLAIM, StaticLookup(models={"qwen2-0-5b"})) == [
+            "BackendRuntime 'vllm' not found; the Playground waits until it exists"
+        ]
+        assert warnings({**CLAIM, "backendRuntimeConfig": {"backendName": "sglang"}}, LOOKUP) == [
+            "BackendRuntime 'sglang' not found; the Playground waits until it exists"
+        ]
+
+    def test_a_config_name_missing_from_the_backend_is_named(self) -> None:
+        spec = {**CLAIM, "backendRuntimeConfig": {"backendName": "vllm", "configName": "fast"}}
+        assert warnings(spec, LOOKUP) == ["BackendRuntime 'vllm' has no recommended config 'fast'"]
+
+    def test_the_inferred_speculative_config_must_exist_in_the_backend(self) -> None:
+        spec = {**SPECULATIVE, "backendRuntimeConfig": {"backendName": "llamacpp"}}
+        assert warnings(spec, LOOKUP) == ["BackendRuntime 'llamacpp' has no recommended config 'speculative-decoding'"]
+
+    def test_no_lookup_means_no_warnings(self) -> None:
+        assert warnings({"modelClaim": {"modelName": "nope"}}, None) == []

@@ -1,0 +1,154 @@
+"""The eight webhooks: names, paths and kinds are llmaz's; handlers patch, deny, warn and refuse as specified."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from llmaz.runtime.webhook import AdmissionRequest, GroupVersionKind, Webhook, WebhookType
+from llmaz.runtime.webhook.jsonpatch import apply
+from llmaz.webhooks import StaticLookup, webhooks
+
+NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+HOOKS = {w.name: w for w in webhooks(StaticLookup(backends={"vllm": ["default"]}, models={"m"}), now=lambda: NOW)}
+
+EXPECTED = [
+    (
+        "mbackendruntime.kb.io",
+        WebhookType.MUTATING,
+        "/mutate-inference-llmaz-io-v1alpha1-backendruntime",
+        "inference.llmaz.io",
+        "backendruntimes",
+    ),
+    ("mopenmodel.kb.io", WebhookType.MUTATING, "/mutate-llmaz-io-v1alpha1-openmodel", "llmaz.io", "openmodels"),
+    (
+        "mplayground.kb.io",
+        WebhookType.MUTATING,
+        "/mutate-inference-llmaz-io-v1alpha1-playground",
+        "inference.llmaz.io",
+        "playgrounds",
+    ),
+    (
+        "mservice.kb.io",
+        WebhookType.MUTATING,
+        "/mutate-inference-llmaz-io-v1alpha1-service",
+        "inference.llmaz.io",
+        "services",
+    ),
+    (
+        "vbackendruntime.kb.io",
+        WebhookType.VALIDATING,
+        "/validate-inference-llmaz-io-v1alpha1-backendruntime",
+        "inference.llmaz.io",
+        "backendruntimes",
+    ),
+    ("vopenmodel.kb.io", WebhookType.VALIDATING, "/validate-llmaz-io-v1alpha1-openmodel", "llmaz.io", "openmodels"),
+    (
+        "vplayground.kb.io",
+        WebhookType.VALIDATING,
+        "/validate-inference-llmaz-io-v1alpha1-playground",
+        "inference.llmaz.io",
+        "playgrounds",
+    ),
+    (
+        "vservice.kb.io",
+        WebhookType.VALIDATING,
+        "/validate-inference-llmaz-io-v1alpha1-service",
+        "inference.llmaz.io",
+        "services",
+    ),
+]
+
+
+def test_the_eight_webhooks_have_llmaz_names_paths_and_rules() -> None:
+    found = [(w.name, w.type, w.path, w.rules[0].api_groups[0], w.rules[0].resources[0]) for w in webhooks()]
+    assert found == EXPECTED
+    for hook in webhooks():
+        assert [(r.api_versions, r.operations) for r in hook.rules] == [(("v1alpha1",), ("CREATE", "UPDATE"))]
+        assert (hook.failure_policy, hook.side_effects) == ("Fail", "None")
+
+
+def request(kind: str, obj: dict[str, Any] | None, operation: str = "CREATE", group: str = "") -> AdmissionRequest:
+    group = group or ("llmaz.io" if kind == "OpenModel" else "inference.llmaz.io")
+    name = (obj or {}).get("metadata", {}).get("name", "")
+    return AdmissionRequest("uid", GroupVersionKind(group, "v1alpha1", kind), operation, name, object=obj)
+
+
+async def call(hook: str, req: AdmissionRequest) -> Any:
+    webhook: Webhook = HOOKS[hook]
+    return await webhook.handler(req)
+
+
+OPENMODEL = {"apiVersion": "llmaz.io/v1alpha1", "kind": "OpenModel", "metadata": {"name": "m"},
+             "spec": {"familyName": "qwen2", "source": {"modelHub": {"modelID": "Qwen/Qwen2"}}}}  # fmt: skip
+PLAYGROUND = {"apiVersion": "inference.llmaz.io/v1alpha1", "kind": "Playground",
+              "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"}},
+              "spec": {"modelClaim": {"modelName": "m"}}}  # fmt: skip
+
+
+async def test_the_openmodel_patch_adds_the_label_and_created_at() -> None:
+    response = await call("mopenmodel.kb.io", request("OpenModel", OPENMODEL))
+    assert response.allowed
+    out = apply(OPENMODEL, response.patch)
+    assert out["metadata"]["labels"] == {"llmaz.io/model-family-name": "qwen2"}
+    assert out["spec"]["createdAt"] == "2025-01-02T03:04:05Z"
+
+
+async def test_the_playground_patch_adds_the_model_name_label_only() -> None:
+    response = await call("mplayground.kb.io", request("Playground", PLAYGROUND))
+    assert response.patch == [{"op": "add", "path": "/metadata/labels/llmaz.io~1model-name", "value": "m"}]
+
+
+@pytest.mark.parametrize("hook", ["mbackendruntime.kb.io", "mservice.kb.io"])
+async def test_kinds_without_defaults_are_allowed_unpatched(hook: str) -> None:
+    kind = "BackendRuntime" if "backend" in hook else "Service"
+    response = await call(hook, request(kind, {"metadata": {"name": "x"}, "spec": {}}))
+    assert (response.allowed, response.patch) == (True, [])
+
+
+async def test_a_valid_object_is_allowed_with_no_warnings() -> None:
+    response = await call("vplayground.kb.io", request("Playground", PLAYGROUND))
+    assert (response.allowed, response.warnings) == (True, ())
+
+
+async def test_an_invalid_object_is_denied_with_the_aggregate_and_keeps_its_warnings() -> None:
+    bad = {
+        **PLAYGROUND,
+        "metadata": {"name": "P"},
+        "spec": {"modelClaim": {"modelName": "nope"}, "modelClaims": {"models": [{"name": "m"}]}},
+    }
+    response = await call("vplayground.kb.io", request("Playground", bad))
+    assert (response.allowed, response.code, response.reason) == (False, 403, "Forbidden")
+    assert response.message.startswith(
+        "[spec: Forbidden: modelClaim and modelClaims couldn't be both not nil, metadata.name: "
+    )
+    assert response.warnings == ("OpenModel 'nope' not found; the workload waits until it exists",)
+
+
+async def test_an_update_skips_create_only_rules() -> None:
+    renamed = {**OPENMODEL, "metadata": {"name": "Bad.Name"}}
+    assert not (await call("vopenmodel.kb.io", request("OpenModel", renamed))).allowed
+    assert (await call("vopenmodel.kb.io", request("OpenModel", renamed, "UPDATE"))).allowed
+
+
+async def test_a_request_for_another_kind_is_a_400_denial() -> None:
+    response = await call("vopenmodel.kb.io", request("Playground", PLAYGROUND))
+    assert (response.allowed, response.code) == (False, 400)
+    assert "unexpected kind" in response.message
+
+
+async def test_an_object_that_does_not_decode_is_a_400_denial() -> None:
+    response = await call("vopenmodel.kb.io", request("OpenModel", {"metadata": {"name": "m"}, "spec": {"source": 3}}))
+    assert (response.allowed, response.code) == (False, 400)
+    assert response.message.startswith("couldn't decode OpenModel: spec.familyName: Field required")
+
+
+async def test_a_missing_object_is_a_400_denial() -> None:
+    response = await call("mopenmodel.kb.io", request("OpenModel", None))
+    assert (response.allowed, response.code) == (False, 400)
+
+
+async def test_delete_is_always_allowed() -> None:
+    assert (await call("vservice.kb.io", request("Service", None, "DELETE"))).allowed

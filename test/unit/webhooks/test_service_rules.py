@@ -1,0 +1,93 @@
+"""Service: model claim rules (with the fix requiring models and one main model), the model-runner container."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmaz.apis import Service
+from llmaz.webhooks.lookup import StaticLookup
+from llmaz.webhooks.names import LABEL_FORMAT_MESSAGE
+from llmaz.webhooks.service import service_warnings, validate_service
+
+RUNNER = {"workerTemplate": {"spec": {"containers": [{"name": "model-runner", "image": "vllm"}]}}}
+
+
+def service(models: list[dict[str, Any]] | None, template: dict[str, Any] = RUNNER, name: str = "qwen") -> Service:
+    spec: dict[str, Any] = {"workloadTemplate": template}
+    if models is not None:
+        spec["modelClaims"] = {"models": models}
+    return Service.from_dict(
+        {"apiVersion": "inference.llmaz.io/v1alpha1", "kind": "Service", "metadata": {"name": name}, "spec": spec}
+    )
+
+
+def errors(svc: Service, creating: bool = True) -> list[str]:
+    return [str(e) for e in validate_service(svc, creating)]
+
+
+MODELS = "spec.modelClaims.models"
+CASES: list[tuple[str, list[dict[str, Any]] | None, list[str]]] = [
+    ("one main model", [{"name": "a"}], []),
+    ("main and draft", [{"name": "a", "role": "main"}, {"name": "b", "role": "draft"}], []),
+    (
+        "speculative with three models",
+        [{"name": "a"}, {"name": "b", "role": "draft"}, {"name": "c"}],
+        [
+            f"{MODELS}: Forbidden: only two models are allowed in speculativeDecoding mode",
+            f"{MODELS}: Forbidden: main model is required",
+        ],
+    ),
+    (
+        "speculative without a main model",
+        [{"name": "a", "role": "draft"}, {"name": "b", "role": "draft"}],
+        [f"{MODELS}: Forbidden: main model is required"],
+    ),
+    # Fix #8: a Service claims at least one model and exactly one main model.
+    ("no model claims (fix)", None, [f"{MODELS}: Required value: at least one model is required"]),
+    ("empty models (fix)", [], [f"{MODELS}: Required value: at least one model is required"]),
+    (
+        "two main models without a draft (fix)",
+        [{"name": "a"}, {"name": "b", "role": "main"}],
+        [f"{MODELS}: Forbidden: only one main model is allowed"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "models", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_validation_rule(case: str, models: list[dict[str, Any]] | None, expected: list[str]) -> None:
+    assert errors(service(models)) == expected
+    assert errors(service(models), creating=False) == expected
+
+
+CONTAINERS = "spec.workloadTemplate.workerTemplate.spec.containers: Forbidden: model-runner container doesn't exist"
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        {"workerTemplate": {"spec": {"containers": [{"name": "runner", "image": "x"}]}}},
+        {"workerTemplate": {"spec": {"containers": []}}},
+        {"workerTemplate": {}},
+        {"leaderTemplate": RUNNER["workerTemplate"], "workerTemplate": {"spec": {"containers": [{"name": "w"}]}}},
+    ],
+    ids=["other container", "no containers", "no pod spec", "only the leader has it"],
+)
+def test_a_worker_template_without_model_runner_is_denied_on_create_only(template: dict[str, Any]) -> None:
+    assert errors(service([{"name": "a"}], template)) == [CONTAINERS]
+    assert errors(service([{"name": "a"}], template), creating=False) == []
+
+
+def test_the_name_is_checked_on_create_only() -> None:
+    svc = service([{"name": "a"}], name="a_b")
+    assert errors(svc) == [f'metadata.name: Invalid value: "a_b": {LABEL_FORMAT_MESSAGE}']
+    assert errors(svc, creating=False) == []
+
+
+def test_missing_models_are_named_in_warnings_once_each() -> None:
+    svc = service([{"name": "a"}, {"name": "b", "role": "draft"}])
+    assert service_warnings(svc, StaticLookup(models={"a"})) == [
+        "OpenModel 'b' not found; the workload waits until it exists"
+    ]
+    assert service_warnings(svc, None) == []
