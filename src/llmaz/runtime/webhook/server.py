@@ -97,12 +97,21 @@ class WebhookServer:
             await runner.cleanup()
 
     async def serve(self, webhook: Webhook, request: web.Request) -> web.Response:
+        body = await _read_capped(request)
+        return web.Response(
+            body=await self.review(webhook, body, request.content_type), content_type="application/json"
+        )
+
+    async def review(self, webhook: Webhook, body: bytes, content_type: str) -> bytes:
+        """The encoded AdmissionReview answering `body`: everything `serve` does but HTTP (metrics, log line).
+
+        Never raises for any input: a body that cannot be decoded, or a handler that fails, gets a denial.
+        """
         started = time.perf_counter()
         gauge = metrics.IN_FLIGHT.labels(webhook=webhook.path)
         gauge.inc()
         try:
-            body = await _read_capped(request)
-            admission, response, api_version = await self._judge(webhook, body, request.content_type)
+            admission, response, api_version = await self._judge(webhook, body, content_type)
         finally:
             gauge.dec()
         latency = time.perf_counter() - started
@@ -110,7 +119,7 @@ class WebhookServer:
         metrics.REQUESTS.labels(webhook=webhook.path, code="200").inc()
         self._log_request(webhook, admission, response, latency)
         uid = admission.uid if isinstance(admission, AdmissionRequest) else admission
-        return web.Response(body=encode_review(response, uid, api_version), content_type="application/json")
+        return encode_review(response, uid, api_version)
 
     async def _judge(
         self, webhook: Webhook, body: bytes, content_type: str
