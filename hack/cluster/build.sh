@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver, kubectl and etcd from their Go modules and fetches the LeaderWorkerSet CRD.
+#
+# Usage: hack/cluster/build.sh            build what is missing, print the binary directory
+#        hack/cluster/build.sh --print    print the binary directory only
+#
+# Invariants:
+# - Versions come only from the go.mod files next to this script (k8s.io/kubernetes in go.mod, etcd in
+#   etcd/go.mod, LWS in lws/go.mod); the output directories are keyed by those versions.
+# - A binary appears under its final name only when complete (built into a scratch dir, then renamed), so an
+#   interrupted build is simply re-run. A lock serialises concurrent runs.
+# - Nothing is rebuilt when the binary exists, and no binary is built at all when KUBEBUILDER_ASSETS names a
+#   directory holding kube-apiserver and etcd (the envtest convention; llmaz.envtest then uses those).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache="${LLMAZ_CACHE:-$HOME/.cache/llmaz}"
+
+module_version() { # <go.mod> <module path>
+  awk -v m="$2" '$1 == m && $2 ~ /^v/ { print $2; exit } $1 == "require" && $2 == m { print $3; exit }' "$1"
+}
+
+k8s_version="$(module_version "$here/go.mod" k8s.io/kubernetes)"
+etcd_version="$(module_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
+lws_version="$(module_version "$here/lws/go.mod" sigs.k8s.io/lws)"
+bin_dir="$cache/bin/k8s-$k8s_version"
+lws_crd_dir="$cache/crd/lws-$lws_version"
+
+if [[ "${1:-}" == "--print" ]]; then
+  echo "$bin_dir"
+  exit 0
+fi
+
+# k8s.io/kubernetes v1.X.Y pairs with staging modules v0.X.Y; a mismatch builds a franken-apiserver.
+staging_version="v0.${k8s_version#v1.}"
+mismatched="$(awk -v want="$staging_version" '$2 == "=>" && $1 ~ /^k8s\.io\// && $4 != want { print $1 " " $4 }' "$here/go.mod")"
+if [[ -n "$mismatched" ]]; then
+  echo "hack/cluster/go.mod: staging replace directives must all be $staging_version for k8s.io/kubernetes $k8s_version:" >&2
+  echo "$mismatched" >&2
+  exit 1
+fi
+
+mkdir -p "$bin_dir" "$lws_crd_dir"
+exec 9>"$bin_dir/.lock"
+flock 9
+
+scratch="$(mktemp -d "$bin_dir/.build.XXXXXX")"
+trap 'rm -rf "$scratch"' EXIT
+
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+minor="${k8s_version#v1.}"
+minor="${minor%%.*}"
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+
+assets="${KUBEBUILDER_ASSETS:-}"
+if [[ -n "$assets" && -x "$assets/kube-apiserver" && -x "$assets/etcd" ]]; then
+  echo "using kube-apiserver and etcd from KUBEBUILDER_ASSETS=$assets" >&2
+  bin_dir="$assets"
+fi
+
+k8s_missing=()
+for cmd in kube-apiserver kubectl; do
+  [[ -x "$bin_dir/$cmd" || "$bin_dir" == "$assets" ]] || k8s_missing+=("./cmd/$cmd")
+done
+if ((${#k8s_missing[@]})); then
+  echo "building ${k8s_missing[*]#./cmd/} $k8s_version into $bin_dir (from nothing: ~10-20 min on 2 cores)" >&2
+  (cd "$here" && go build -trimpath -ldflags "$k8s_ldflags" -o "$scratch/" "${k8s_missing[@]}")
+  for path in "${k8s_missing[@]}"; do
+    mv "$scratch/${path#./cmd/}" "$bin_dir/"
+  done
+fi
+
+if [[ ! -x "$bin_dir/etcd" && "$bin_dir" != "$assets" ]]; then
+  echo "building etcd $etcd_version into $bin_dir" >&2
+  (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$scratch/etcd" .)
+  mv "$scratch/etcd" "$bin_dir/etcd"
+fi
+
+lws_crd="leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+if [[ ! -f "$lws_crd_dir/$lws_crd" ]]; then
+  lws_dir="$(cd "$here/lws" && go mod download -json sigs.k8s.io/lws | awk -F'"' '$2 == "Dir" { print $4 }')"
+  cp "$lws_dir/config/crd/bases/$lws_crd" "$scratch/$lws_crd"
+  mv "$scratch/$lws_crd" "$lws_crd_dir/$lws_crd"
+fi
+
+echo "$bin_dir"

@@ -1,0 +1,17 @@
+// Command kube-apiserver is the upstream API server, built from k8s.io/kubernetes as a library.
+package main
+
+import (
+	"os"
+	_ "time/tzdata" // CronJob time zones work without a system zoneinfo database.
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics on /metrics
+	_ "k8s.io/component-base/metrics/prometheus/version"  // kubernetes_build_info on /metrics
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewAPIServerCommand()))
+}

@@ -1,0 +1,206 @@
+"""Child processes that never outlive the control plane that started them.
+
+Invariants:
+- Every process runs in its own session (so its own process group); stopping signals the whole group with
+  SIGTERM, waits, then SIGKILLs the group and reaps the child. After `stop()` returns nothing of it is left.
+- An attached process (the default) is stopped by `stop()`, by interpreter exit (atexit), and by
+  SIGTERM/SIGHUP to this interpreter (a handler is installed only where none was set). When started from the
+  main thread it also carries PR_SET_PDEATHSIG=SIGKILL, so even a SIGKILLed test run leaves no orphan behind.
+- Cleanups registered with `on_exit` (temporary directories) run on the same exit paths, after the processes.
+- A detached process (`make dev-up`) is none of the above: it outlives this interpreter and is stopped later
+  by pid with `stop_detached`, which first checks that the pid still runs the expected executable.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+
+_PR_SET_PDEATHSIG = 1
+# Resolved before any fork: the child must not take the dynamic loader's lock between fork and exec.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_STOP_TIMEOUT = 10.0
+_POLL_INTERVAL = 0.05
+_live: set[ManagedProcess] = set()
+_after_stop_all: dict[int, Callable[[], None]] = {}
+_live_lock = threading.Lock()
+_handlers_installed = False
+
+
+class ManagedProcess:
+    """One child process with its output appended to `log_path`."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, *, detached: bool = False) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.detached = detached
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._popen is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self._popen.pid
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        die_with_parent = not self.detached and threading.current_thread() is threading.main_thread()
+        with self.log_path.open("ab") as log:
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_kill_when_parent_dies if die_with_parent else None,
+            )
+        if not self.detached:
+            _install_exit_handlers()
+            with _live_lock:
+                _live.add(self)
+
+    def exit_code(self) -> int | None:
+        """None while running; the exit status once it has exited."""
+        return None if self._popen is None else self._popen.poll()
+
+    def stop(self, timeout: float = _STOP_TIMEOUT) -> None:
+        """SIGTERM the process group, SIGKILL it after `timeout`, and reap the child. Idempotent."""
+        with _live_lock:
+            _live.discard(self)
+        if self._popen is None:
+            return
+        if self._popen.poll() is None:
+            _signal_group(self._popen.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(timeout)
+        # Whatever else the group spawned goes too, even when the leader already exited.
+        _signal_group(self._popen.pid, signal.SIGKILL)
+        self._popen.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def stop_detached(pid: int, executable: Path, timeout: float = _STOP_TIMEOUT) -> bool:
+    """Stop a detached process group by pid if it still runs `executable`; True if it was running."""
+    if not _runs(pid, executable):
+        return False
+    _signal_group(pid, signal.SIGTERM)
+    if not _wait_gone(pid, timeout):
+        _signal_group(pid, signal.SIGKILL)
+        _wait_gone(pid, timeout)
+    return True
+
+
+def is_running(pid: int, executable: Path) -> bool:
+    return _runs(pid, executable)
+
+
+def free_loopback_ports(count: int) -> list[int]:
+    """`count` distinct ports that were free on 127.0.0.1 a moment ago."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def is_listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def stop_all() -> None:
+    """Stop every attached process still running, then run the registered cleanups (atexit and signal path)."""
+    with _live_lock:
+        processes, cleanups = list(_live), list(_after_stop_all.values())
+        _after_stop_all.clear()
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.stop()
+    for cleanup in cleanups:
+        with contextlib.suppress(Exception):
+            cleanup()
+
+
+def on_exit(key: int, cleanup: Callable[[], None] | None) -> None:
+    """Register (or, with None, drop) a cleanup that `stop_all` runs after stopping the processes."""
+    with _live_lock:
+        if cleanup is None:
+            _after_stop_all.pop(key, None)
+        else:
+            _after_stop_all[key] = cleanup
+    _install_exit_handlers()
+
+
+def _signal_group(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
+
+
+def _runs(pid: int, executable: Path) -> bool:
+    # argv[0] rather than /proc/<pid>/exe: a rebuilt binary shows up there as "<path> (deleted)".
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
+    except OSError:
+        return False
+    return _state(pid) not in (None, "Z") and argv0 == str(executable)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _state(pid) in (None, "Z"):
+            return True
+        time.sleep(_POLL_INTERVAL)
+    return False
+
+
+def _kill_when_parent_dies() -> None:
+    # Runs in the child between fork and exec; the signal survives exec of a non-setuid binary.
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _install_exit_handlers() -> None:
+    global _handlers_installed
+    with _live_lock:
+        if _handlers_installed:
+            return
+        _handlers_installed = True
+    atexit.register(stop_all)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, _stop_all_then_die)
+
+
+def _stop_all_then_die(signum: int, _frame: FrameType | None) -> None:
+    stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)

@@ -1,0 +1,125 @@
+"""Nothing outlives a test run or `make dev-down`: no etcd or kube-apiserver process, no listening port."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmaz.envtest._devcluster import dev_down, dev_up
+from llmaz.envtest._process import is_listening
+from llmaz.envtest.control_plane import _new_temporary_work_dir
+
+INNER_TEST = textwrap.dedent(
+    """
+    import json, os, time
+    from pathlib import Path
+
+    def test_records_the_control_plane(control_plane):
+        Path(os.environ["STATE_OUT"]).write_text(json.dumps(control_plane.state()))
+        if os.environ["HOLD"] == "1":
+            time.sleep(300)
+    """
+)
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def all_running(state: dict[str, Any]) -> bool:
+    return all(not gone(process["pid"]) for process in state["processes"])
+
+
+def wait_until_all_gone(state: dict[str, Any], timeout: float = 15.0) -> tuple[list[int], list[int]]:
+    """Pids still alive and ports still listening once `timeout` has passed (or sooner, when none are)."""
+    pids = [process["pid"] for process in state["processes"]]
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if not gone(pid)]
+        listening = [port for port in state["ports"].values() if is_listening(port)]
+        if not (alive or listening) or time.monotonic() > deadline:
+            return alive, listening
+        time.sleep(0.1)
+
+
+def run_inner_session(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    (tmp_path / "test_inner.py").write_text(INNER_TEST)
+    state_out = tmp_path / "state.json"
+    env = {**os.environ, "STATE_OUT": str(state_out), "HOLD": "1" if hold else "0"}
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "llmaz.envtest.pytest_plugin",
+        "-p",
+        "no:cacheprovider",
+    ]
+    inner = subprocess.Popen([*argv, "test_inner.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    while not state_out.is_file() or not state_out.read_text():
+        assert inner.poll() is None or state_out.is_file(), inner.communicate()[0].decode()
+        assert time.monotonic() < deadline, "inner session never started its control plane"
+        time.sleep(0.1)
+    return inner, json.loads(state_out.read_text())
+
+
+@pytest.mark.parametrize(
+    ("ending", "hold", "signum"),
+    [
+        ("completes", False, None),
+        ("is interrupted with Ctrl-C", True, signal.SIGINT),
+        ("is SIGKILLed", True, signal.SIGKILL),
+    ],
+)
+def test_no_process_or_port_survives_a_session_that(
+    tmp_path: Path, ending: str, hold: bool, signum: signal.Signals | None
+) -> None:
+    inner, state = run_inner_session(tmp_path, hold)
+    assert len(state["processes"]) == 2
+    assert all_running(state)
+
+    if signum is not None:
+        inner.send_signal(signum)
+    output = inner.communicate(timeout=60)[0].decode()
+
+    if signum is None:
+        assert inner.returncode == 0, output
+    assert wait_until_all_gone(state) == ([], []), f"session that {ending} left these behind:\n{output}"
+    if signum == signal.SIGKILL:
+        shutil.rmtree(_new_temporary_work_dir())  # the next start sweeps what a killed owner could not
+    assert not Path(state["work_dir"]).exists()
+
+
+def test_dev_up_is_idempotent_and_dev_down_stops_everything_it_started(tmp_path: Path) -> None:
+    state_dir = tmp_path / "dev"
+    try:
+        kubeconfig = dev_up(state_dir, crd_paths=[], manifests=None, kustomize=None)
+        first = json.loads((state_dir / "state.json").read_text())
+
+        assert dev_up(state_dir, crd_paths=[], manifests=None, kustomize=None) == kubeconfig
+        second = json.loads((state_dir / "state.json").read_text())
+        assert second["processes"] == first["processes"]
+        assert all_running(first)
+    finally:
+        stopped = dev_down(state_dir)
+
+    assert sorted(stopped) == ["etcd", "kube-apiserver"]
+    assert wait_until_all_gone(first) == ([], [])
+    assert not (state_dir / "state.json").exists()
+    assert not kubeconfig.exists()
