@@ -18,9 +18,7 @@ import structlog
 def configure(level: str = "info", fmt: str = "auto") -> None:
     """Configure structlog once per process. `fmt` is "json", "console", or "auto" (console on a TTY)."""
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    renderer: Any = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

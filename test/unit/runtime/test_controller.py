@@ -272,9 +272,7 @@ class BlockingReconciler:
         return Result()
 
 
-async def test_a_key_is_never_reconciled_concurrently_even_with_many_workers(
-    clock: FakeClock, name: str
-) -> None:
+async def test_a_key_is_never_reconciled_concurrently_even_with_many_workers(clock: FakeClock, name: str) -> None:
     reconciler = BlockingReconciler()
     controller, informer = build(name, reconciler, clock, workers=4)
     async with running(controller):
@@ -291,9 +289,7 @@ async def test_a_key_is_never_reconciled_concurrently_even_with_many_workers(
     assert reconciler.overlaps == 0
 
 
-async def test_stopping_drains_in_flight_reconciles_and_drops_queued_keys(
-    clock: FakeClock, name: str
-) -> None:
+async def test_stopping_drains_in_flight_reconciles_and_drops_queued_keys(clock: FakeClock, name: str) -> None:
     reconciler = BlockingReconciler()
     controller, informer = build(name, reconciler, clock, workers=1)
     stopping = asyncio.Event()

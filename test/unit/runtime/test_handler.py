@@ -86,9 +86,7 @@ OWNER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("owners", "expected"), [c[1:] for c in OWNER_CASES], ids=[c[0] for c in OWNER_CASES]
-)
+@pytest.mark.parametrize(("owners", "expected"), [c[1:] for c in OWNER_CASES], ids=[c[0] for c in OWNER_CASES])
 def test_enqueue_for_owner_maps_to_the_controller_owner_of_the_given_group_and_kind(
     owners: list[dict[str, Any]], expected: list[str]
 ) -> None:
@@ -133,17 +131,13 @@ def test_a_tombstone_is_unwrapped_to_its_last_known_state() -> None:
         return []
 
     last_known = obj("svc", owners=[owner_ref("Playground", "pg", "inference.llmaz.io/v1alpha1")])
-    EnqueueHandler(enqueue_for_owner(PLAYGROUND), queue).on_delete(
-        DeletedFinalStateUnknown("ns/svc", last_known)
-    )
+    EnqueueHandler(enqueue_for_owner(PLAYGROUND), queue).on_delete(DeletedFinalStateUnknown("ns/svc", last_known))
     EnqueueHandler(enqueue_mapped(remember), queue).on_delete(DeletedFinalStateUnknown("ns/svc", last_known))
     assert queue.added == [Request("ns", "pg")]
     assert seen == [last_known]
 
 
-@pytest.mark.parametrize(
-    ("key", "expected"), [("ns/gone", Request("ns", "gone")), ("gone", Request("", "gone"))]
-)
+@pytest.mark.parametrize(("key", "expected"), [("ns/gone", Request("ns", "gone")), ("gone", Request("", "gone"))])
 def test_a_tombstone_without_state_still_enqueues_the_key_it_names(key: str, expected: Request) -> None:
     queue = RecordingQueue()
     EnqueueHandler(enqueue_for_object(), queue).on_delete(DeletedFinalStateUnknown(key, {}))

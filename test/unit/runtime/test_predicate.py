@@ -185,8 +185,6 @@ def test_and_or_apply_per_event_type() -> None:
     assert creates_only_in_ns.create(obj(namespace="ns"))
     assert not creates_only_in_ns.create(obj(namespace="x"))
     assert not creates_only_in_ns.delete(obj(namespace="ns"))
-    either = p.or_(
-        Predicate(create=lambda o: False), Predicate(create=lambda o: o["metadata"]["name"] == "a")
-    )
+    either = p.or_(Predicate(create=lambda o: False), Predicate(create=lambda o: o["metadata"]["name"] == "a"))
     assert either.create(obj(name="a"))
     assert not either.create(obj(name="b"))

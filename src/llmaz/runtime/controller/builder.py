@@ -121,9 +121,7 @@ class ControllerBuilder:
             options = replace(options, kind=primary.kind)
             watches.append(self._watch(informer_source, primary, enqueue_for_object(), predicates))
             for owned, owned_predicates in self._owns:
-                watches.append(
-                    self._watch(informer_source, owned, enqueue_for_owner(primary), owned_predicates)
-                )
+                watches.append(self._watch(informer_source, owned, enqueue_for_owner(primary), owned_predicates))
         for resource, mapper, mapped_predicates, scope in self._watches:
             watches.append(self._watch(informer_source, resource, mapper, mapped_predicates, scope))
         return Controller(self._name, reconciler, watches, options)

@@ -63,11 +63,7 @@ def enqueue_for_owner(owner: Resource) -> ObjectMapper:
         meta = _metadata(obj)
         refs = meta.get("ownerReferences") or []
         ref = next((r for r in refs if isinstance(r, dict) and r.get("controller") is True), None)
-        if (
-            ref is None
-            or ref.get("kind") != owner.kind
-            or _api_group(ref.get("apiVersion", "")) != owner.group
-        ):
+        if ref is None or ref.get("kind") != owner.kind or _api_group(ref.get("apiVersion", "")) != owner.group:
             return []
         namespace = (meta.get("namespace") or "") if owner.namespaced else ""
         return [Request(namespace, ref["name"])]
@@ -83,9 +79,7 @@ def enqueue_mapped(map_object: Callable[[Obj], Iterable[Request]]) -> ObjectMapp
 class EnqueueHandler:
     """A `ResourceEventHandler` that filters events with `predicates` and enqueues what `mapper` returns."""
 
-    def __init__(
-        self, mapper: ObjectMapper, queue: RequestQueue, predicates: Sequence[Predicate] = ()
-    ) -> None:
+    def __init__(self, mapper: ObjectMapper, queue: RequestQueue, predicates: Sequence[Predicate] = ()) -> None:
         self._mapper = mapper
         self._queue = queue
         self._predicates = tuple(predicates)

@@ -125,9 +125,7 @@ def _requirements(selector: Mapping[str, Any]) -> list[LabelRequirement]:
         _requirement(key, "In", [value]) for key, value in (selector.get("matchLabels") or {}).items()
     ]
     for expression in selector.get("matchExpressions") or []:
-        requirements.append(
-            _requirement(expression["key"], expression["operator"], expression.get("values") or [])
-        )
+        requirements.append(_requirement(expression["key"], expression["operator"], expression.get("values") or []))
     return requirements
 
 

@@ -28,9 +28,7 @@ DURATION_BUCKETS = tuple(float(f"1e{exponent}") for exponent in range(-8, 4))
 _LABELS = ("name", "controller")
 
 DEPTH = Gauge("workqueue_depth", "Current depth of workqueue", [*_LABELS, "priority"], registry=REGISTRY)
-ADDS = Counter(
-    "workqueue_adds_total", "Total number of adds handled by workqueue", _LABELS, registry=REGISTRY
-)
+ADDS = Counter("workqueue_adds_total", "Total number of adds handled by workqueue", _LABELS, registry=REGISTRY)
 QUEUE_DURATION = Histogram(
     "workqueue_queue_duration_seconds",
     "How long in seconds an item stays in workqueue before being requested",
@@ -59,9 +57,7 @@ LONGEST_RUNNING_PROCESSOR = Gauge(
     _LABELS,
     registry=REGISTRY,
 )
-RETRIES = Counter(
-    "workqueue_retries_total", "Total number of retries handled by workqueue", _LABELS, registry=REGISTRY
-)
+RETRIES = Counter("workqueue_retries_total", "Total number of retries handled by workqueue", _LABELS, registry=REGISTRY)
 
 
 class QueueMetrics(Protocol):
@@ -110,9 +106,7 @@ class PrometheusQueueMetrics:
         self._retries = RETRIES.labels(name=name, controller=name)
         # The scrape-time callbacks hold the recorder weakly so a discarded queue can be collected.
         UNFINISHED_WORK.labels(name=name, controller=name).set_function(_weak(self, _unfinished_seconds))
-        LONGEST_RUNNING_PROCESSOR.labels(name=name, controller=name).set_function(
-            _weak(self, _longest_running_seconds)
-        )
+        LONGEST_RUNNING_PROCESSOR.labels(name=name, controller=name).set_function(_weak(self, _longest_running_seconds))
 
     def added(self, item: Hashable, depth: int) -> None:
         self._adds.inc()
@@ -149,9 +143,7 @@ def _longest_running_seconds(recorder: PrometheusQueueMetrics) -> float:
     return max(recorder.in_flight_ages(), default=0.0)
 
 
-def _weak(
-    recorder: PrometheusQueueMetrics, compute: Callable[[PrometheusQueueMetrics], float]
-) -> Callable[[], float]:
+def _weak(recorder: PrometheusQueueMetrics, compute: Callable[[PrometheusQueueMetrics], float]) -> Callable[[], float]:
     ref = weakref.ref(recorder)
 
     def value() -> float:

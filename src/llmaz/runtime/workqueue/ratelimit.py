@@ -107,9 +107,7 @@ class MaxOfRateLimiter:
 
 def default_controller_rate_limiter(clock: Clock = REAL_CLOCK) -> RateLimiter:
     """max(per-item 5 ms .. 1000 s exponential, 10 qps / burst 100 bucket): the classic controller default."""
-    return MaxOfRateLimiter(
-        ItemExponentialFailureRateLimiter(0.005, 1000.0), BucketRateLimiter(10.0, 100, clock=clock)
-    )
+    return MaxOfRateLimiter(ItemExponentialFailureRateLimiter(0.005, 1000.0), BucketRateLimiter(10.0, 100, clock=clock))
 
 
 class RateLimitingQueue(DelayingQueue[T]):
@@ -122,9 +120,7 @@ class RateLimitingQueue(DelayingQueue[T]):
         self, *, name: str | None = None, clock: Clock = REAL_CLOCK, rate_limiter: RateLimiter | None = None
     ) -> None:
         super().__init__(name=name, clock=clock)
-        self.rate_limiter = (
-            rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock)
-        )
+        self.rate_limiter = rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock)
 
     def add_rate_limited(self, item: T) -> None:
         """Add `item` once the rate limiter says it may be retried."""
