@@ -45,6 +45,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--webhook-bind-host", default="0.0.0.0", help="admission webhook listen host (default 0.0.0.0)")
     add("--cert-dir", type=Path, default=None, help="externally managed webhook tls.crt/tls.key (turns rotation off)")
     add("--webhook-cert-ip-addresses", default="", help="extra IP SANs of the self-managed webhook certificate")
+    add("--webhook-cert-dir", type=Path, default=WEBHOOK_CERT_DIR, help="where the self-managed certificate is written")
     add("--namespace", default="llmaz-system", help="namespace of the manager, its Secret, Lease and ConfigMap")
     add("--leader-elect", action="store_true", help="run controllers only while holding the Lease")
     add("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or $KUBECONFIG)")
@@ -65,7 +66,7 @@ def add_webhooks(manager: Manager, args: argparse.Namespace) -> None:
         informers.informer_for(r.BACKEND_RUNTIMES).store,
         informers.has_synced,
     )
-    cert_dir = args.cert_dir or WEBHOOK_CERT_DIR
+    cert_dir = args.cert_dir or args.webhook_cert_dir
     server = WebhookServer(webhooks(lookup), host=args.webhook_bind_host, port=args.webhook_port, cert_dir=cert_dir)
     manager.add(server)
     if args.cert_dir is not None:

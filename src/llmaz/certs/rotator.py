@@ -33,21 +33,33 @@ from llmaz.certs.material import CA_CERT, TLS_CERT, TLS_KEY, Material, Policy, f
 from llmaz.certs.pki import split_pem_bundle
 from llmaz.runtime.client import AlreadyExists, Client, Conflict, NotFound
 from llmaz.runtime.log import get_logger
+from llmaz.runtime.rbac import allow
 from llmaz.runtime.resource import Resource
 
 SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
 DEFAULT_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+SECRET_NAME = "llmaz-webhook-server-cert"
+MUTATING_CONFIGURATION = "llmaz-mutating-webhook-configuration"
+VALIDATING_CONFIGURATION = "llmaz-validating-webhook-configuration"
+# Only the objects of the default options (the names the manifests use), and the Secret only in the manager's
+# namespace; `create` cannot be limited by name, so it is granted there for a deleted Secret to come back.
+RBAC_RULES = (
+    allow(SECRETS, "get", "update", names=(SECRET_NAME,), own_namespace=True),
+    allow(SECRETS, "create", own_namespace=True),
+    allow(MUTATING, "get", "update", names=(MUTATING_CONFIGURATION,)),
+    allow(VALIDATING, "get", "update", names=(VALIDATING_CONFIGURATION,)),
+)
 _RACE_RETRIES = 5
 
 
 @dataclass(frozen=True, slots=True)
 class RotatorOptions:
     namespace: str
-    secret_name: str = "llmaz-webhook-server-cert"
+    secret_name: str = SECRET_NAME
     service_name: str = "llmaz-webhook-service"
     cert_dir: Path = DEFAULT_CERT_DIR
-    mutating_configurations: tuple[str, ...] = ("llmaz-mutating-webhook-configuration",)
-    validating_configurations: tuple[str, ...] = ("llmaz-validating-webhook-configuration",)
+    mutating_configurations: tuple[str, ...] = (MUTATING_CONFIGURATION,)
+    validating_configurations: tuple[str, ...] = (VALIDATING_CONFIGURATION,)
     extra_dns_names: tuple[str, ...] = ()
     ip_addresses: tuple[str, ...] = ()
     ca_validity: timedelta = timedelta(days=3650)

@@ -38,6 +38,17 @@ from llmaz.runtime.client import Client, NotFound
 from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result, TerminalError
 from llmaz.runtime.events import EventRecorder
+from llmaz.runtime.rbac import allow
+
+RBAC_RULES = (
+    allow(r.PLAYGROUNDS, "update", subresource="status"),
+    # Where the API server enforces owner-reference permissions (OwnerReferencesPermissionEnforcement, on in
+    # OpenShift), an owner reference with blockOwnerDeletion needs `update` on the owner's finalizers.
+    allow(r.PLAYGROUNDS, "update", subresource="finalizers"),
+    allow(r.INFERENCE_SERVICES, "create", "patch"),  # server-side apply creates or patches
+    # `delete` also covers re-pointing the owner reference of a leftover HPA at a re-created Playground.
+    allow(r.HORIZONTAL_POD_AUTOSCALERS, "create", "patch", "delete"),
+)
 
 
 class PlaygroundReconciler:

@@ -28,8 +28,13 @@ from llmaz.runtime.cache import Obj, Store
 from llmaz.runtime.client import Client
 from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result
+from llmaz.runtime.rbac import allow
 from llmaz.runtime.resource import Resource
 
+RBAC_RULES = (
+    allow(r.OPEN_MODELS, "update", subresource="status"),
+    allow(r.BACKEND_RUNTIMES, "update", subresource="status"),
+)
 _PLACEHOLDER_PROBE = {"ModelPath": "/probe", "ModelName": "probe", "DraftModelPath": "/probe-draft"}
 
 

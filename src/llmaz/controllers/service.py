@@ -38,7 +38,19 @@ from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result, TerminalError
 from llmaz.runtime.events import EventRecorder
 from llmaz.runtime.log import get_logger
+from llmaz.runtime.rbac import allow
 from llmaz.settings import SettingsError, SettingsHolder
+
+# Where the API server enforces owner-reference permissions (OwnerReferencesPermissionEnforcement, on in
+# OpenShift): blockOwnerDeletion needs `update` on the owner's finalizers, and changing the owner reference of
+# an existing object (a Service re-created under the same name takes over its leftovers) needs `delete` on it.
+RBAC_RULES = (
+    allow(r.INFERENCE_SERVICES, "patch"),  # the scheduler name, merge-patched into the spec
+    allow(r.INFERENCE_SERVICES, "update", subresource="status"),
+    allow(r.INFERENCE_SERVICES, "update", subresource="finalizers"),
+    allow(r.LEADER_WORKER_SETS, "create", "patch", "delete"),  # server-side apply
+    allow(r.SERVICES, "create", "patch", "delete"),  # the `-lb` Service, server-side apply
+)
 
 _log = get_logger("llmaz.controllers.service")
 

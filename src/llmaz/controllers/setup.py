@@ -21,10 +21,23 @@ from llmaz.controllers.service import GlobalSettingsHandler, ServiceReconciler
 from llmaz.runtime.controller import Controller, ControllerBuilder, Scope
 from llmaz.runtime.controller import predicate as p
 from llmaz.runtime.manager import Manager
+from llmaz.runtime.rbac import READ, allow
 from llmaz.settings import SettingsHolder
 
 SPEC_OR_STATUS = p.or_(p.generation_changed(), p.status_changed())
 SPEC = p.generation_changed()
+
+# The informers created below: each watched kind is read cluster-wide, except the one global ConfigMap.
+RBAC_RULES = (
+    allow(r.PLAYGROUNDS, *READ),
+    allow(r.INFERENCE_SERVICES, *READ),
+    allow(r.OPEN_MODELS, *READ),
+    allow(r.BACKEND_RUNTIMES, *READ),
+    allow(r.HORIZONTAL_POD_AUTOSCALERS, *READ),
+    allow(r.LEADER_WORKER_SETS, *READ),
+    allow(r.SERVICES, *READ),
+    allow(r.CONFIG_MAPS, *READ, names=(c.GLOBAL_CONFIG_NAME,), own_namespace=True),
+)
 
 
 @dataclass(frozen=True, slots=True)

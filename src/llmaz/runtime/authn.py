@@ -15,9 +15,14 @@ from typing import Any, Generic, TypeVar
 
 from llmaz.runtime.client import Client
 from llmaz.runtime.clock import REAL_CLOCK, Clock
+from llmaz.runtime.rbac import PolicyRule
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+RBAC_RULES = (
+    PolicyRule("authentication.k8s.io", ("tokenreviews",), ("create",)),
+    PolicyRule("authorization.k8s.io", ("subjectaccessreviews",), ("create",)),
+)
 REVIEW_TIMEOUT = 10.0
 
 V = TypeVar("V")

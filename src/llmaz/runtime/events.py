@@ -32,9 +32,12 @@ from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.leaderelection import micro_time
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.metrics import REGISTRY
+from llmaz.runtime.rbac import allow
 from llmaz.runtime.resource import Resource
 
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
+# Events live in the namespace of the object they are about; a repeated one is patched as a series.
+RBAC_RULES = (allow(EVENTS, "create", "patch"),)
 NORMAL = "Normal"
 WARNING = "Warning"
 

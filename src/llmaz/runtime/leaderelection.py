@@ -33,9 +33,11 @@ from llmaz.runtime.client.errors import ApiError, NotFound
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.metrics import REGISTRY
+from llmaz.runtime.rbac import allow
 from llmaz.runtime.resource import Resource
 
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+RBAC_RULES = (allow(LEASES, "get", "create", "update", own_namespace=True),)
 JITTER_FACTOR = 1.2
 
 MASTER_STATUS = Gauge(

@@ -21,9 +21,12 @@ from llmaz.runtime.client import ApiError
 from llmaz.runtime.healthz import parse_bind_address
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.metrics import REGISTRY
+from llmaz.runtime.rbac import allow_urls
 from llmaz.runtime.webhook.certwatcher import CertWatcher
 
 DEFAULT_CERT_DIR = Path("/tmp/k8s-metrics-server/serving-certs")
+# Not the manager's permission: what a scraper (e.g. Prometheus' ServiceAccount) needs to read /metrics.
+SCRAPER_RBAC_RULES = (allow_urls("/metrics", verbs=("get",)),)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
+from llmaz.apis import constants as c
 from llmaz.runtime.cache import Store
+from llmaz.runtime.rbac import READ, PolicyRule
+
+# The caches it reads are informers of these kinds (shared with the controllers when both run).
+RBAC_RULES = (
+    PolicyRule(c.CORE_GROUP, ("openmodels",), READ),
+    PolicyRule(c.INFERENCE_GROUP, ("backendruntimes",), READ),
+)
 
 
 class CacheLookup:

@@ -1,0 +1,205 @@
+"""`make run`: a local control plane with llmaz's CRDs and defaults, and the manager in the foreground.
+
+    python -m llmaz.envtest.devrun --kustomize <kustomize binary>
+
+In order:
+1. Refuse if a `make dev-up` control plane is running from the same state directory (both write
+   `<dir>/kubeconfig`), or if the manager's local ports are taken.
+2. Start etcd + kube-apiserver (`ControlPlane`, working directory `<dir>/run`) with the llmaz CRDs and the
+   LeaderWorkerSet CRD; the admin kubeconfig goes to `<dir>/kubeconfig`.
+3. Apply `config/local`: default BackendRuntimes, global ConfigMap, namespace, certificate Secret, and the
+   webhook configurations calling https://127.0.0.1:9443 by URL.
+4. Run `llmaz-manager` with local flags, its logs on this terminal; once /readyz answers, print what to try.
+5. Run until Ctrl-C (or SIGTERM/SIGHUP), or until the manager exits.
+
+Invariants: every exit path (Ctrl-C during any step, a failing step, the manager exiting) stops the manager,
+then the control plane, and removes `<dir>/run` and the kubeconfig. The children run in their own sessions
+(Ctrl-C reaches only this process, which stops them in order) and die with this process if it is killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+
+from llmaz.envtest._devcluster import _running_cluster
+from llmaz.envtest._process import _kill_when_parent_dies, is_listening
+from llmaz.envtest.control_plane import ControlPlane
+
+REPO = Path(__file__).resolve().parents[3]
+PROBE_PORT = 8081
+WEBHOOK_PORT = 9443
+READY_TIMEOUT = 90.0
+STOP_TIMEOUT = 20.0
+MANAGER_FLAGS = (
+    "--namespace=llmaz-system",
+    "--webhook-bind-host=127.0.0.1",
+    f"--webhook-port={WEBHOOK_PORT}",
+    "--webhook-cert-ip-addresses=127.0.0.1",
+    "--metrics-bind-address=127.0.0.1:8080",
+    "--metrics-secure=false",
+    f"--health-probe-bind-address=127.0.0.1:{PROBE_PORT}",
+    "--log-format=console",
+)
+
+
+class DevRunError(RuntimeError):
+    """A step of `make run` failed; the message says what to do."""
+
+
+class StopRequestedError(Exception):
+    """SIGINT, SIGTERM or SIGHUP arrived: stop everything."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llmaz.envtest.devrun", description="Run llmaz locally.")
+    parser.add_argument("--dir", type=Path, default=REPO / ".dev", help="state directory (default .dev)")
+    parser.add_argument("--kustomize", type=Path, required=True, help="kustomize binary for config/local")
+    args = parser.parse_args(argv)
+    with _interruptible():
+        try:
+            return run(args.dir.resolve(), args.kustomize)
+        except StopRequestedError:
+            _say("interrupted: stopped the manager and the control plane")
+            return 130
+        except DevRunError as err:
+            _say(f"error: {err}")
+            return 1
+
+
+def run(state_dir: Path, kustomize: Path) -> int:
+    """Steps 1-5 of the module docstring; returns the manager's exit code (0 after Ctrl-C is handled above)."""
+    _check_free(state_dir)
+    plane = ControlPlane(
+        crd_paths=[REPO / "config" / "crd" / "bases"], work_dir=state_dir / "run", kubeconfig=state_dir / "kubeconfig"
+    )
+    _say("starting etcd and kube-apiserver ...")
+    plane.start()
+    try:
+        _say("applying config/local (backends, global config, webhooks by URL) ...")
+        plane.kubectl("apply", "--server-side", "--field-manager=llmaz-run", "-f", "-", input=_build(kustomize))
+        with _manager(plane, state_dir / "run") as manager:
+            _wait_ready(manager)
+            _say(_instructions(plane))
+            return manager.wait()
+    finally:
+        plane.stop()
+        shutil.rmtree(state_dir / "run", ignore_errors=True)
+        (state_dir / "kubeconfig").unlink(missing_ok=True)
+
+
+def _check_free(state_dir: Path) -> None:
+    if (state_dir / "state.json").exists():
+        running = _running_cluster(state_dir)
+        if running is not None:
+            running.close()
+            raise DevRunError(f"a `make dev-up` control plane uses {state_dir}; stop it with `make dev-down`")
+    busy = [port for port in (PROBE_PORT, WEBHOOK_PORT, 8080) if is_listening(port)]
+    if busy:
+        raise DevRunError(f"127.0.0.1 ports {busy} are in use (another `make run`?)")
+
+
+def _build(kustomize: Path) -> str:
+    built = subprocess.run(
+        [str(kustomize), "build", str(REPO / "config" / "local")], capture_output=True, text=True, check=False
+    )
+    if built.returncode != 0:
+        raise DevRunError(f"kustomize build config/local failed: {built.stderr}")
+    return built.stdout
+
+
+@contextlib.contextmanager
+def _manager(plane: ControlPlane, work_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The manager process, stopped (SIGTERM, then SIGKILL after STOP_TIMEOUT) when the block exits."""
+    script = Path(sys.executable).with_name("llmaz-manager")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "llmaz"]
+    argv = [*command, f"--kubeconfig={plane.kubeconfig}", f"--webhook-cert-dir={work_dir / 'webhook-certs'}"]
+    _say("starting llmaz-manager (logs follow) ...")
+    process = subprocess.Popen(
+        [*argv, *MANAGER_FLAGS], stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_kill_when_parent_dies
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_ready(manager: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not _ready():
+        if manager.poll() is not None:
+            raise DevRunError(f"llmaz-manager exited with {manager.returncode} before it was ready")
+        if time.monotonic() > deadline:
+            raise DevRunError(f"llmaz-manager not ready after {READY_TIMEOUT:.0f}s (see its logs above)")
+        time.sleep(0.2)
+
+
+def _ready() -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{PROBE_PORT}/readyz", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _instructions(plane: ControlPlane) -> str:
+    kubectl = "kubectl" if shutil.which("kubectl") else str(plane.kubectl_path)
+    return f"""
+llmaz is running against a local control plane. In another terminal:
+
+  export KUBECONFIG={plane.kubeconfig}
+  {kubectl} apply -f config/samples/ollama.yaml
+  {kubectl} get playgrounds -w
+  {kubectl} get playground qwen2-0--5b-ollama -o jsonpath='{{.status.conditions}}'
+  {kubectl} get services.inference.llmaz.io,leaderworkersets,services
+  {kubectl} apply -f config/samples/invalid/playground-min-replicas.yaml   # rejected by the webhook
+
+Readiness: http://127.0.0.1:{PROBE_PORT}/readyz   metrics: http://127.0.0.1:8080/metrics
+There is no kubelet or scheduler here: Playgrounds get their Service and LeaderWorkerSet, but no pods run.
+Ctrl-C stops the manager and the control plane.
+"""
+
+
+def _say(message: str) -> None:
+    print(f"[make run] {message}" if "\n" not in message else message, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """The first SIGINT, SIGTERM or SIGHUP raises StopRequestedError in the main thread; later ones only tell the user
+    to wait, so a second Ctrl-C cannot cut the cleanup short."""
+    interrupted = False
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if interrupted:
+            _say("still stopping the manager and the control plane ...")
+            return
+        interrupted = True
+        raise StopRequestedError(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The files that ship llmaz agree with each other: the image build, the local overlay and the ServiceMonitor.
+
+The Dockerfile is not built here (no container runtime); these checks catch what would break it or the pod.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = (REPO / "Dockerfile").read_text()
+
+
+def _instructions(keyword: str) -> list[str]:
+    joined = DOCKERFILE.replace("\\\n", " ")
+    return [line.split(None, 1)[1] for line in joined.splitlines() if line.upper().startswith(keyword + " ")]
+
+
+def _ignored(path: str) -> bool:
+    """Docker's rule: the last matching .dockerignore pattern wins; `!` re-includes."""
+    ignored = False
+    for line in (REPO / ".dockerignore").read_text().splitlines():
+        pattern = line.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negated = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/").removeprefix("**/")
+        if fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(path.split("/")[-1], pattern):
+            ignored = not negated
+    return ignored
+
+
+def test_everything_the_dockerfile_copies_exists_and_reaches_the_build_context() -> None:
+    copies = [c for c in _instructions("COPY") if not c.startswith("--from")]
+    assert copies
+    for copy in copies:
+        *sources, _destination = copy.split()
+        for source in sources:
+            assert (REPO / source).exists(), f"COPY {source}: missing"
+            assert not _ignored(source.rstrip("/")), f"COPY {source}: excluded by .dockerignore"
+
+
+def test_the_image_entrypoint_is_the_manager_script_the_package_installs() -> None:
+    (entrypoint,) = _instructions("ENTRYPOINT")
+    program = yaml.safe_load(entrypoint)[0]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts[program] == "llmaz.__main__:main"
+    installed = {e.name: e.value for e in entry_points(group="console_scripts") if e.dist and e.dist.name == "llmaz"}
+    assert installed.get(program) == "llmaz.__main__:main", "the installed package provides the entry point"
+    manager = _manifests(REPO / "config" / "manager" / "manager.yaml")["Deployment"]
+    assert manager["spec"]["template"]["spec"]["containers"][0]["command"] == [program]
+
+
+def test_the_image_runs_as_a_numeric_non_root_user_on_python_3_11_slim() -> None:
+    (user,) = _instructions("USER")
+    uid = user.split(":")[0]
+    assert re.fullmatch(r"[0-9]+", uid), "runAsNonRoot can only verify a numeric UID"
+    assert int(uid) != 0
+    assert any("python:3.11-slim" in line for line in _instructions("ARG") + _instructions("FROM"))
+    assert "PYTHONDONTWRITEBYTECODE=1" in DOCKERFILE, "a read-only root filesystem cannot take .pyc files"
+
+
+def _manifests(path: Path) -> dict[str, Any]:
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(path.read_text()) if doc}
+
+
+def test_the_servicemonitor_selects_the_metrics_service_by_its_labels_and_port_name() -> None:
+    monitor = _manifests(REPO / "config" / "prometheus" / "monitor.yaml")["ServiceMonitor"]
+    service = _manifests(REPO / "config" / "default" / "manager_metrics_service.yaml")["Service"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    ports = {port["name"] for port in service["spec"]["ports"]}
+    assert {endpoint["port"] for endpoint in monitor["spec"]["endpoints"]} <= ports
+
+
+def _webhook_paths(path: Path, key: str) -> dict[str, dict[str, str]]:
+    found: dict[str, dict[str, str]] = {}
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc:
+            found[doc["kind"]] = {w["name"]: w["clientConfig"][key] for w in doc["webhooks"]}
+    return found
+
+
+def test_the_local_overlay_calls_every_webhook_by_url_at_its_generated_path() -> None:
+    generated = _webhook_paths(REPO / "config" / "webhook" / "manifests.yaml", "service")
+    local = _webhook_paths(REPO / "config" / "local" / "webhook" / "url_clientconfig_patch.yaml", "url")
+    assert local.keys() == generated.keys()
+    for kind, hooks in generated.items():
+        assert {name: f"https://127.0.0.1:9443{svc['path']}" for name, svc in hooks.items()} == local[kind]
