@@ -17,6 +17,11 @@ export LLMAZ_CACHE
 
 PYTEST_ARGS ?=
 
+# The manager image (make docker-build / docker-push / deploy) and the tools that handle it.
+IMG ?= llmaz:latest
+CONTAINER_TOOL ?= docker
+KUBECTL ?= kubectl
+
 .PHONY: help
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -24,12 +29,12 @@ help: ## Show this help.
 ##@ Setup
 
 .PHONY: install
-install: $(INSTALL_STAMP) ## Create .venv and install the package with its dev extras (idempotent).
+install: $(INSTALL_STAMP) ## Create .venv and install the package with its dev and loader extras (idempotent).
 
 $(INSTALL_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,loader]'
 	@touch $@
 
 $(KUSTOMIZE):
@@ -41,11 +46,21 @@ $(KUSTOMIZE):
 kustomize: $(KUSTOMIZE) ## Build the pinned kustomize into the cache.
 	@echo $(KUSTOMIZE)
 
+.PHONY: cluster-bins
+cluster-bins: ## Build kube-apiserver, etcd, kubectl (versions: hack/cluster/go.mod) into the cache if missing.
+	@hack/cluster/build.sh >&2
+
+.PHONY: e2e-bins
+e2e-bins: ## Also build kube-controller-manager, kube-scheduler, kwok, the LWS controller (simulated e2e cluster).
+	@hack/cluster/build.sh --e2e >&2
+
 ##@ Development
 
 .PHONY: manifests
 manifests: install ## Generate CRDs (and other generated manifests) from src/llmaz/apis.
 	$(PY) -m llmaz.apis.crdgen config/crd/bases
+	$(PY) -m llmaz.webhooks.manifests config/webhook/manifests.yaml
+	$(PY) -m llmaz.rbacgen config/rbac
 
 .PHONY: fmt
 fmt: install ## Format the code.
@@ -71,13 +86,85 @@ kustomize-build: $(KUSTOMIZE) ## Check that every kustomize directory under conf
 test-unit: install ## Fast tests: pure logic, no cluster.
 	$(PY) -m pytest test/unit $(PYTEST_ARGS)
 
+.PHONY: test-integration
+test-integration: install cluster-bins ## Tests against a real kube-apiserver + etcd started by llmaz.envtest.
+	$(PY) -m pytest test/integration $(PYTEST_ARGS)
+
+# test-e2e: kind when it and a container engine work (hack/e2e/kind.sh), USE_EXISTING_CLUSTER=true for the
+# cluster of KUBECONFIG (llmaz, LWS and kwok installed), otherwise the simulated cluster. E2E_CLUSTER forces one;
+# `make test` always runs the simulated one.
+KIND ?= kind
+E2E_IMG ?= llmaz:e2e
+E2E_CLUSTER ?= $(if $(filter true,$(USE_EXISTING_CLUSTER)),existing,$(if $(shell command -v $(KIND) 2>/dev/null && $(CONTAINER_TOOL) info >/dev/null 2>&1 && echo y),kind,simulated))
+
+.PHONY: test-e2e
+test-e2e: install ## End-to-end tests: kind if available, USE_EXISTING_CLUSTER=true, else a simulated cluster.
+	@echo "e2e cluster: $(E2E_CLUSTER)" >&2
+	@case "$(E2E_CLUSTER)" in \
+	  simulated) $(MAKE) --no-print-directory cluster-bins e2e-bins && $(PY) -m pytest test/e2e $(PYTEST_ARGS) ;; \
+	  kind) KIND=$(KIND) CONTAINER_TOOL=$(CONTAINER_TOOL) E2E_IMG=$(E2E_IMG) PY=$(PY) hack/e2e/kind.sh $(PYTEST_ARGS) ;; \
+	  existing) USE_EXISTING_CLUSTER=true $(PY) -m pytest test/e2e $(PYTEST_ARGS) ;; \
+	  *) echo "E2E_CLUSTER must be simulated, kind or existing" >&2; exit 2 ;; \
+	esac
+
+.PHONY: bench-admission
+bench-admission: install ## Admission latency p50/p99 at 100 and 500 requests/s over loopback HTTPS (not a test).
+	$(PY) bench/admission.py
+
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): pyproject.toml | $(INSTALL_STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	@touch $@
+
+.PHONY: bench
+bench: install $(BENCH_STAMP) cluster-bins ## Python vs Go llmaz benchmarks (~50 min; BENCH_* knobs in bench/README.md).
+	$(PY) bench/run.py
+
+.PHONY: bench-quick
+bench-quick: install $(BENCH_STAMP) cluster-bins ## A few-minute smoke run of every benchmark scenario.
+	BENCH_QUICK=1 $(PY) bench/run.py
+
+.PHONY: bench-runtime
+bench-runtime: install $(BENCH_STAMP) cluster-bins ## Runtime alone: no-op reconciler vs controller-runtime, 10k objects.
+	BENCH_SCENARIOS=runtime $(PY) bench/run.py
+
 .PHONY: test
-test: lint kustomize-build test-unit ## Everything CI runs: lint and every test tier.
+test: lint kustomize-build test-unit test-integration test-e2e ## Everything CI runs: lint and every test tier.
+test: E2E_CLUSTER = simulated
 
 ##@ Run
 
+.PHONY: dev-up
+dev-up: install cluster-bins $(KUSTOMIZE) ## Start (or reuse) a background control plane with CRDs, backends, global config.
+	@$(PY) -m llmaz.envtest up --dir .dev --crd-path config/crd/bases --manifests config/dev --kustomize $(KUSTOMIZE)
+
+.PHONY: dev-down
+dev-down: install ## Stop the background control plane started by dev-up.
+	@$(PY) -m llmaz.envtest down --dir .dev
+
 .PHONY: run
-run: ## Start a local control plane and the manager in the foreground.
-	@echo "make run will start a local kube-apiserver and etcd, install the CRDs and default backends," >&2
-	@echo "and run llmaz-manager in the foreground. It is not available yet." >&2
-	@exit 2
+run: install cluster-bins $(KUSTOMIZE) ## Local control plane + llmaz-manager in the foreground (kubeconfig: .dev/kubeconfig).
+	@$(PY) -m llmaz.envtest.devrun --dir .dev --kustomize $(KUSTOMIZE)
+
+##@ Deploy
+
+.PHONY: docker-build
+docker-build: ## Build the manager image IMG.
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the manager image IMG.
+	$(CONTAINER_TOOL) push $(IMG)
+
+.PHONY: deploy
+deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (config/default with image IMG) into the current kubectl context.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+	$(KUBECTL) wait --for=condition=Established --timeout=60s -f config/crd/bases
+	@rm -rf .dev/deploy && mkdir -p .dev/deploy
+	cd .dev/deploy && $(KUSTOMIZE) create --resources ../../config/default && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build .dev/deploy | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: $(KUSTOMIZE) ## Remove llmaz and its CRDs (and so every llmaz object) from the current kubectl context.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -

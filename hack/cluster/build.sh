@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kubectl and etcd from their Go modules and fetches the LeaderWorkerSet CRD.
+# Builds kube-apiserver, kubectl and etcd from their Go modules and fetches the LeaderWorkerSet CRD; with --e2e
+# also the components of the e2e tier's simulated cluster: kube-controller-manager, kube-scheduler, kwok and the
+# LeaderWorkerSet controller.
 #
 # Usage: hack/cluster/build.sh            build what is missing, print the binary directory
+#        hack/cluster/build.sh --e2e      the same plus the e2e components
 #        hack/cluster/build.sh --print    print the binary directory only
 #
 # Invariants:
 # - Versions come only from the go.mod files next to this script (k8s.io/kubernetes in go.mod, etcd in
-#   etcd/go.mod, LWS in lws/go.mod); the output directories are keyed by those versions.
+#   etcd/go.mod, LWS in lws/go.mod, kwok in kwok/go.mod); the output directories are keyed by those versions:
+#   $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd), bin/kwok-<v>/kwok, bin/lws-<v>/lws-controller.
 # - A binary appears under its final name only when complete (built into a scratch dir, then renamed), so an
 #   interrupted build is simply re-run. A lock serialises concurrent runs.
 # - Nothing is rebuilt when the binary exists, and no binary is built at all when KUBEBUILDER_ASSETS names a
-#   directory holding kube-apiserver and etcd (the envtest convention; llmaz.envtest then uses those).
+#   directory holding kube-apiserver and etcd (the envtest convention; llmaz.envtest then uses those). The e2e
+#   Kubernetes binaries are then still built into the cache unless that directory holds them too.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,13 +28,19 @@ module_version() { # <go.mod> <module path>
 k8s_version="$(module_version "$here/go.mod" k8s.io/kubernetes)"
 etcd_version="$(module_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 lws_version="$(module_version "$here/lws/go.mod" sigs.k8s.io/lws)"
+kwok_version="$(module_version "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 bin_dir="$cache/bin/k8s-$k8s_version"
 lws_crd_dir="$cache/crd/lws-$lws_version"
+kwok_bin="$cache/bin/kwok-$kwok_version/kwok"
+lws_bin="$cache/bin/lws-$lws_version/lws-controller"
 
-if [[ "${1:-}" == "--print" ]]; then
-  echo "$bin_dir"
-  exit 0
-fi
+e2e=false
+case "${1:-}" in
+  --print) echo "$bin_dir"; exit 0 ;;
+  --e2e) e2e=true ;;
+  "") ;;
+  *) echo "usage: $0 [--e2e | --print]" >&2; exit 2 ;;
+esac
 
 # k8s.io/kubernetes v1.X.Y pairs with staging modules v0.X.Y; a mismatch builds a franken-apiserver.
 staging_version="v0.${k8s_version#v1.}"
@@ -62,15 +73,27 @@ if [[ -n "$assets" && -x "$assets/kube-apiserver" && -x "$assets/etcd" ]]; then
   bin_dir="$assets"
 fi
 
+# One `go build` for every missing Kubernetes binary: the shared packages compile once, in parallel.
 k8s_missing=()
 for cmd in kube-apiserver kubectl; do
   [[ -x "$bin_dir/$cmd" || "$bin_dir" == "$assets" ]] || k8s_missing+=("./cmd/$cmd")
 done
+k8s_out="$bin_dir"
+if $e2e; then
+  [[ "$bin_dir" == "$assets" && ! ( -x "$assets/kube-controller-manager" && -x "$assets/kube-scheduler" ) ]] &&
+    k8s_out="$cache/bin/k8s-$k8s_version" && mkdir -p "$k8s_out"
+  for cmd in kube-controller-manager kube-scheduler; do
+    [[ -x "$bin_dir/$cmd" || -x "$k8s_out/$cmd" ]] || k8s_missing+=("./cmd/$cmd")
+  done
+fi
 if ((${#k8s_missing[@]})); then
-  echo "building ${k8s_missing[*]#./cmd/} $k8s_version into $bin_dir (from nothing: ~10-20 min on 2 cores)" >&2
+  echo "building ${k8s_missing[*]#./cmd/} $k8s_version (from nothing: ~10-20 min on 2 cores, +10 min for --e2e)" >&2
   (cd "$here" && go build -trimpath -ldflags "$k8s_ldflags" -o "$scratch/" "${k8s_missing[@]}")
   for path in "${k8s_missing[@]}"; do
-    mv "$scratch/${path#./cmd/}" "$bin_dir/"
+    case "${path#./cmd/}" in
+      kube-controller-manager | kube-scheduler) mv "$scratch/${path#./cmd/}" "$k8s_out/" ;;
+      *) mv "$scratch/${path#./cmd/}" "$bin_dir/" ;;
+    esac
   done
 fi
 
@@ -85,6 +108,30 @@ if [[ ! -f "$lws_crd_dir/$lws_crd" ]]; then
   lws_dir="$(cd "$here/lws" && go mod download -json sigs.k8s.io/lws | awk -F'"' '$2 == "Dir" { print $4 }')"
   cp "$lws_dir/config/crd/bases/$lws_crd" "$scratch/$lws_crd"
   mv "$scratch/$lws_crd" "$lws_crd_dir/$lws_crd"
+fi
+
+# kwok itself ships no stages (kwokctl passes them in): its "fast" node and pod stages are copied next to it.
+kwok_stages="${kwok_bin%/*}/stages.yaml"
+if $e2e && [[ ! -f "$kwok_stages" ]]; then
+  kwok_dir="$(cd "$here/kwok" && go mod download -json sigs.k8s.io/kwok | awk -F'"' '$2 == "Dir" { print $4 }')"
+  for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+    pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    echo "---" && cat "$kwok_dir/kustomize/stage/$stage.yaml"
+  done >"$scratch/stages.yaml"
+  mkdir -p "${kwok_bin%/*}" && mv "$scratch/stages.yaml" "$kwok_stages"
+fi
+
+if $e2e && [[ ! -x "$kwok_bin" ]]; then
+  echo "building kwok $kwok_version into ${kwok_bin%/*}" >&2
+  (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$scratch/kwok" sigs.k8s.io/kwok/cmd/kwok)
+  mkdir -p "${kwok_bin%/*}" && mv "$scratch/kwok" "$kwok_bin"
+fi
+
+if $e2e && [[ ! -x "$lws_bin" ]]; then
+  echo "building the LeaderWorkerSet controller $lws_version into ${lws_bin%/*}" >&2
+  (cd "$here/lws" && go build -trimpath -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$lws_version" \
+    -o "$scratch/lws-controller" sigs.k8s.io/lws/cmd)
+  mkdir -p "${lws_bin%/*}" && mv "$scratch/lws-controller" "$lws_bin"
 fi
 
 echo "$bin_dir"

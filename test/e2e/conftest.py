@@ -1,0 +1,185 @@
+"""The e2e tier: llmaz in a whole cluster, where pods are created, scheduled, become Ready and are collected.
+
+Which cluster:
+- default: a `SimulatedCluster` started for the session (kube-apiserver, kube-controller-manager, kube-scheduler,
+  kwok nodes, the LeaderWorkerSet controller). llmaz is installed from `config/default`; its Deployment is scaled
+  to 0 and the manager runs instead as local processes with the Deployment's arguments and its ServiceAccount's
+  token (only the generated RBAC applies); the webhook configurations are `config/local`'s, by URL.
+- `USE_EXISTING_CLUSTER=true`: the cluster of `KUBECONFIG` (kind from `make test-e2e`, or yours), where llmaz is
+  already deployed (`make deploy`), and kwok and LeaderWorkerSet are installed. The simulated node pools are
+  created there if missing, and every test namespace carries a `type=kwok` node selector (honoured where the
+  PodNodeSelector admission plugin is on, as in the kind cluster `make test-e2e` creates).
+
+Every test here carries the `e2e` marker; tests marked `disruptive` (they stop or kill the manager) run last.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmaz.envtest import Cluster, ExistingCluster
+from llmaz.envtest._rest import ApiError
+from llmaz.envtest.simulated import SimulatedCluster, default_node_pools
+from llmaz.envtest.simulated.nodes import node_manifests
+
+from .managers import DEPLOYMENT, NAMESPACE, DeployedManager, LocalManagers, LoopbackService
+from .support import Environment, ModelNames, eventually
+
+REPO = Path(__file__).resolve().parents[2]
+_HERE = Path(__file__).parent
+NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "disruptive: stops or kills the llmaz manager; runs after the other e2e tests")
+    config.addinivalue_line("markers", "simulated: tests the simulated cluster itself; deselected on other clusters")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mine = [item for item in items if _HERE in item.path.parents]
+    for item in mine:
+        item.add_marker(pytest.mark.e2e)
+    if _use_existing_cluster():
+        elsewhere = [item for item in mine if item.get_closest_marker("simulated")]
+        config.hook.pytest_deselected(items=elsewhere)
+        mine = [item for item in mine if item not in elsewhere]
+        items[:] = [item for item in items if item not in elsewhere]
+    disruptive = [item for item in mine if item.get_closest_marker("disruptive")]
+    for item in disruptive:
+        items.remove(item)
+        items.append(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed e2e test's report shows what its namespace holds, its events and the manager's log."""
+    report: pytest.TestReport = yield
+    funcargs = getattr(item, "funcargs", {})
+    if report.failed and call.when == "call" and "namespace" in funcargs and "e2e" in funcargs:
+        report.sections.append(("e2e diagnostics", _diagnostics(funcargs["e2e"], funcargs["namespace"])))
+    return report
+
+
+def _diagnostics(e2e: Environment, namespace: str) -> str:
+    parts = []
+    for args in (
+        ("get", "playground,isvc,lws,statefulsets,pods,services,endpointslices,hpa", "-o", "wide", "-n", namespace),
+        ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp"),
+    ):
+        try:
+            parts.append(e2e.kubectl(*args))
+        except Exception as error:
+            parts.append(f"kubectl {' '.join(args)}: {error}")
+    parts.append(e2e.manager.describe())
+    if isinstance(e2e.cluster, SimulatedCluster):
+        parts.append(e2e.cluster.component_logs())
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="session")
+def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
+    if _use_existing_cluster():
+        yield from _existing_cluster()
+    else:
+        yield from _simulated_cluster(tmp_path_factory.mktemp("simulated"))
+
+
+@pytest.fixture
+def namespace(e2e: Environment, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace whose pods go to the simulated nodes, ready for pods (its ServiceAccount exists)."""
+    name = e2e.cluster.create_namespace(request.node.name)
+    e2e.cluster.kubectl("annotate", "namespace", name, f"{NODE_SELECTOR_ANNOTATION}=type=kwok")
+    eventually(lambda: e2e.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), what="default ServiceAccount")
+    yield name
+    e2e.cluster.delete_namespace(name)
+
+
+@pytest.fixture
+def models(e2e: Environment, namespace: str) -> Iterator[ModelNames]:
+    """Unique names for the (cluster-scoped) OpenModels a test creates; those models are deleted afterwards."""
+    names = ModelNames(namespace.rsplit("-", 1)[-1])
+    yield names
+    for name in names.issued:
+        e2e.cluster.kubectl("delete", "openmodel", name, "--ignore-not-found", "--wait=false")
+
+
+def _use_existing_cluster() -> bool:
+    return os.environ.get("USE_EXISTING_CLUSTER", "").lower() == "true"
+
+
+def _simulated_cluster(work_dir: Path) -> Iterator[Environment]:
+    with SimulatedCluster(crd_paths=[REPO / "config" / "crd" / "bases"], work_dir=work_dir / "cluster") as cluster:
+        webhook_service = LoopbackService()
+        webhook_service.start()
+        try:
+            _install(cluster, webhook_service.port)
+            managers = LocalManagers(cluster, work_dir / "manager", webhook_service)
+            try:
+                managers.scale(1)
+                yield Environment(cluster, managers, "simulated")
+            finally:
+                managers.stop()
+        finally:
+            webhook_service.stop()
+
+
+def _install(cluster: Cluster, webhook_port: int) -> None:
+    """config/default as documented; then the manager leaves the Deployment for local processes and the webhook
+    configurations call them by URL (config/local), through the loopback stand-in for the webhook Service."""
+    cluster.kubectl("apply", "--server-side", "-k", str(REPO / "config" / "default"))
+    cluster.kubectl("scale", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--replicas=0")
+    built = cluster.kubectl("kustomize", str(REPO / "config" / "local" / "webhook"))
+    local = [doc for doc in yaml.safe_load_all(built) if doc and doc["kind"].endswith("WebhookConfiguration")]
+    for doc in local:
+        cluster.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"])
+    text = yaml.safe_dump_all(local).replace("https://127.0.0.1:9443/", f"https://127.0.0.1:{webhook_port}/")
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=text)
+
+
+def _existing_cluster() -> Iterator[Environment]:
+    cluster = ExistingCluster(Path(os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"))
+    try:
+        try:
+            cluster.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=120s")
+        except Exception as error:
+            raise RuntimeError(f"llmaz is not deployed in this cluster (make deploy IMG=...): {error}") from error
+        _ensure_nodes(cluster)
+        yield Environment(cluster, DeployedManager(cluster), "existing")
+    finally:
+        cluster.close()
+
+
+def _ensure_nodes(cluster: Cluster) -> None:
+    """Create the simulated node pools where missing; kwok in the cluster must make them Ready."""
+    client = cluster.admin_client()
+    manifests = node_manifests(default_node_pools())
+    for node in manifests:
+        try:
+            client.request("POST", "/api/v1/nodes", node)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+    names = {node["metadata"]["name"] for node in manifests}
+
+    def all_ready() -> bool:
+        nodes = client.request("GET", "/api/v1/nodes", query={"labelSelector": "type=kwok"})["items"]
+        ready = {
+            n["metadata"]["name"]
+            for n in nodes
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+        }
+        return ready >= names
+
+    deadline = time.monotonic() + 120
+    while not all_ready():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the kwok nodes are not Ready: is kwok (with its stages) installed in this cluster?")
+        time.sleep(1)

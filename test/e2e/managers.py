@@ -1,0 +1,277 @@
+"""The llmaz manager of an e2e run, as something the tests can stop, start, scale and kill.
+
+Two implementations of one interface:
+- `LocalManagers` (simulated cluster): replicas are local `llmaz-manager` processes started with the command and
+  arguments of the installed Deployment, authenticated with a TokenRequest token of its ServiceAccount (so only
+  the generated RBAC applies), listening on loopback. The webhook configurations call a `LoopbackService` that,
+  like the in-cluster webhook Service, forwards each connection to a replica that accepts it.
+- `DeployedManager` (kind or an existing cluster): the Deployment `llmaz-system/llmaz-controller-manager`,
+  scaled with kubectl; replicas are its pods.
+
+In both, a replica's leader-election identity is `<hostname>_<uuid>` (the pod name in a cluster), and the
+leader is whoever the Lease names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import selectors
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from llmaz.certs import ensure_self_signed
+from llmaz.envtest import Cluster
+from llmaz.envtest._process import ManagedProcess, free_loopback_ports
+
+NAMESPACE = "llmaz-system"
+DEPLOYMENT = "llmaz-controller-manager"
+SERVICE_ACCOUNT = "llmaz-controller-manager"
+LEASE = "fbb36db9.llmaz.io"
+READY_TIMEOUT = 90.0
+_IDENTITY = re.compile(r'"identity":\s*"([^"]+)"')
+
+
+class Manager(Protocol):
+    def scale(self, replicas: int) -> None:
+        """Run exactly `replicas` replicas; return once each is ready (or, for 0, gone)."""
+
+    def replica_identities(self) -> list[str]:
+        """Leader-election identities (or their hostname part) of the running replicas."""
+
+    def kill(self, identity: str) -> None:
+        """Kill the replica holding `identity` at once, without a graceful shutdown."""
+
+    def describe(self) -> str:
+        """Logs or status for a failure message."""
+
+
+def lease_holder(cluster: Cluster) -> str | None:
+    lease = cluster.admin_client().request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{LEASE}")
+    holder: str | None = (lease.get("spec") or {}).get("holderIdentity")
+    return holder
+
+
+class LoopbackService(socketserver.ThreadingTCPServer):
+    """A TCP forwarder on 127.0.0.1:<port> to whichever backend port accepts the connection (round-robin start)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Forward)
+        self.port: int = self.server_address[1]
+        self.backends: list[int] = []
+        self._next = 0
+        self._thread = threading.Thread(target=self.serve_forever, name="loopback-service", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def connect(self) -> socket.socket | None:
+        backends = list(self.backends)
+        self._next += 1
+        for offset in range(len(backends)):
+            port = backends[(self._next + offset) % len(backends)]
+            with contextlib.suppress(OSError):
+                return socket.create_connection(("127.0.0.1", port), timeout=2)
+        return None
+
+
+class _Forward(socketserver.BaseRequestHandler):
+    server: LoopbackService
+
+    def handle(self) -> None:
+        upstream = self.server.connect()
+        if upstream is None:
+            return  # no replica: the connection is refused, as by a Service without endpoints
+        with upstream, selectors.DefaultSelector() as selector:
+            pairs = {self.request: upstream, upstream: self.request}
+            for sock in pairs:
+                sock.setblocking(False)
+                selector.register(sock, selectors.EVENT_READ)
+            while selector.get_map():
+                for key, _ in selector.select(timeout=60):
+                    source: socket.socket = key.fileobj  # type: ignore[assignment]
+                    try:
+                        data = source.recv(65536)
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        selector.unregister(source)
+                        with contextlib.suppress(OSError):
+                            pairs[source].shutdown(socket.SHUT_WR)
+                        continue
+                    pairs[source].setblocking(True)
+                    pairs[source].sendall(data)
+                    pairs[source].setblocking(False)
+
+
+@dataclass
+class _Replica:
+    process: ManagedProcess
+    probe_port: int
+    webhook_port: int
+
+
+class LocalManagers:
+    """`llmaz-manager` replicas as local processes (see the module docstring)."""
+
+    def __init__(self, cluster: Cluster, work_dir: Path, service: LoopbackService) -> None:
+        self.cluster = cluster
+        self.work_dir = work_dir
+        self.service = service
+        self.replicas: list[_Replica] = []
+        self._started = 0
+        container = _deployment_container(cluster)
+        self._argv = [str(Path(sys.executable).with_name(container["command"][0])), *container["args"]]
+        ensure_self_signed(work_dir / "metrics-certs", ["localhost"], ["127.0.0.1"])
+
+    def scale(self, replicas: int) -> None:
+        while len(self.replicas) > replicas:
+            self.replicas.pop().process.stop()
+        added = [self._start_replica() for _ in range(replicas - len(self.replicas))]
+        self.service.backends = [replica.webhook_port for replica in self.replicas]
+        for replica in added:
+            _wait_ready(replica)
+
+    def replica_identities(self) -> list[str]:
+        return [identity for replica in self.replicas if (identity := _identity_in_log(replica))]
+
+    def kill(self, identity: str) -> None:
+        replica = next(r for r in self.replicas if _identity_in_log(r) == identity)
+        os.killpg(replica.process.pid, signal.SIGKILL)
+        replica.process.stop()
+        self.replicas.remove(replica)
+        self.service.backends = [r.webhook_port for r in self.replicas]
+
+    def describe(self) -> str:
+        return "\n".join(f"--- {r.process.name} ---\n{r.process.log_tail(60)}" for r in self.replicas)
+
+    def stop(self) -> None:
+        self.scale(0)
+
+    def _start_replica(self) -> _Replica:
+        self._started += 1
+        name = f"manager-{self._started}"
+        probe, metrics, webhook = free_loopback_ports(3)
+        token = self.cluster.service_account_token(NAMESPACE, SERVICE_ACCOUNT)
+        kubeconfig = _token_kubeconfig(self.work_dir / f"{name}.kubeconfig", self.cluster, token)
+        local = [  # later flags win: only addresses, certificate locations and credentials differ from the pod
+            f"--health-probe-bind-address=127.0.0.1:{probe}",
+            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            f"--metrics-cert-dir={self.work_dir / 'metrics-certs'}",
+            "--webhook-bind-host=127.0.0.1",
+            f"--webhook-port={webhook}",
+            "--webhook-cert-ip-addresses=127.0.0.1",
+            f"--webhook-cert-dir={self.work_dir / name / 'webhook-certs'}",
+            f"--kubeconfig={kubeconfig}",
+        ]
+        process = ManagedProcess(f"llmaz-{name}", [*self._argv, *local], self.work_dir / f"{name}.log")
+        process.start()
+        replica = _Replica(process, probe, webhook)
+        self.replicas.append(replica)
+        return replica
+
+
+class DeployedManager:
+    """The installed Deployment (see the module docstring)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def scale(self, replicas: int) -> None:
+        kubectl = self.cluster.kubectl
+        kubectl("scale", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, f"--replicas={replicas}")
+        kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, f"--timeout={READY_TIMEOUT:.0f}s")
+        deadline = time.monotonic() + READY_TIMEOUT
+        while len(self._pods()) != replicas:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{DEPLOYMENT} did not settle at {replicas} pods: {self._pods()}")
+            time.sleep(0.5)
+
+    def replica_identities(self) -> list[str]:
+        return self._pods()
+
+    def kill(self, identity: str) -> None:
+        pod = identity.split("_", 1)[0]
+        self.cluster.kubectl("delete", "pod", pod, "-n", NAMESPACE, "--grace-period=0", "--force", "--wait=false")
+
+    def describe(self) -> str:
+        return self.cluster.kubectl("logs", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--tail=60")
+
+    def _pods(self) -> list[str]:
+        """Names of the manager's pods that are not being deleted."""
+        pods = self.cluster.admin_client().request(
+            "GET", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"labelSelector": "control-plane=controller-manager"}
+        )["items"]
+        return [pod["metadata"]["name"] for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+
+
+def _deployment_container(cluster: Cluster) -> dict[str, Any]:
+    deployment = cluster.admin_client().request("GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{DEPLOYMENT}")
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def _token_kubeconfig(path: Path, cluster: Cluster, token: str) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "e2e", "cluster": {"server": cluster.server, "certificate-authority": str(cluster.ca_file)}}
+        ],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": SERVICE_ACCOUNT}}],
+        "current-context": "e2e",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _identity_in_log(replica: _Replica) -> str | None:
+    """The identity the replica's leader election logged with its first message."""
+    try:
+        text = replica.process.log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    found = _IDENTITY.search(text)
+    return found.group(1) if found else None
+
+
+def _wait_ready(replica: _Replica) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not _ready(replica.probe_port):
+        if replica.process.exit_code() is not None:
+            raise RuntimeError(f"{replica.process.name} exited:\n{replica.process.log_tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{replica.process.name} not ready in {READY_TIMEOUT:.0f}s:\n{replica.process.log_tail()}"
+            )
+        time.sleep(0.2)
+
+
+def _ready(port: int) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False

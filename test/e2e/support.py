@@ -1,0 +1,193 @@
+"""What the e2e tests share: the environment handle, polling, object paths and manifest builders.
+
+Reads go straight to the REST API (fast; no kubectl process per poll); changes go through kubectl, as a user's
+would. Waits poll every 0.25 s up to `WAIT` seconds (multiplied by `E2E_TIMEOUT_SCALE`, for slower clusters).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import yaml
+
+from llmaz.envtest import Cluster
+from llmaz.envtest._rest import ApiError
+
+from .managers import Manager
+
+T = TypeVar("T")
+WAIT = 60.0 * float(os.environ.get("E2E_TIMEOUT_SCALE", "1"))
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+
+_COLLECTIONS = {
+    "playgrounds": "/apis/inference.llmaz.io/v1alpha1/namespaces/{ns}/playgrounds",
+    "services.inference": "/apis/inference.llmaz.io/v1alpha1/namespaces/{ns}/services",
+    "leaderworkersets": "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets",
+    "statefulsets": "/apis/apps/v1/namespaces/{ns}/statefulsets",
+    "pods": "/api/v1/namespaces/{ns}/pods",
+    "services": "/api/v1/namespaces/{ns}/services",
+    "endpointslices": "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+    "hpas": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
+    "nodes": "/api/v1/nodes",
+    "openmodels": "/apis/llmaz.io/v1alpha1/openmodels",
+    "backendruntimes": "/apis/inference.llmaz.io/v1alpha1/backendruntimes",
+}
+
+
+def eventually(check: Callable[[], T | None], within: float = WAIT, what: str = "condition") -> T:
+    """Poll `check` until it returns something truthy (returned); AssertionError/LookupError count as not yet."""
+    deadline = time.monotonic() + within
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except (AssertionError, LookupError) as error:
+            last = error
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: not within {within:.0f}s (last: {last!r})")
+
+
+@dataclass
+class Environment:
+    """The cluster under test, the llmaz manager running on it, and how it was set up."""
+
+    cluster: Cluster
+    manager: Manager
+    mode: str
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        return self.cluster.kubectl(*args, input=input)
+
+    def apply(self, documents: Sequence[Mapping[str, Any]], namespace: str | None = None) -> str:
+        scope = ["-n", namespace] if namespace else []
+        return self.kubectl("apply", "--server-side", *scope, "-f", "-", input=yaml.safe_dump_all(list(documents)))
+
+    def get(self, collection: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        """The object, or None if it does not exist."""
+        try:
+            found: dict[str, Any] = self.cluster.admin_client().request("GET", f"{_path(collection, namespace)}/{name}")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+        return found
+
+    def must_get(self, collection: str, name: str, namespace: str = "") -> dict[str, Any]:
+        found = self.get(collection, name, namespace)
+        assert found is not None, f"{collection} {namespace}/{name} does not exist"
+        return found
+
+    def items(self, collection: str, namespace: str = "", selector: str = "") -> list[dict[str, Any]]:
+        query = {"labelSelector": selector} if selector else None
+        items: list[dict[str, Any]] = self.cluster.admin_client().request(
+            "GET", _path(collection, namespace), query=query
+        )["items"]
+        return items
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.cluster.admin_client().request("GET", path)
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def pods_of(self, namespace: str, lws_name: str) -> list[dict[str, Any]]:
+        """Pods of one LeaderWorkerSet (of one Playground/Service) that are not being deleted."""
+        pods = self.items("pods", namespace, f"{LWS_NAME_LABEL}={lws_name}")
+        return [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+
+    def ready_pods_of(self, namespace: str, lws_name: str) -> list[dict[str, Any]]:
+        return [pod for pod in self.pods_of(namespace, lws_name) if pod_ready(pod)]
+
+
+class ModelNames:
+    """OpenModels are cluster-scoped: each test names its models `<stem>-<its namespace's random suffix>`."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+        self.issued: list[str] = []
+
+    def new(self, stem: str) -> str:
+        name = f"{stem}-{self.suffix}"
+        self.issued.append(name)
+        return name
+
+
+def _path(collection: str, namespace: str) -> str:
+    return _COLLECTIONS[collection].format(ns=namespace)
+
+
+def conditions(obj: Mapping[str, Any] | None) -> dict[str, tuple[str, str | None]]:
+    """type -> (status, reason) of the object's status conditions."""
+    found = ((obj or {}).get("status") or {}).get("conditions") or []
+    return {c["type"]: (c["status"], c.get("reason")) for c in found}
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    return conditions(pod).get("Ready", ("False", None))[0] == "True"
+
+
+def open_model(
+    name: str,
+    *,
+    family: str = "opt",
+    model_id: str = "facebook/opt-125m",
+    uri: str | None = None,
+    flavors: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    source: dict[str, Any] = {"uri": uri} if uri else {"modelHub": {"modelID": model_id}}
+    spec: dict[str, Any] = {"familyName": family, "source": source}
+    if flavors:
+        spec["inferenceConfig"] = {"flavors": [dict(f) for f in flavors]}
+    return {"apiVersion": "llmaz.io/v1alpha1", "kind": "OpenModel", "metadata": {"name": name}, "spec": spec}
+
+
+def playground(
+    name: str,
+    model: str | None = None,
+    *,
+    replicas: int = 1,
+    backend: str | None = None,
+    claims: Sequence[tuple[str, str]] = (),
+    flavors: Sequence[str] = (),
+    annotations: Mapping[str, str] | None = None,
+    elastic: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A Playground claiming `model` (modelClaim) or `claims` ((name, role) pairs, modelClaims)."""
+    spec: dict[str, Any] = {"replicas": replicas}
+    if claims:
+        spec["modelClaims"] = {"models": [{"name": n, "role": r} for n, r in claims]}
+    else:
+        spec["modelClaim"] = {"modelName": model, **({"inferenceFlavors": list(flavors)} if flavors else {})}
+    if backend:
+        spec["backendRuntimeConfig"] = {"backendName": backend}
+    if elastic is not None:
+        spec["elasticConfig"] = dict(elastic)
+    metadata: dict[str, Any] = {"name": name, **({"annotations": dict(annotations)} if annotations else {})}
+    return {"apiVersion": "inference.llmaz.io/v1alpha1", "kind": "Playground", "metadata": metadata, "spec": spec}
+
+
+def wait_playground_ready(env: Environment, namespace: str, name: str, replicas: int, size: int = 1) -> dict[str, Any]:
+    """Wait until the Playground is Available=True/PlaygroundReady, reports `replicas` in its status, and has exactly
+    `replicas * size` pods, all Ready."""
+
+    def ready() -> dict[str, Any]:
+        found = env.get("playgrounds", name, namespace)
+        assert found is not None
+        assert conditions(found).get("Available") == ("True", "PlaygroundReady"), conditions(found)
+        assert found["status"].get("replicas") == replicas, found["status"]
+        ready_pods = env.ready_pods_of(namespace, name)
+        assert len(ready_pods) == replicas * size == len(env.pods_of(namespace, name)), len(ready_pods)
+        return found
+
+    return eventually(ready, what=f"Playground {namespace}/{name} Ready with {replicas}x{size} Ready pods")
