@@ -130,7 +130,12 @@ async def test_an_expired_resource_version_leads_to_a_relist_with_tombstones(
     journal = Journal()
     informer.add_event_handler(journal)
     async with running(informer):
+        # A list at resourceVersion "0" may be served slightly stale from the watch cache: wait until the
+        # informer holds all three objects before recording the last state it knew of the one to remove.
+        keys = {f"{namespace}/{name}" for name in ("keep", "change", "remove")}
+        await eventually(lambda: keys <= set(informer.store.keys()), within=30, what="the three objects cached")
         last_known_remove = informer.store.get(f"{namespace}/remove")
+        assert last_known_remove is not None
         # Event loop blocked: break the watch, change things, compact etcd past them, and restart again so
         # the API server's watch cache starts after the informer's resourceVersion.
         control_plane.restart_apiserver()
