@@ -1,8 +1,9 @@
 """One aiohttp session per client: auth headers, TLS, QPS limiting, retries on Retry-After, metrics.
 
-Invariants: every request passes the token bucket and is counted in `rest_client_requests_total` exactly once
-per HTTP attempt; every non-stream request has a total timeout; a response >= 400 becomes a typed `ApiError`
-(through `error_from_status`) and nothing else escapes except `ApiConnectionError` and `CancelledError`.
+Invariants: every request passes the token bucket of its resource (see `limiter_key`) and is counted in
+`rest_client_requests_total` exactly once per HTTP attempt; every non-stream request has a total timeout; a
+response >= 400 becomes a typed `ApiError` (through `error_from_status`) and nothing else escapes except
+`ApiConnectionError` and `CancelledError`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,22 @@ from llmaz.runtime.clock import REAL_CLOCK, Clock
 Params = dict[str, str]
 
 
+def limiter_key(path: str) -> str:
+    """The resource a request path addresses, "group/version/plural" ("v1/pods" for the core group), or "" for
+    non-resource paths. Namespace, name and subresource do not count: controller-runtime builds one REST
+    client, and so one rate limiter, per kind, and `Transport` keeps one bucket per key the same way."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "api" and len(parts) >= 3:
+        group_version, rest = parts[1:2], parts[2:]
+    elif parts[0] == "apis" and len(parts) >= 4:
+        group_version, rest = parts[1:3], parts[3:]
+    else:
+        return ""
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    return "/".join([*group_version, rest[0]])
+
+
 def decode(payload: bytes) -> Any:
     """JSON body to Python objects; a non-JSON body (e.g. "404 page not found") comes back as text."""
     if not payload:
@@ -35,7 +52,7 @@ class Transport:
     def __init__(self, config: RestConfig, clock: Clock = REAL_CLOCK) -> None:
         self.config = config
         self._clock = clock
-        self._bucket = TokenBucket(config.qps, config.burst, clock)
+        self._buckets: dict[str, TokenBucket] = {}
         self._session: aiohttp.ClientSession | None = None
         self._host = config.host_label
 
@@ -46,6 +63,14 @@ class Transport:
             connector = aiohttp.TCPConnector(ssl=self.config.ssl_context(), limit=0)
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
+
+    def bucket_for(self, path: str) -> TokenBucket:
+        """The token bucket the request to `path` waits on (created on first use)."""
+        key = limiter_key(path)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = TokenBucket(self.config.qps, self.config.burst, self._clock)
+        return bucket
 
     async def close(self) -> None:
         if self._session is not None:
@@ -137,7 +162,7 @@ class Transport:
 
         A status >= 400 is read, released and raised as a typed error.
         """
-        waited = await self._bucket.acquire()
+        waited = await self.bucket_for(path).acquire()
         _metrics.RATE_LIMITER_DURATION.labels(method, self._host).observe(waited)
         headers = await self._headers(content_type)
         start = self._clock.now()

@@ -24,9 +24,11 @@ _SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespa
 class RestConfig:
     """Connection settings for `Client`.
 
-    `qps`/`burst` configure the client-side token bucket (default 50 qps, burst 100: generous, because API
-    Priority and Fairness on the server is the real protection; client-go's own default of 5/10 throttles a
-    busy controller). `qps <= 0` disables client-side limiting. `timeout` bounds every non-watch request
+    `qps`/`burst` configure the client-side token buckets, one per resource as controller-runtime's one REST
+    client per kind (default 50 qps, burst 100 each: generous, because API Priority and Fairness on the server
+    is the real protection; client-go's own default of 5/10 throttles a busy controller). A single bucket for
+    all kinds made a converging manager wait on its own limiter while the API server idled (bench/README.md).
+    `qps <= 0` disables client-side limiting. `timeout` bounds every non-watch request
     (default 30 s); watches are bounded by their server-side timeoutSeconds plus `watch_timeout_margin`.
     """
 
