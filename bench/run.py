@@ -1,0 +1,168 @@
+"""`make bench`: every scenario, subjects alternating between repetitions, results in bench/results/.
+
+    .venv/bin/python bench/run.py            # full run (BENCH_* variables: see suite/settings.py, README)
+    BENCH_QUICK=1 .venv/bin/python bench/run.py
+    BENCH_SCENARIOS=runtime .venv/bin/python bench/run.py
+    .venv/bin/python bench/run.py --report-only   # summary and plots again from results/raw.json
+
+Writes results/raw.json (every run, updated after each one), results/summary.md and results/*.png, and
+prints the summary. A run that fails is recorded with its error and the suite goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from suite import admission_bench, controllers_bench, golang, limit_bench, report, runtime_bench
+from suite.settings import Settings
+from suite.subjects import GO_CERT_DIR
+from suite.templates import load_templates
+
+
+class Suite:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.log_dir = settings.results_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.raw_path = settings.results_dir / "raw.json"
+        self.results: dict[str, Any] = {
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            "settings": {k: str(v) for k, v in dataclasses.asdict(settings).items()},
+            "runs": [],
+        }
+
+    def save(self) -> None:
+        self.raw_path.write_text(json.dumps(self.results, indent=1))
+
+    def record(self, scenario: str, labels: dict[str, Any], run: Callable[[], dict[str, Any]]) -> None:
+        print(f"[bench] {scenario} {labels} ...", flush=True)
+        started = time.monotonic()
+        entry: dict[str, Any] = {"scenario": scenario, **labels}
+        try:
+            entry["result"] = run()
+        except Exception as err:
+            entry["error"] = f"{type(err).__name__}: {err}"
+            traceback.print_exc()
+        entry["elapsed"] = time.monotonic() - started
+        print(f"[bench]   done in {entry['elapsed']:.0f}s{' (FAILED)' if 'error' in entry else ''}", flush=True)
+        self.results["runs"].append(entry)
+        self.save()
+
+    def order(self, rep: int) -> tuple[str, ...]:
+        subjects = self.settings.subjects
+        return subjects if rep % 2 == 0 else tuple(reversed(subjects))
+
+
+def go_subjects(suite: Suite) -> tuple[golang.GoLlmaz | None, Path | None]:
+    cache = suite.settings.cache_dir
+    info: dict[str, Any] = {}
+    llmaz_go: golang.GoLlmaz | None = None
+    noop: Path | None = None
+    try:
+        llmaz_go = golang.llmaz_manager(cache)
+        info["llmaz"] = {"version": llmaz_go.version, "binary": str(llmaz_go.binary), "skipped": llmaz_go.notes}
+    except golang.GoUnavailableError as err:
+        info["llmaz_error"] = str(err)
+    try:
+        noop = golang.go_noop(cache)
+        info["noop"] = str(noop)
+    except golang.GoUnavailableError as err:
+        info["noop_error"] = str(err)
+    suite.results["go"] = info
+    return llmaz_go, noop
+
+
+def controllers(suite: Suite, go: golang.GoLlmaz | None) -> None:
+    s = suite.settings
+    for n in s.sizes:
+        for rep in range(s.repeats):
+            for name in suite.order(rep):
+                if name == "go" and go is None:
+                    continue
+                run = partial(controllers_bench.run_once, s, name, n, n == max(s.sizes),
+                              go.binary if go else None, go.crd_dir if go else None, suite.log_dir)  # fmt: skip
+                suite.record("controllers", {"subject": name, "n": n, "rep": rep}, run)
+
+
+def runtime(suite: Suite, noop: Path | None) -> None:
+    s = suite.settings
+    for rep in range(s.repeats):
+        for name in suite.order(rep):
+            if name == "go" and noop is None:
+                continue
+            run = partial(runtime_bench.run_once, name, s.runtime_objects, noop, suite.log_dir, s.timeout)
+            suite.record("runtime", {"subject": name, "k": s.runtime_objects, "rep": rep}, run)
+
+
+def admission(suite: Suite, go: golang.GoLlmaz | None) -> None:
+    s = suite.settings
+    rates = list(s.admission_rates)
+    runners: dict[str, Callable[[], list[dict[str, Any]]]] = {
+        "python": lambda: admission_bench.python_run(rates, s.admission_seconds)
+    }
+    if go is not None:
+        runners["go"] = lambda: admission_bench.go_run(go.binary, go.crd_dir, rates, s.admission_seconds,
+                                                       suite.log_dir)  # fmt: skip
+    for rep in range(s.repeats):
+        for name in suite.order(rep):
+            if name in runners:
+                suite.record("admission", {"subject": name, "rep": rep}, partial(_rates, runners[name]))
+
+
+def _rates(runner: Callable[[], list[dict[str, Any]]]) -> dict[str, Any]:
+    return {"rates": runner()}
+
+
+def limit(suite: Suite) -> None:
+    s = suite.settings
+    templates = load_templates(s.results_dir / "templates.json")
+    if templates is None:
+        controllers_bench.run_once(s, "python", 1, False, None, None, suite.log_dir)
+        templates = load_templates(s.results_dir / "templates.json")
+    assert templates is not None
+    for n in s.sizes:
+        for rep in range(s.repeats):
+            suite.record("limit", {"subject": "raw", "n": n, "rep": rep}, partial(limit_bench.run_once, templates, n))
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    if "--report-only" in sys.argv:  # redraw summary.md and the plots from an earlier (or running) raw.json
+        print(report.write(json.loads((settings.results_dir / "raw.json").read_text()), settings.results_dir))
+        return
+    suite = Suite(settings)
+    created_cert_dir = not GO_CERT_DIR.exists()
+    go, noop = go_subjects(suite)
+    try:
+        if "controllers" in settings.scenarios:
+            controllers(suite, go)
+        if "runtime" in settings.scenarios:
+            runtime(suite, noop)
+        if "admission" in settings.scenarios:
+            admission(suite, go)
+        if "limit" in settings.scenarios:
+            limit(suite)
+    finally:
+        suite.save()
+        if created_cert_dir:
+            shutil.rmtree(GO_CERT_DIR.parent, ignore_errors=True)
+    print(report.write(suite.results, settings.results_dir))
+
+
+if __name__ == "__main__":
+    main()

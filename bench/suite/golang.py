@@ -1,0 +1,82 @@
+"""Build the Go subjects into the cache, only when missing. They are benchmark baselines, never shipped.
+
+- The Go llmaz manager, from its module at the first version in LLMAZ_GO_VERSIONS (default "v0.1.4 v0.1.0")
+  that the module proxy serves, built in a throwaway module under $LLMAZ_CACHE/bench-build/. Its own CRDs
+  come from the same module. LLMAZ_GO_BINARY (with LLMAZ_GO_CRDS) uses a binary built elsewhere instead.
+- bench/go-noop, the controller-runtime no-op controller, keyed by a hash of its sources.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite.settings import BENCH_DIR
+
+LLMAZ_MODULE = "github.com/inftyai/llmaz"
+
+
+class GoUnavailableError(RuntimeError):
+    """A Go subject could not be built; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class GoLlmaz:
+    binary: Path
+    crd_dir: Path
+    version: str
+    notes: list[str] = field(default_factory=list)
+    """Why earlier versions in the list were skipped (e.g. the proxy refused them)."""
+
+
+def _go(args: list[str], cwd: Path, timeout: float = 1800) -> str:
+    proc = subprocess.run(["go", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise GoUnavailableError(f"go {' '.join(args)}: {proc.stderr.strip()[-600:]}")
+    return proc.stdout
+
+
+def llmaz_manager(cache: Path) -> GoLlmaz:
+    if os.environ.get("LLMAZ_GO_BINARY"):
+        crd_dir = os.environ.get("LLMAZ_GO_CRDS", "")
+        if not crd_dir:
+            raise GoUnavailableError("LLMAZ_GO_BINARY needs LLMAZ_GO_CRDS (the CRD directory of the same version)")
+        return GoLlmaz(Path(os.environ["LLMAZ_GO_BINARY"]), Path(crd_dir), os.environ.get("LLMAZ_GO_VERSION", "?"))
+    notes: list[str] = []
+    for version in os.environ.get("LLMAZ_GO_VERSIONS", "v0.1.4 v0.1.0").split():
+        try:
+            binary, crds = _build_llmaz(cache, version)
+            return GoLlmaz(binary, crds, version, notes)
+        except GoUnavailableError as err:
+            notes.append(f"{version}: {err}")
+    raise GoUnavailableError("; ".join(notes))
+
+
+def _build_llmaz(cache: Path, version: str) -> tuple[Path, Path]:
+    work = cache / "bench-build" / f"llmaz-go-{version}"
+    binary = cache / "bin" / "bench" / f"llmaz-manager-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / "go.mod").exists():
+        (work / "go.mod").write_text("module llmazbench.local/build\n\ngo 1.23.0\n")
+    if not binary.exists():
+        _go(["get", f"{LLMAZ_MODULE}/cmd@{version}"], work)
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        _go(["build", "-trimpath", "-o", str(binary), f"{LLMAZ_MODULE}/cmd"], work)
+    module_dir = Path(json.loads(_go(["list", "-m", "-json", LLMAZ_MODULE], work))["Dir"])
+    return binary, module_dir / "config" / "crd" / "bases"
+
+
+def go_noop(cache: Path) -> Path:
+    source = BENCH_DIR / "go-noop"
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum", "main.go"):
+        digest.update((source / name).read_bytes())
+    binary = cache / "bin" / "bench" / f"go-noop-{digest.hexdigest()[:12]}"
+    if not binary.exists():
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        _go(["build", "-trimpath", "-o", str(binary), "."], source)
+    return binary

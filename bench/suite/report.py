@@ -1,0 +1,174 @@
+"""The report: Markdown tables of medians (with min-max spread) and Python/Go ratios, the targets, and plots.
+
+Every figure is the median over the repetitions of a scenario; the spread in brackets is min-max. Ratios
+are Python median / Go median (below 1 means ours is faster or smaller).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Row = tuple[str, Callable[[dict[str, Any]], float]]
+
+CONTROLLER_ROWS: list[Row] = [
+    ("converge: wall s (Services, LWS, Progressing)", lambda r: r["converge"]["seconds"]),
+    ("available: wall s (LWS Available -> Playground Available)", lambda r: r["available"]["seconds"]),
+    ("total wall s", lambda r: r["converge"]["seconds"] + r["available"]["seconds"]),
+    ("manager CPU s", lambda r: r["converge"]["cpu_seconds"] + r["available"]["cpu_seconds"]),
+    ("manager peak RSS MB", lambda r: r["available"]["peak_rss_mb"]),
+    ("manager API writes", lambda r: r["converge"]["writes"] + r["available"]["writes"]),
+    (
+        "control-plane CPU s",
+        lambda r: r["converge"]["control_plane_cpu_seconds"] + r["available"]["control_plane_cpu_seconds"],
+    ),
+]
+STEADY_ROWS: list[Row] = [
+    ("steady: manager CPU % of one core", lambda r: r["steady"]["cpu_percent_of_core"]),
+    ("steady: manager API requests", lambda r: sum(r["steady"]["requests"].values())),
+    ("steady: manager API writes", lambda r: r["steady"]["writes"]),
+    ("churn: re-converge wall s", lambda r: r["churn"]["seconds"]),
+    ("churn: manager CPU s", lambda r: r["churn"]["cpu_seconds"]),
+    ("churn: manager API writes", lambda r: r["churn"]["writes"]),
+    ("churn: peak RSS MB (whole run)", lambda r: r["final_peak_rss_mb"]),
+]
+RUNTIME_ROWS: list[Row] = [
+    ("create burst: events/s reconciled", lambda r: r["create"]["events_per_second"]),
+    ("create burst: lag after last write s", lambda r: r["create"]["lag_seconds"]),
+    ("update burst: events/s reconciled", lambda r: r["update"]["events_per_second"]),
+    ("update burst: lag after last write s", lambda r: r["update"]["lag_seconds"]),
+    ("update burst: subject CPU s", lambda r: r["update"]["cpu_seconds"]),
+    ("start-up, empty namespace: s to cache synced", lambda r: r["startup_seconds"]),
+    ("cold start with K objects: s to all reconciled", lambda r: r["cold"]["seconds"]),
+    ("cold start minus empty start-up: s for K objects", lambda r: r["cold"]["reconcile_seconds"]),
+    ("cold start: subject CPU s", lambda r: r["cold"]["cpu_seconds"]),
+    ("RSS with 0 objects MB", lambda r: r["baseline_rss_mb"]),
+    ("RSS with K objects MB", lambda r: r["cold"]["rss_mb"]),
+    ("memory per cached object bytes", lambda r: r["bytes_per_object"]),
+]
+
+
+def runs(results: dict[str, Any], scenario: str, **match: Any) -> list[dict[str, Any]]:
+    return [e["result"] for e in results["runs"] if e["scenario"] == scenario and "result" in e
+            and all(e.get(k) == v for k, v in match.items())]  # fmt: skip
+
+
+def summary(values: list[float]) -> tuple[float, float, float] | None:
+    return (statistics.median(values), min(values), max(values)) if values else None
+
+
+def cell(stat: tuple[float, float, float] | None) -> str:
+    if stat is None:
+        return "n/a"
+    med, lo, hi = stat
+    digits = 0 if abs(med) >= 100 else 2
+    return f"{med:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})" if lo != hi else f"{med:.{digits}f}"
+
+
+def ratio(py: tuple[float, float, float] | None, go: tuple[float, float, float] | None) -> str:
+    return f"{py[0] / go[0]:.2f}" if py and go and go[0] else "n/a"
+
+
+def compare(rows: list[Row], py_runs: list[dict[str, Any]], go_runs: list[dict[str, Any]]) -> list[str]:
+    lines = ["| metric | Python | Go | Python/Go |", "|---|---|---|---|"]
+    for label, get in rows:
+        py = summary([get(r) for r in py_runs if _has(get, r)])
+        go = summary([get(r) for r in go_runs if _has(get, r)])
+        lines.append(f"| {label} | {cell(py)} | {cell(go)} | {ratio(py, go)} |")
+    return lines
+
+
+def _has(get: Callable[[dict[str, Any]], float], run: dict[str, Any]) -> bool:
+    try:
+        get(run)
+    except (KeyError, TypeError):
+        return False
+    return True
+
+
+def ceiling_seconds(results: dict[str, Any], n: int) -> tuple[float, float, float] | None:
+    return summary([r["seconds"] for r in runs(results, "limit", n=n)])
+
+
+def controllers_section(results: dict[str, Any]) -> list[str]:
+    sizes = sorted({e["n"] for e in results["runs"] if e["scenario"] == "controllers"})
+    lines: list[str] = []
+    for n in sizes:
+        py, go = runs(results, "controllers", subject="python", n=n), runs(results, "controllers", subject="go", n=n)
+        lines += ["", f"### Convergence, N = {n} (runs: Python {len(py)}, Go {len(go)})", ""]
+        rows = CONTROLLER_ROWS + ([] if n != max(sizes) else STEADY_ROWS)
+        lines += compare(rows, py, go)
+        ceiling = ceiling_seconds(results, n)
+        if ceiling:
+            total = CONTROLLER_ROWS[2][1]
+            fractions = [f"{name}: {ceiling[0] / statistics.median([total(r) for r in rs]):.2f}"
+                         for name, rs in (("Python", py), ("Go", go)) if rs]  # fmt: skip
+            lines += ["", f"Ceiling (raw client, same writes): {cell(ceiling)} s; ceiling / total wall time: "
+                      + ", ".join(fractions) + " (1.0 = as fast as the API server allows)."]  # fmt: skip
+    return lines
+
+
+def runtime_section(results: dict[str, Any]) -> list[str]:
+    py, go = runs(results, "runtime", subject="python"), runs(results, "runtime", subject="go")
+    if not py and not go:
+        return []
+    k = next(e["k"] for e in results["runs"] if e["scenario"] == "runtime")
+    return ["", f"### Runtime alone, no-op reconciler, K = {k} ConfigMaps (runs: Python {len(py)}, Go {len(go)})",
+            "", *compare(RUNTIME_ROWS, py, go)]  # fmt: skip
+
+
+def admission_section(results: dict[str, Any]) -> list[str]:
+    lines = ["| subject | rate/s | requests | p50 ms | p99 ms | max ms | errors | server CPU s |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    found = False
+    for subject in ("python", "go"):
+        all_rows = [row for r in runs(results, "admission", subject=subject) for row in r["rates"]]
+        for rate in sorted({row["rate"] for row in all_rows}):
+            rows = [row for row in all_rows if row["rate"] == rate]
+            found = True
+            stat = {key: summary([row[key] for row in rows]) for key in
+                    ("requests", "p50_ms", "p99_ms", "max_ms", "errors", "server_cpu_seconds")}  # fmt: skip
+            lines.append(f"| {subject} | {rate} | " + " | ".join(cell(v) for v in stat.values()) + " |")
+    return ["", "### Admission latency (loopback HTTPS, open loop)", "", *lines] if found else []
+
+
+def limit_section(results: dict[str, Any]) -> list[str]:
+    sizes = sorted({e["n"] for e in results["runs"] if e["scenario"] == "limit"})
+    lines = ["| N | wall s | writes/s | control-plane CPU s | driver CPU s | failures |", "|---|---|---|---|---|---|"]
+    for n in sizes:
+        rs = runs(results, "limit", n=n)
+        keys = ("seconds", "writes_per_second", "control_plane_cpu_seconds", "driver_cpu_seconds", "failures")
+        lines.append(f"| {n} | " + " | ".join(cell(summary([r[k] for r in rs])) for k in keys) + " |")
+    return ["", "### The limit: raw client, 8 writes per Playground, no controller", "", *lines] if sizes else []
+
+
+def failures_section(results: dict[str, Any]) -> list[str]:
+    failed = [e for e in results["runs"] if "error" in e]
+    if not failed:
+        return []
+    return ["", "### Failed runs", "", *(f"- {e['scenario']} {e.get('subject')} n={e.get('n', e.get('k', '-'))} "
+                                         f"rep={e.get('rep')}: {e['error'][:300]}" for e in failed)]  # fmt: skip
+
+
+def go_section(results: dict[str, Any]) -> list[str]:
+    go = results.get("go", {})
+    llmaz = go.get("llmaz")
+    if llmaz:
+        skipped = "".join(f"\n  - skipped {' '.join(note.split())[:300]}" for note in llmaz.get("skipped", []))
+        return [f"- Go llmaz manager: {llmaz['version']}{skipped}"]
+    return [f"- Go llmaz manager: unavailable: {go.get('llmaz_error', 'not built')[:400]}"]
+
+
+def write(results: dict[str, Any], out: Path) -> str:
+    from suite import plots, targets
+
+    header = ["# llmaz benchmark results", "", f"- started {results['started']}, machine {results['machine']}",
+              *go_section(results)]  # fmt: skip
+    body = [*controllers_section(results), *runtime_section(results), *admission_section(results),
+            *limit_section(results), *targets.section(results), *failures_section(results)]  # fmt: skip
+    text = "\n".join([*header, *body]) + "\n"
+    (out / "summary.md").write_text(text)
+    images = plots.draw(results, out)
+    return text + "".join(f"\nplot: {p}" for p in images)

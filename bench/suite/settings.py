@@ -1,0 +1,81 @@
+"""Benchmark sizes, repetitions and durations, read once from the environment.
+
+Every knob has a full-run default and a quick-run default (`BENCH_QUICK=1`, a smoke run of a few minutes);
+an explicit variable wins over both.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parents[1]
+REPO = BENCH_DIR.parent
+ALL_SCENARIOS = ("controllers", "runtime", "admission", "limit")
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("LLMAZ_CACHE", Path.home() / ".cache" / "llmaz"))
+
+
+def _ints(name: str, default: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in os.environ.get(name, default).replace(",", " ").split())
+
+
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def _float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    quick: bool
+    sizes: tuple[int, ...]
+    """BENCH_SIZES: Playground counts for the convergence scenario (full: 100 1000; quick: 20 100)."""
+    repeats: int
+    """BENCH_REPEATS: runs per subject and size, alternating subjects (full: 3; quick: 1)."""
+    steady_seconds: float
+    """BENCH_STEADY_SECONDS: idle window after convergence at the largest size (full: 60; quick: 15)."""
+    runtime_objects: int
+    """BENCH_RUNTIME_OBJECTS: ConfigMaps for the runtime scenario (full: 10000; quick: 2000)."""
+    admission_rates: tuple[int, ...]
+    """BENCH_ADMISSION_RATES: requests per second (100 500)."""
+    admission_seconds: float
+    """BENCH_ADMISSION_SECONDS: seconds per rate (full: 10; quick: 3)."""
+    timeout: float
+    """BENCH_TIMEOUT: seconds a phase may take before the run is recorded as timed out (full: 900)."""
+    scenarios: tuple[str, ...]
+    """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit (default: all)."""
+    subjects: tuple[str, ...]
+    """BENCH_SUBJECTS: subset of python, go (default: both)."""
+    max_concurrent_reconciles: int
+    """BENCH_MCR: --max-concurrent-reconciles for our manager (the Go manager has no flag: 1 worker)."""
+    results_dir: Path
+    cache_dir: Path
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        quick = os.environ.get("BENCH_QUICK", "") not in ("", "0", "false")
+        scenarios = tuple(os.environ.get("BENCH_SCENARIOS", " ".join(ALL_SCENARIOS)).replace(",", " ").split())
+        unknown = set(scenarios) - set(ALL_SCENARIOS)
+        if unknown:
+            raise SystemExit(f"unknown BENCH_SCENARIOS {sorted(unknown)}; choose from {ALL_SCENARIOS}")
+        return cls(
+            quick=quick,
+            sizes=_ints("BENCH_SIZES", "20 100" if quick else "100 1000"),
+            repeats=_int("BENCH_REPEATS", 1 if quick else 3),
+            steady_seconds=_float("BENCH_STEADY_SECONDS", 15 if quick else 60),
+            runtime_objects=_int("BENCH_RUNTIME_OBJECTS", 2000 if quick else 10000),
+            admission_rates=_ints("BENCH_ADMISSION_RATES", "100 500"),
+            admission_seconds=_float("BENCH_ADMISSION_SECONDS", 3 if quick else 10),
+            timeout=_float("BENCH_TIMEOUT", 300 if quick else 900),
+            scenarios=scenarios,
+            subjects=tuple(os.environ.get("BENCH_SUBJECTS", "python go").replace(",", " ").split()),
+            max_concurrent_reconciles=_int("BENCH_MCR", 1),
+            results_dir=Path(os.environ.get("BENCH_RESULTS", BENCH_DIR / "results")),
+            cache_dir=_cache_dir(),
+        )

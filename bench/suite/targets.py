@@ -1,0 +1,46 @@
+"""The issue's goals, checked against the medians: not pass/fail tests, a reading aid for the report."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from suite.report import CONTROLLER_ROWS, runs
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _controller_ratio(results: dict[str, Any], n: int, row: int) -> float | None:
+    get = CONTROLLER_ROWS[row][1]
+    py = _median([get(r) for r in runs(results, "controllers", subject="python", n=n)])
+    go = _median([get(r) for r in runs(results, "controllers", subject="go", n=n)])
+    return py / go if py is not None and go else None
+
+
+def _check(label: str, value: float | None, limit: float, unit: str = "") -> str:
+    if value is None:
+        return f"| {label} | <= {limit}{unit} | n/a | not measured |"
+    return f"| {label} | <= {limit}{unit} | {value:.2f}{unit} | {'met' if value <= limit else 'MISSED'} |"
+
+
+def section(results: dict[str, Any]) -> list[str]:
+    sizes = [e["n"] for e in results["runs"] if e["scenario"] == "controllers"]
+    n = max(sizes) if sizes else 0
+    steady = [r["steady"] for r in runs(results, "controllers", subject="python", n=n) if "steady" in r]
+    p99s = [row["p99_ms"] for r in runs(results, "admission", subject="python") for row in r["rates"]
+            if row["rate"] == 500]  # fmt: skip
+    return [
+        "",
+        f"### Targets (N = {n})",
+        "",
+        "| goal | target | measured (median) | |",
+        "|---|---|---|---|",
+        _check("convergence wall time, Python/Go", _controller_ratio(results, n, 2), 1.0),
+        _check("manager CPU, Python/Go", _controller_ratio(results, n, 3), 1.5),
+        _check("peak RSS, Python/Go", _controller_ratio(results, n, 4), 2.0),
+        _check("steady state: writes", _median([s["writes"] for s in steady]), 0),
+        _check("steady state: CPU", _median([s["cpu_percent_of_core"] for s in steady]), 1.0, "% of a core"),
+        _check("admission p99 at 500/s", _median(p99s), 10.0, " ms"),
+    ]
