@@ -7,7 +7,6 @@ would. Waits poll every 0.25 s up to `WAIT` seconds (multiplied by `E2E_TIMEOUT_
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -16,6 +15,7 @@ import yaml
 
 from llmaz.envtest import Cluster
 from llmaz.envtest._rest import ApiError
+from llmaz.testing.waiting import eventually_sync
 
 from .managers import Manager
 
@@ -41,18 +41,8 @@ _COLLECTIONS = {
 
 
 def eventually(check: Callable[[], T | None], within: float = WAIT, what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy (returned); AssertionError/LookupError count as not yet."""
-    deadline = time.monotonic() + within
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except (AssertionError, LookupError) as error:
-            last = error
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: not within {within:.0f}s (last: {last!r})")
+    """`llmaz.testing.waiting.eventually_sync` with the e2e default wait (scaled by E2E_TIMEOUT_SCALE)."""
+    return eventually_sync(check, within, what, interval=0.25)
 
 
 @dataclass

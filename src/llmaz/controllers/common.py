@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from llmaz.apis import OpenModel
 from llmaz.apis import constants as c
+from llmaz.apis.base import ApiModel
 from llmaz.apis.core_v1alpha1 import ModelRef
 from llmaz.controllers.builders import BuildError, main_first
 from llmaz.runtime.cache import Obj, Store
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.applycheck import apply_is_noop
+from llmaz.runtime.controller import TerminalError
 from llmaz.runtime.resource import Resource
+
+ModelT = TypeVar("ModelT", bound=ApiModel)
 
 
 class ModelNotFoundError(BuildError):
@@ -39,6 +45,14 @@ def fetch_models(models: Store, refs: Sequence[ModelRef]) -> list[OpenModel]:
             raise ModelNotFoundError(ref.name)
         claimed.append((ref, OpenModel.from_dict(obj)))
     return main_first(claimed)
+
+
+def parse_cached(model: type[ModelT], obj: Obj, key: str) -> ModelT:
+    """A cached object as its API model; one that does not match the schema cannot be fixed by retrying."""
+    try:
+        return model.from_dict(obj)
+    except ValidationError as err:
+        raise TerminalError(f"{obj.get('kind', model.__name__)} {key} does not match its schema: {err}") from err
 
 
 def controller_uid(obj: Obj) -> str | None:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 
-from pydantic import ValidationError
-
 from llmaz.apis import BackendRuntime, Playground, Service
 from llmaz.apis import constants as c
 from llmaz.controllers import resources as r
@@ -31,12 +29,18 @@ from llmaz.controllers.builders import (
     playground_model_refs,
     playground_status,
 )
-from llmaz.controllers.common import apply_if_changed, fetch_models, is_controlled_by, write_status_if_changed
+from llmaz.controllers.common import (
+    apply_if_changed,
+    fetch_models,
+    is_controlled_by,
+    parse_cached,
+    write_status_if_changed,
+)
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client, NotFound
 from llmaz.runtime.clock import Clock
-from llmaz.runtime.controller import Request, Result, TerminalError
+from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import EventRecorder
 from llmaz.runtime.rbac import allow
 
@@ -66,10 +70,7 @@ class PlaygroundReconciler:
         obj = self._playgrounds.get(request.key)
         if obj is None:
             return Result()
-        try:
-            playground = Playground.from_dict(obj)
-        except ValidationError as err:
-            raise TerminalError(f"Playground {request.key} does not match its schema: {err}") from err
+        playground = parse_cached(Playground, obj, request.key)
         service = self._services.get(request.key)
         if service is not None and not is_controlled_by(service, playground.metadata.uid):
             await self._abort(obj, playground, c.MESSAGE_SERVICE_CONFLICT, "ServiceConflict")

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
 from llmaz.apis import Service
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import (
@@ -30,12 +28,12 @@ from llmaz.controllers.builders import (
     service_status,
     with_scheduler_name,
 )
-from llmaz.controllers.common import apply_if_changed, fetch_models, write_status_if_changed
+from llmaz.controllers.common import apply_if_changed, fetch_models, parse_cached, write_status_if_changed
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client, PatchType
 from llmaz.runtime.clock import Clock
-from llmaz.runtime.controller import Request, Result, TerminalError
+from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import allow
@@ -84,10 +82,7 @@ class ServiceReconciler:
         settings = self._settings.current
         if settings is None:
             raise SettingsNotLoadedError(f"global settings not loaded: {self._settings.last_error or 'no ConfigMap'}")
-        try:
-            service = Service.from_dict(obj)
-        except ValidationError as err:
-            raise TerminalError(f"Service {request.key} does not match its schema: {err}") from err
+        service = parse_cached(Service, obj, request.key)
         obj, service = await self._persist_scheduler_name(obj, service, settings.scheduler_name)
         try:
             models = fetch_models(self._models, service_model_refs(service))

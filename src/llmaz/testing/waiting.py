@@ -1,6 +1,10 @@
-"""Polling for conditions that become true eventually (informers converging, events being written).
+"""Polling for conditions that become true eventually (informers converging, objects appearing, pods ready).
 
-Limits: real time, 50 ms polls; for code that takes a Clock, step a FakeClock instead.
+`eventually` (async) and `eventually_sync` poll `check` until it returns something truthy, which they return. An
+AssertionError or LookupError raised by `check` counts as "not yet" (so a check may index into an object that is
+still being filled in); anything else propagates at once.
+
+Limits: real time; for code that takes a Clock, step a FakeClock instead.
 """
 
 from __future__ import annotations
@@ -8,17 +12,42 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-async def eventually(check: Callable[[], Awaitable[bool] | bool], within: float = 30.0, what: str = "") -> None:
-    """Poll `check` every 50 ms until it returns True; fail after `within` seconds."""
+async def eventually(
+    check: Callable[[], Awaitable[T] | T], within: float = 30.0, what: str = "", interval: float = 0.05
+) -> T:
+    """Poll `check` (sync or async) every `interval` seconds until it returns something truthy."""
     deadline = time.monotonic() + within
+    last: BaseException | None = None
     while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
+        try:
+            result = check()
+            if isinstance(result, Awaitable):
+                result = await result
+            if result:
+                return result
+        except (AssertionError, LookupError) as error:
+            last = error
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what or check}")
-        await asyncio.sleep(0.05)
+            raise AssertionError(f"timed out after {within}s waiting for {what or check} (last: {last!r})")
+        await asyncio.sleep(interval)
+
+
+def eventually_sync(check: Callable[[], T | None], within: float = 30.0, what: str = "", interval: float = 0.1) -> T:
+    """`eventually` for synchronous tests (kubectl-driven e2e and deploy tests)."""
+    deadline = time.monotonic() + within
+    last: BaseException | None = None
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except (AssertionError, LookupError) as error:
+            last = error
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what or check} (last: {last!r})")
+        time.sleep(interval)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -59,19 +58,3 @@ async def _synced(manager: Manager, task: asyncio.Task[None]) -> None:
         if task.done():
             task.result()
         await asyncio.sleep(0.05)
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], within: float = 20.0, interval: float = 0.1) -> Any:
-    """Poll `check` until it returns a truthy value (returned) or raises nothing past `within` seconds."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        try:
-            result = await check()
-            if result:
-                return result
-            last: BaseException | None = None
-        except (AssertionError, LookupError) as err:
-            last = err
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {within}s: {last!r}")
-        await asyncio.sleep(interval)

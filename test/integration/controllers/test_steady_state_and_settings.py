@@ -8,8 +8,8 @@ from llmaz.controllers import resources as r
 from llmaz.runtime.client import Client
 from llmaz.runtime.manager import Manager
 from llmaz.runtime.metrics import REGISTRY
+from llmaz.testing.waiting import eventually
 
-from .conftest import eventually
 from .objects import conditions, get_or_none, open_model, playground, set_lws_available
 
 _WRITES = ("POST", "PUT", "PATCH", "DELETE")

@@ -11,9 +11,8 @@ registration by URL (config/local), authenticated with a TokenRequest token of i
 from __future__ import annotations
 
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +25,7 @@ from llmaz.envtest import ControlPlane
 from llmaz.envtest._pki import ControlPlanePKI
 from llmaz.envtest._process import ManagedProcess, free_loopback_ports
 from llmaz.envtest._rest import RestClient
+from llmaz.testing.waiting import eventually_sync as eventually
 
 REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "llmaz-system"
@@ -36,21 +36,6 @@ T = TypeVar("T")
 class StrictControlPlane(ControlPlane):
     def _apiserver_args(self, pki: ControlPlanePKI) -> list[str]:
         return [*super()._apiserver_args(pki), "--enable-admission-plugins=OwnerReferencesPermissionEnforcement"]
-
-
-def eventually(check: Callable[[], T | None], within: float = 20.0, what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy (returned); AssertionError/LookupError count as not yet."""
-    deadline = time.monotonic() + within
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except (AssertionError, LookupError) as err:
-            last = err
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not within {within}s (last: {last!r})")
 
 
 def documents(text: str) -> list[dict[str, Any]]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from llmaz.envtest._cluster import Cluster
 from llmaz.runtime.client import ApiError, Client, NotFound
 from llmaz.runtime.resource import Resource
 from llmaz.runtime.webhook import WebhookServer, WebhookType, configuration
+from llmaz.testing.waiting import eventually
 from llmaz.webhooks import ReferenceLookup, StaticLookup, webhooks
 
 OPENMODELS = Resource("llmaz.io", "v1alpha1", "openmodels", "OpenModel", namespaced=False)
@@ -47,14 +47,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within}s: {what}")
-        await asyncio.sleep(0.1)
 
 
 @contextlib.asynccontextmanager
