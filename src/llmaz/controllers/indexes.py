@@ -21,18 +21,37 @@ PLAYGROUND_BACKEND = "llmaz.io/playground-backend"
 SERVICE_MODELS = "llmaz.io/service-models"
 
 
+class _LastParsed:
+    """The last Playground parsed, by (uid, resourceVersion): both Playground indexes run on each event in turn,
+    so one pydantic parse serves the two of them."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, object] | None = None
+        self._value: Playground | None = None
+
+    def get(self, obj: Obj) -> Playground | None:
+        meta = obj.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("resourceVersion"))
+        if key != self._key or key == (None, None):
+            try:
+                self._value = Playground.from_dict(obj)
+            except ValidationError:
+                self._value = None
+            self._key = key
+        return self._value
+
+
+_playgrounds = _LastParsed()
+
+
 def playground_models(obj: Obj) -> list[str]:
-    try:
-        return sorted({ref.name for ref in playground_model_refs(Playground.from_dict(obj))})
-    except ValidationError:
-        return []
+    playground = _playgrounds.get(obj)
+    return sorted({ref.name for ref in playground_model_refs(playground)}) if playground else []
 
 
 def playground_backend(obj: Obj) -> list[str]:
-    try:
-        return [backend_name(Playground.from_dict(obj))]
-    except ValidationError:
-        return []
+    playground = _playgrounds.get(obj)
+    return [backend_name(playground)] if playground else []
 
 
 def service_models(obj: Obj) -> list[str]:
