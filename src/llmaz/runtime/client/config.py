@@ -1,8 +1,7 @@
-"""Where the API server is and how to authenticate, loaded with kubernetes_asyncio's config loaders.
+"""Where the API server is and how to authenticate: a kubeconfig file or the pod's service account.
 
-Only kubernetes_asyncio's configuration loading is used (kubeconfig files, in-cluster service account); the
-transport is our own aiohttp session. Loaders are always given a private `Configuration`, so nothing here
-installs a process-wide default.
+Kubeconfig parsing lives in `kubeconfig`, TLS material and per-request credentials in `credentials`; the transport
+is our own aiohttp session. Nothing here installs a process-wide default.
 """
 
 from __future__ import annotations
@@ -11,13 +10,13 @@ import os
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
-from kubernetes_asyncio.client import Configuration
-from kubernetes_asyncio.config import incluster_config, kube_config
+from llmaz.runtime.client import kubeconfig as _kubeconfig
+from llmaz.runtime.client.credentials import ANONYMOUS, ConfigError, Credentials, TLSConfig, TokenFile
 
-_SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_SA_NAMESPACE_FILE = SERVICE_ACCOUNT_DIR / "namespace"
 
 
 @dataclass(slots=True)
@@ -33,7 +32,8 @@ class RestConfig:
     """
 
     host: str
-    configuration: Any = None  # kubernetes_asyncio Configuration: holds credentials, refreshes tokens
+    tls: TLSConfig = field(default_factory=TLSConfig)
+    credentials: Credentials = ANONYMOUS
     qps: float = 50.0
     burst: int = 100
     timeout: float = 30.0
@@ -53,50 +53,45 @@ class RestConfig:
         return urlsplit(self.host).netloc or self.host
 
     def ssl_context(self) -> ssl.SSLContext | bool:
-        cfg = self.configuration
-        if cfg is None:
+        if self.tls.is_default:
             return True  # aiohttp's default verification (or plain HTTP, where it is unused)
-        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-        if cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
-        if not cfg.verify_ssl:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
+        return self.tls.ssl_context()
 
     @property
     def tls_server_name(self) -> str | None:
-        return getattr(self.configuration, "tls_server_name", None) if self.configuration else None
+        return self.tls.server_name
 
     async def auth_headers(self) -> dict[str, str]:
-        """The Authorization header for the next request; re-read each time so refreshed tokens apply."""
-        cfg = self.configuration
-        if cfg is None:
-            return {}
-        settings = await cfg.auth_settings()
-        bearer = settings.get("BearerToken")
-        if bearer and bearer.get("value"):
-            return {"Authorization": str(bearer["value"])}
-        if cfg.username or cfg.password:
-            return {"Authorization": str(cfg.get_basic_auth_token())}
-        return {}
+        """The Authorization header for the next request; asked each time so rotated tokens apply."""
+        return await self.credentials.headers()
 
 
 async def from_kubeconfig(path: str | os.PathLike[str] | None = None, context: str | None = None) -> RestConfig:
-    """Load a kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)."""
-    cfg = Configuration()
-    config_file = str(path) if path is not None else os.environ.get("KUBECONFIG") or None
-    await kube_config.load_kube_config(
-        config_file=config_file, context=context, client_configuration=cfg, persist_config=False
-    )
-    return RestConfig(host=str(cfg.host), configuration=cfg)
+    """Load a kubeconfig file (default: the $KUBECONFIG list, then ~/.kube/config); merge rules in `kubeconfig`."""
+    merged = _kubeconfig.read(path)
+    name, cluster, user = merged.select(context)
+    if _kubeconfig.needs_plugin(user):
+        host, tls, plugin = await _kubeconfig.plugin_settings(path, name)
+        return RestConfig(host=host, tls=tls, credentials=plugin)
+    server, tls = _kubeconfig.cluster_settings(cluster, f"kubeconfig context {name!r}")
+    tls, credentials = _kubeconfig.user_settings(user, tls)
+    return RestConfig(host=server, tls=tls, credentials=credentials)
 
 
-def in_cluster() -> RestConfig:
+def in_cluster(service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> RestConfig:
     """The pod's service account: token (re-read as it rotates), CA and KUBERNETES_SERVICE_HOST/PORT."""
-    cfg = Configuration()
-    incluster_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return RestConfig(host=str(cfg.host), configuration=cfg)
+    host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ConfigError("not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must both be set")
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    token = TokenFile(service_account_dir / "token")
+    token.refresh()  # fail now, with the path, rather than on the first request
+    ca = service_account_dir / "ca.crt"
+    if not ca.exists():
+        raise ConfigError(f"service account CA {ca} does not exist")
+    return RestConfig(host=f"https://{host}:{port}", tls=TLSConfig(ca_file=str(ca)), credentials=token)
 
 
 async def load(kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None) -> RestConfig:
