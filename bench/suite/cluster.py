@@ -1,8 +1,9 @@
 """A fresh local control plane per run, set up for one subject's API flavour, and its request counters.
 
 Flavours: "python" (our CRDs, the default BackendRuntimes and the global ConfigMap, as `make dev-up`),
-"go" (the Go llmaz module's own CRDs and `bench/manifests/llmaz-go/setup.yaml`), and "plain" (only the
-built-in kinds and the LWS CRD). Every flavour gets the namespace `bench` for the workload.
+"go" (the Go llmaz module's own CRDs, `bench/manifests/llmaz-go/common.yaml` and the vllm BackendRuntime in
+that version's API shape), and "plain" (only the built-in kinds and the LWS CRD). Every flavour gets the
+namespace `bench` for the workload.
 """
 
 from __future__ import annotations
@@ -26,10 +27,17 @@ SERVER_OWN_RESOURCES = frozenset({"ipaddresses", "leases"})
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 
 
+def legacy_backend_api(crd_dir: Path) -> bool:
+    """Whether these llmaz CRDs have the v0.1.0 API: BackendRuntime `args`/`resources` instead of
+    `recommendedConfigs`, and the Playground's backend named by `backendRuntimeConfig.name`, not `backendName`."""
+    return "recommendedConfigs:" not in (crd_dir / "inference.llmaz.io_backendruntimes.yaml").read_text()
+
+
 class BenchCluster:
     def __init__(self, flavour: str, go_crds: Path | None = None) -> None:
         crds = {"python": [REPO / "config" / "crd" / "bases"], "go": [go_crds] if go_crds else [], "plain": []}
         self.flavour = flavour
+        self.legacy_api = flavour == "go" and go_crds is not None and legacy_backend_api(go_crds)
         self.plane = ControlPlane(crd_paths=[p for p in crds[flavour] if p is not None], start_timeout=120)
 
     def __enter__(self) -> BenchCluster:
@@ -73,5 +81,7 @@ class BenchCluster:
         if self.flavour == "python":
             self.plane.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "config" / "dev"))
         elif self.flavour == "go":
-            self.plane.kubectl("apply", "--server-side", "-f", str(BENCH_DIR / "manifests" / "llmaz-go"))
+            manifests = BENCH_DIR / "manifests" / "llmaz-go"
+            backend = manifests / ("backend-args.yaml" if self.legacy_api else "backend-recommended-configs.yaml")
+            self.plane.kubectl("apply", "--server-side", "-f", str(manifests / "common.yaml"), "-f", str(backend))
         self.plane.kubectl("create", "namespace", NAMESPACE)

@@ -77,7 +77,7 @@ async def measure(settings: Settings, subject: Subject, cluster: BenchCluster, n
         t = settings.timeout
         result: dict[str, Any] = {}
         result["converge"] = await phase(
-            subject, cluster, lambda: workload.create_playgrounds(client, subject.name, n), tracker,
+            subject, cluster, lambda: workload.create_playgrounds(client, n, cluster.legacy_api), tracker,
             lambda c: min(c["services"], c["lws"], c["playground_progressing"]) >= n, t)  # fmt: skip
         names = [workload.playground_name(i) for i in range(n)]
         result["available"] = await phase(

@@ -1,8 +1,11 @@
 """Build the Go subjects into the cache, only when missing. They are benchmark baselines, never shipped.
 
-- The Go llmaz manager, from its module at the first version in LLMAZ_GO_VERSIONS (default "v0.1.4 v0.1.0")
-  that the module proxy serves, built in a throwaway module under $LLMAZ_CACHE/bench-build/. Its own CRDs
-  come from the same module. LLMAZ_GO_BINARY (with LLMAZ_GO_CRDS) uses a binary built elsewhere instead.
+- The Go llmaz manager, from its module at the first version in LLMAZ_GO_VERSIONS (default
+  "v0.1.4 v0.1.1 v0.1.0") that the module proxy serves, built in a throwaway module under
+  $LLMAZ_CACHE/bench-build/. Its own CRDs come from the same module. The checksum database has no entry for
+  some llmaz releases (v0.1.1), so llmaz alone is exempt from it (GONOSUMDB); its dependencies are still
+  verified, and the binary is a local benchmark subject, never shipped. LLMAZ_GO_BINARY (with
+  LLMAZ_GO_CRDS) uses a binary built elsewhere instead.
 - bench/go-noop, the controller-runtime no-op controller, keyed by a hash of its sources.
 """
 
@@ -20,6 +23,9 @@ from suite.settings import BENCH_DIR
 LLMAZ_MODULE = "github.com/inftyai/llmaz"
 
 
+_NO_SUMDB_FOR_LLMAZ = {"GONOSUMDB": LLMAZ_MODULE}
+
+
 class GoUnavailableError(RuntimeError):
     """A Go subject could not be built; the message says why."""
 
@@ -33,8 +39,11 @@ class GoLlmaz:
     """Why earlier versions in the list were skipped (e.g. the proxy refused them)."""
 
 
-def _go(args: list[str], cwd: Path, timeout: float = 1800) -> str:
-    proc = subprocess.run(["go", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+def _go(args: list[str], cwd: Path, timeout: float = 1800, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        ["go", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
     if proc.returncode != 0:
         raise GoUnavailableError(f"go {' '.join(args)}: {proc.stderr.strip()[-600:]}")
     return proc.stdout
@@ -47,7 +56,7 @@ def llmaz_manager(cache: Path) -> GoLlmaz:
             raise GoUnavailableError("LLMAZ_GO_BINARY needs LLMAZ_GO_CRDS (the CRD directory of the same version)")
         return GoLlmaz(Path(os.environ["LLMAZ_GO_BINARY"]), Path(crd_dir), os.environ.get("LLMAZ_GO_VERSION", "?"))
     notes: list[str] = []
-    for version in os.environ.get("LLMAZ_GO_VERSIONS", "v0.1.4 v0.1.0").split():
+    for version in os.environ.get("LLMAZ_GO_VERSIONS", "v0.1.4 v0.1.1 v0.1.0").split():
         try:
             binary, crds = _build_llmaz(cache, version)
             return GoLlmaz(binary, crds, version, notes)
@@ -63,10 +72,10 @@ def _build_llmaz(cache: Path, version: str) -> tuple[Path, Path]:
     if not (work / "go.mod").exists():
         (work / "go.mod").write_text("module llmazbench.local/build\n\ngo 1.23.0\n")
     if not binary.exists():
-        _go(["get", f"{LLMAZ_MODULE}/cmd@{version}"], work)
+        _go(["get", f"{LLMAZ_MODULE}/cmd@{version}"], work, env=_NO_SUMDB_FOR_LLMAZ)
         binary.parent.mkdir(parents=True, exist_ok=True)
-        _go(["build", "-trimpath", "-o", str(binary), f"{LLMAZ_MODULE}/cmd"], work)
-    module_dir = Path(json.loads(_go(["list", "-m", "-json", LLMAZ_MODULE], work))["Dir"])
+        _go(["build", "-trimpath", "-o", str(binary), f"{LLMAZ_MODULE}/cmd"], work, env=_NO_SUMDB_FOR_LLMAZ)
+    module_dir = Path(json.loads(_go(["list", "-m", "-json", LLMAZ_MODULE], work, env=_NO_SUMDB_FOR_LLMAZ))["Dir"])
     return binary, module_dir / "config" / "crd" / "bases"
 
 

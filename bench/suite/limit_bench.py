@@ -30,7 +30,7 @@ def chain(client: Client, templates: dict[str, Any], i: int) -> Callable[[], Awa
 
     async def run() -> None:
         await client.create(r.OPEN_MODELS, workload.open_model(i))
-        await client.create(r.PLAYGROUNDS, workload.playground("python", i))
+        await client.create(r.PLAYGROUNDS, workload.playground(i))
         await client.create(r.INFERENCE_SERVICES, materialize(templates["service"], i))
         await client.create(r.LEADER_WORKER_SETS, materialize(templates["lws"], i))
         await client.create(r.SERVICES, materialize(templates["lb_service"], i))

@@ -36,9 +36,9 @@ def open_model(i: int) -> dict[str, Any]:
     }
 
 
-def playground(flavour: str, i: int, round_: int = 1) -> dict[str, Any]:
-    # v0.1.x names the backend `name`; later versions (and ours) `backendName`.
-    backend_field = "name" if flavour == "go" else "backendName"
+def playground(i: int, round_: int = 1, legacy_api: bool = False) -> dict[str, Any]:
+    # v0.1.0 names the backend `name`; later versions (and ours) `backendName`.
+    backend_field = "name" if legacy_api else "backendName"
     return {
         "apiVersion": "inference.llmaz.io/v1alpha1",
         "kind": "Playground",
@@ -82,13 +82,13 @@ async def bounded(calls: Iterable[Callable[[], Awaitable[T]]], concurrency: int 
     return time.monotonic() - started, failures
 
 
-async def create_playgrounds(client: Client, flavour: str, count: int) -> tuple[float, int]:
+async def create_playgrounds(client: Client, count: int, legacy_api: bool = False) -> tuple[float, int]:
     """Each Playground's OpenModel right before it, all at once."""
 
     def pair(i: int) -> Callable[[], Awaitable[None]]:
         async def create() -> None:
             await client.create(r.OPEN_MODELS, open_model(i))
-            await client.create(r.PLAYGROUNDS, playground(flavour, i))
+            await client.create(r.PLAYGROUNDS, playground(i, legacy_api=legacy_api))
 
         return create
 
