@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from llmaz.apis import OpenModel
+from llmaz.apis import BackendRuntime, OpenModel
 from llmaz.apis import constants as c
 from llmaz.apis.base import ApiModel
 from llmaz.apis.core_v1alpha1 import ModelRef
@@ -36,6 +36,39 @@ class ModelNotFoundError(BuildError):
         self.model = model
 
 
+class ParsedByVersion(Generic[ModelT]):
+    """One pydantic parse per object version, for objects that many reconciles read (OpenModels, BackendRuntimes).
+
+    Keyed by uid and resourceVersion, so a changed object is parsed again. Builders never mutate their inputs,
+    which is what makes sharing a parse safe. Holds at most `max_entries` objects (the oldest go first), so
+    deleted objects cannot pile up.
+    """
+
+    def __init__(self, model: type[ModelT], max_entries: int = 2048) -> None:
+        self._model = model
+        self._max_entries = max_entries
+        self._entries: dict[str, tuple[str, ModelT]] = {}
+
+    def __call__(self, obj: Obj) -> ModelT:
+        meta = obj.get("metadata") or {}
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        if not uid or not version:
+            return self._model.from_dict(obj)
+        hit = self._entries.get(uid)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        parsed = self._model.from_dict(obj)
+        self._entries.pop(uid, None)
+        self._entries[uid] = (version, parsed)
+        if len(self._entries) > self._max_entries:
+            del self._entries[next(iter(self._entries))]
+        return parsed
+
+
+parse_open_model = ParsedByVersion(OpenModel)
+parse_backend_runtime = ParsedByVersion(BackendRuntime)
+
+
 def fetch_models(models: Store, refs: Sequence[ModelRef]) -> list[OpenModel]:
     """The claimed OpenModels from the cache, main model first; raises ModelNotFoundError for a missing one."""
     claimed = []
@@ -43,7 +76,7 @@ def fetch_models(models: Store, refs: Sequence[ModelRef]) -> list[OpenModel]:
         obj = models.get(ref.name)
         if obj is None:
             raise ModelNotFoundError(ref.name)
-        claimed.append((ref, OpenModel.from_dict(obj)))
+        claimed.append((ref, parse_open_model(obj)))
     return main_first(claimed)
 
 

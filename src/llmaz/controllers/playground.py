@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 
-from llmaz.apis import BackendRuntime, Playground, Service
+from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import (
@@ -33,6 +33,7 @@ from llmaz.controllers.common import (
     apply_if_changed,
     fetch_models,
     is_controlled_by,
+    parse_backend_runtime,
     parse_cached,
     write_status_if_changed,
 )
@@ -94,7 +95,7 @@ class PlaygroundReconciler:
         backend_obj = self._backends.get(backend_name(playground))
         if backend_obj is None:
             raise BackendRuntimeNotFoundError(backend_name(playground))
-        backend = BackendRuntime.from_dict(backend_obj)
+        backend = parse_backend_runtime(backend_obj)
         return build_service(playground, models, backend), build_hpa(playground, backend)
 
     async def _reconcile_hpa(self, request: Request, playground: Playground, desired: Obj | None) -> None:

@@ -153,3 +153,40 @@ def test_template_creation_timestamps_from_the_server_are_dropped() -> None:
     assert lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] == {
         "labels": {"llmaz.io/model-name": "llama3-405b-instruct", "llmaz.io/model-family-name": "llama3"}
     }
+
+
+def _scramble(value: Any) -> None:
+    """Mutate every dict and list reachable from `value` in place."""
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            _scramble(item)
+        value["scrambled"] = True
+    elif isinstance(value, list):
+        for item in value:
+            _scramble(item)
+        value.append("scrambled")
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_builders_neither_mutate_nor_alias_their_inputs(sample: str) -> None:
+    # The reconcilers share one parse of an OpenModel or BackendRuntime version between reconciles
+    # (controllers.common.ParsedByVersion): a builder that changed its inputs, or returned parts of them that a
+    # later step changes, would corrupt every later reconcile.
+    docs = documents(f"config/samples/{sample}")
+    models = {d["metadata"]["name"]: OpenModel.from_dict(d) for d in docs if d["kind"] == "OpenModel"}
+    runtimes = {name: backend(name) for name in ("vllm", "sglang", "llamacpp", "ollama", "tgi", "tensorrt-llm")}
+    before = {name: m.to_dict() for name, m in {**models, **runtimes}.items()}
+    for doc in docs:
+        doc["metadata"].setdefault("namespace", NAMESPACE)
+        if doc["kind"] != "Playground":
+            continue
+        doc["metadata"]["uid"] = PLAYGROUND_UID
+        pg = Playground.from_dict(doc)
+        runtime = runtimes[backend_name(pg)]
+        ordered = main_first([(ref, models[ref.name]) for ref in playground_model_refs(pg)])
+        service_cr = build_service(pg, ordered, runtime)
+        outputs = [service_cr, build_hpa(pg, runtime)]
+        svc = Service.from_dict({**service_cr, "metadata": {**service_cr["metadata"], "uid": SERVICE_UID}})
+        outputs += [build_leader_worker_set(svc, ordered, LOADER_IMAGE), build_lb_service(svc, ordered)]
+        _scramble(outputs)
+    assert {name: m.to_dict() for name, m in {**models, **runtimes}.items()} == before
