@@ -112,11 +112,16 @@ def runtime(suite: Suite, noop: Path | None) -> None:
 def admission(suite: Suite, go: golang.GoLlmaz | None) -> None:
     s = suite.settings
     rates = list(s.admission_rates)
+    try:
+        loader = golang.go_load(s.cache_dir)
+    except golang.GoUnavailableError as err:
+        suite.results["go"]["load_error"] = str(err)
+        return
     runners: dict[str, Callable[[], list[dict[str, Any]]]] = {
-        "python": lambda: admission_bench.python_run(rates, s.admission_seconds)
+        "python": lambda: admission_bench.python_run(loader, rates, s.admission_seconds)
     }
     if go is not None:
-        runners["go"] = lambda: admission_bench.go_run(go.binary, go.crd_dir, rates, s.admission_seconds,
+        runners["go"] = lambda: admission_bench.go_run(loader, go.binary, go.crd_dir, rates, s.admission_seconds,
                                                        suite.log_dir)  # fmt: skip
     for rep in range(s.repeats):
         for name in suite.order(rep):

@@ -6,7 +6,8 @@
   some llmaz releases (v0.1.1), so llmaz alone is exempt from it (GONOSUMDB); its dependencies are still
   verified, and the binary is a local benchmark subject, never shipped. LLMAZ_GO_BINARY (with
   LLMAZ_GO_CRDS) uses a binary built elsewhere instead.
-- bench/go-noop, the controller-runtime no-op controller, keyed by a hash of its sources.
+- bench/go-noop, the controller-runtime no-op controller, and bench/go-load, the admission load generator,
+  each keyed by a hash of its sources.
 """
 
 from __future__ import annotations
@@ -80,11 +81,19 @@ def _build_llmaz(cache: Path, version: str) -> tuple[Path, Path]:
 
 
 def go_noop(cache: Path) -> Path:
-    source = BENCH_DIR / "go-noop"
+    return _local_program(cache, "go-noop", ("go.mod", "go.sum", "main.go"))
+
+
+def go_load(cache: Path) -> Path:
+    return _local_program(cache, "go-load", ("go.mod", "main.go"))
+
+
+def _local_program(cache: Path, name: str, files: tuple[str, ...]) -> Path:
+    source = BENCH_DIR / name
     digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum", "main.go"):
-        digest.update((source / name).read_bytes())
-    binary = cache / "bin" / "bench" / f"go-noop-{digest.hexdigest()[:12]}"
+    for file in files:
+        digest.update((source / file).read_bytes())
+    binary = cache / "bin" / "bench" / f"{name}-{digest.hexdigest()[:12]}"
     if not binary.exists():
         binary.parent.mkdir(parents=True, exist_ok=True)
         _go(["build", "-trimpath", "-o", str(binary), "."], source)

@@ -120,18 +120,19 @@ def runtime_section(results: dict[str, Any]) -> list[str]:
 
 
 def admission_section(results: dict[str, Any]) -> list[str]:
-    lines = ["| subject | rate/s | requests | p50 ms | p99 ms | max ms | errors | server CPU s |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| subject | rate/s | requests | p50 ms | p99 ms | max ms | errors | server CPU s | load 1m |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     found = False
     for subject in ("python", "go"):
         all_rows = [row for r in runs(results, "admission", subject=subject) for row in r["rates"]]
         for rate in sorted({row["rate"] for row in all_rows}):
             rows = [row for row in all_rows if row["rate"] == rate]
             found = True
-            stat = {key: summary([row[key] for row in rows]) for key in
-                    ("requests", "p50_ms", "p99_ms", "max_ms", "errors", "server_cpu_seconds")}  # fmt: skip
+            stat = {key: summary([row[key] for row in rows if key in row]) for key in
+                    ("requests", "p50_ms", "p99_ms", "max_ms", "errors", "server_cpu_seconds", "load_1m")}  # fmt: skip
             lines.append(f"| {subject} | {rate} | " + " | ".join(cell(v) for v in stat.values()) + " |")
-    return ["", "### Admission latency (loopback HTTPS, open loop)", "", *lines] if found else []
+    title = "### Admission latency (loopback HTTPS, open loop, load from bench/go-load)"
+    return ["", title, "", *lines] if found else []
 
 
 def limit_section(results: dict[str, Any]) -> list[str]:
