@@ -15,8 +15,13 @@ Phases of one run (all times are the driver's wall clock, CPU and memory are the
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +107,28 @@ async def steady_and_churn(
     await asyncio.sleep(settings.steady_seconds)
     steady = probe.finish()
     steady["cpu_percent_of_core"] = 100 * steady["cpu_seconds"] / steady["seconds"]
-    churn = await phase(
-        subject, cluster, lambda: workload.bump_envs(client, n, 2), tracker,
-        lambda c: c["lws_round:2"] >= n, settings.timeout)  # fmt: skip
+    with profiled(subject, settings.results_dir / f"profile-churn-{subject.name}-{n}.txt"):
+        churn = await phase(
+            subject, cluster, lambda: workload.bump_envs(client, n, 2), tracker,
+            lambda c: c["lws_round:2"] >= n, settings.timeout)  # fmt: skip
     return {"steady": steady, "churn": churn}
+
+
+@contextlib.contextmanager
+def profiled(subject: Subject, out: Path) -> Iterator[None]:
+    """With BENCH_PROFILE=1, py-spy samples our manager for the duration (raw collapsed stacks in `out`)."""
+    if os.environ.get("BENCH_PROFILE") != "1" or subject.name != "python":
+        yield
+        return
+    spy = Path(sys.executable).with_name("py-spy")
+    argv = [str(spy), "record", "--pid", str(subject.process.pid), "--format", "raw", "--rate", "100",
+            "--nonblocking", "-o", str(out)]  # fmt: skip
+    recorder = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(timeout=60)
 
 
 def run_once(settings: Settings, name: str, n: int, full: bool, go_binary: Path | None, go_crds: Path | None,
