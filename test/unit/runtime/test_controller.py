@@ -12,6 +12,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from llmaz.runtime.client.errors import Conflict
 from llmaz.runtime.controller import (
     CacheSyncTimeoutError,
     Controller,
@@ -368,3 +369,22 @@ async def test_a_controller_runs_only_once(clock: FakeClock, name: str) -> None:
         await settle()
     with pytest.raises(RuntimeError, match="already started"):
         await controller.run(asyncio.Event())
+
+
+async def test_a_conflict_is_retried_and_logged_at_info_without_a_traceback(clock: FakeClock, name: str) -> None:
+    reconciler = ScriptedReconciler(clock, [Conflict(409, "Conflict", "the object has been modified")])
+    controller, informer = build(name, reconciler, clock)
+    with capture_logs() as logs:
+        async with running(controller):
+            informer.add(model("a"))
+            await until(lambda: len(reconciler.calls) == 1)
+            await clock.wait_for_sleepers()
+            clock.step(0.005)
+            await until(lambda: len(reconciler.calls) == 2)
+    assert reconciles(controller, "error") == 1
+    assert reconciles(controller, "success") == 1
+    assert not [log for log in logs if log["event"] == "Reconciler error"]
+    (conflict,) = [log for log in logs if log["event"] == "Reconcile conflict, requeued"]
+    assert conflict["log_level"] == "info"
+    assert "exc_info" not in conflict
+    assert "the object has been modified" in conflict["error"]

@@ -1,7 +1,8 @@
 """Controllers: reconcile contract, event handlers, predicates, the worker loop and its builder."""
 
+from llmaz.runtime.cache.factory import CacheSyncTimeoutError
 from llmaz.runtime.controller.builder import ControllerBuilder, InformerSource, Scope
-from llmaz.runtime.controller.controller import CacheSyncTimeoutError, Controller, ControllerOptions, Watch
+from llmaz.runtime.controller.controller import Controller, ControllerOptions, Watch
 from llmaz.runtime.controller.handler import (
     EnqueueHandler,
     ObjectMapper,

@@ -12,11 +12,13 @@ Every outcome is decided in `_reconcile_handler`, and nowhere else:
 | returns Result(requeue_after=s>0) | forget, then add_after(s) | requeue_after          |                  |
 | returns Result(requeue=True)      | add_rate_limited          | requeue                |                  |
 | raises TerminalError              | forget (not retried)      | error                  | errors, terminal |
+| raises Conflict (409)             | add_rate_limited          | error                  | errors           |
 | raises any other Exception        | add_rate_limited          | error                  | errors           |
 
-Errors are logged once, here, as "Reconciler error" with the traceback. Nothing a reconciler raises stops a
-worker, except `CancelledError` (and other BaseExceptions), which always propagate. Each reconcile runs with
-controller, kind, namespace, name and a fresh reconcile_id bound to the log context.
+Errors are logged once, here, as "Reconciler error" with the traceback, except a Conflict: a write from a
+cache one event behind, expected under load and fixed by the retry, logged at info without one. Nothing a
+reconciler raises stops a worker, except `CancelledError` (and other BaseExceptions), which always propagate.
+Each reconcile runs with controller, kind, namespace, name and a fresh reconcile_id bound to the log context.
 
 Shutdown: when `stopping` is set the queue shuts down with drain. In-flight reconciles finish; queued keys
 that no worker has started are dropped (the controller is level-triggered, so whoever runs next relists and
@@ -30,7 +32,9 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from llmaz.runtime.cache.factory import CacheSyncTimeoutError
 from llmaz.runtime.cache.interfaces import Informer
+from llmaz.runtime.client.errors import Conflict
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.controller import metrics
 from llmaz.runtime.controller.handler import EnqueueHandler, ObjectMapper
@@ -40,10 +44,6 @@ from llmaz.runtime.log import bound_context, get_logger
 from llmaz.runtime.workqueue import QueueShutDownError, RateLimiter, RateLimitingQueue
 
 _log = get_logger("llmaz.runtime.controller")
-
-
-class CacheSyncTimeoutError(TimeoutError):
-    """The controller's informers did not sync within `cache_sync_timeout`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +190,12 @@ class Controller:
             self._count_error(terminal=True)
             _log.exception("Reconciler error")
             return
+        except Conflict as err:
+            # A write based on a cache one event behind: the retry reads the newer version. Expected under
+            # load, so no traceback at error level; still counted as an error, as controller-runtime does.
+            self.queue.add_rate_limited(request)
+            self._count_error(terminal=False)
+            _log.info("Reconcile conflict, requeued", error=str(err))
         except Exception:  # CancelledError is a BaseException: it is not caught and always propagates.
             self.queue.add_rate_limited(request)
             self._count_error(terminal=False)
