@@ -100,8 +100,10 @@ class Kubeconfig:
         if cluster is None:
             raise ConfigError(f"kubeconfig {where}: context {name!r} names cluster {cluster_name!r}, not defined")
         user_name = str(ctx.body.get("user") or "")
-        user = self.users.get(user_name, Entry({}, cluster.base)) if user_name else Entry({}, cluster.base)
-        if user_name and user_name not in self.users:
+        if not user_name:
+            return name, cluster, Entry({}, cluster.base)  # anonymous
+        user = self.users.get(user_name)
+        if user is None:
             raise ConfigError(f"kubeconfig {where}: context {name!r} names user {user_name!r}, not defined")
         return name, cluster, user
 
