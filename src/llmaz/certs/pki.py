@@ -1,28 +1,42 @@
-"""A self-signed CA and the serving certificates it signs, as PEM bytes (cryptography, RSA 2048).
+"""A self-signed CA and the serving and client certificates it signs, as PEM bytes (cryptography).
 
-Invariants: certificates are backdated by one hour (clock skew between us and the API server); a serving
-certificate never outlives its CA, so once the CA expires nothing it signed is still in use; serving
-certificates carry ExtKeyUsage ServerAuth, CN = the first DNS name (cut to 64 characters), and every DNS name
-and IP as SANs.
+Keys are RSA 2048 unless a caller passes another key factory (the local control plane uses EC P-256, which is
+much faster to generate). Invariants: certificates are backdated by one hour (clock skew between us and the API
+server); a leaf certificate never outlives its CA, so once the CA expires nothing it signed is still in use;
+serving certificates carry ExtKeyUsage ServerAuth, CN = the first DNS name (cut to 64 characters), and every DNS
+name and IP as SANs; client certificates carry ExtKeyUsage ClientAuth, and their CN and O are the user name and
+group the API server reads from them.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_VALIDITY = timedelta(days=3650)
 CERT_VALIDITY = timedelta(days=365)
 BACKDATE = timedelta(hours=1)
 RSA_BITS = 2048
+
+
+PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
+KeyFactory = Callable[[], PrivateKey]
+
+
+def rsa_key() -> PrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS)
+
+
+def ec_key() -> PrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,17 +53,18 @@ class KeyPair:
         return self.cert.not_valid_after_utc
 
 
-def new_ca(now: datetime, common_name: str, organization: str, validity: timedelta = CA_VALIDITY) -> KeyPair:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS)
-    name = x509.Name(
-        [
-            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
-        ]
-    )
+def new_ca(
+    now: datetime,
+    common_name: str,
+    organization: str | None = None,
+    validity: timedelta = CA_VALIDITY,
+    new_key: KeyFactory = rsa_key,
+) -> KeyPair:
+    key = new_key()
+    name = _name(common_name, organization)
     usage = x509.KeyUsage(True, False, True, False, False, True, False, False, False)  # sign, encipher, cert sign
     cert = (
-        _builder(name, name, key.public_key(), now - BACKDATE, now + validity)
+        _builder(name, name, key, now - BACKDATE, now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(usage, critical=True)
         .sign(key, hashes.SHA256())
@@ -63,28 +78,25 @@ def new_serving_cert(
     dns_names: Sequence[str],
     ip_addresses: Sequence[str] = (),
     validity: timedelta = CERT_VALIDITY,
+    new_key: KeyFactory = rsa_key,
 ) -> KeyPair:
-    ca_cert = ca.cert
-    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
-    if not isinstance(ca_key, rsa.RSAPrivateKey):
-        raise ValueError("the CA key is not an RSA key")
-    key = rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS)
     # X.509 caps the CN at 64 characters; clients verify the SANs, so a cut CN is harmless.
     common_name = (dns_names[0] if dns_names else "localhost")[:64]
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
-    not_after = min(now + validity, ca_cert.not_valid_after_utc)
-    usage = x509.KeyUsage(True, False, True, False, False, False, False, False, False)  # sign, key encipherment
-    cert = (
-        _builder(subject, ca_cert.subject, key.public_key(), now - BACKDATE, not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(usage, critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+    return _leaf(ca, now, _name(common_name), ExtendedKeyUsageOID.SERVER_AUTH, validity, new_key, sans)
+
+
+def new_client_cert(
+    ca: KeyPair,
+    now: datetime,
+    common_name: str,
+    organization: str | None = None,
+    validity: timedelta = CERT_VALIDITY,
+    new_key: KeyFactory = rsa_key,
+) -> KeyPair:
+    """A client certificate: the API server authenticates it as user `common_name` in group `organization`."""
+    return _leaf(ca, now, _name(common_name, organization), ExtendedKeyUsageOID.CLIENT_AUTH, validity, new_key)
 
 
 def self_signed(now: datetime, dns_names: Sequence[str], ip_addresses: Sequence[str] = ()) -> KeyPair:
@@ -93,21 +105,55 @@ def self_signed(now: datetime, dns_names: Sequence[str], ip_addresses: Sequence[
     return new_serving_cert(ca, now, dns_names, ip_addresses)
 
 
+def _leaf(
+    ca: KeyPair,
+    now: datetime,
+    subject: x509.Name,
+    extended_usage: x509.ObjectIdentifier,
+    validity: timedelta,
+    new_key: KeyFactory,
+    sans: list[x509.GeneralName] | None = None,
+) -> KeyPair:
+    ca_cert = ca.cert
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    if not isinstance(ca_key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
+        raise ValueError(f"the CA key is a {type(ca_key).__name__}, not an RSA or EC key")
+    key = new_key()
+    not_after = min(now + validity, ca_cert.not_valid_after_utc)
+    usage = x509.KeyUsage(True, False, True, False, False, False, False, False, False)  # sign, key encipherment
+    builder = (
+        _builder(subject, ca_cert.subject, key, now - BACKDATE, not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(usage, critical=True)
+        .add_extension(x509.ExtendedKeyUsage([extended_usage]), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return KeyPair(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization is not None:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attributes)
+
+
 def _builder(
-    subject: x509.Name, issuer: x509.Name, public_key: rsa.RSAPublicKey, not_before: datetime, not_after: datetime
+    subject: x509.Name, issuer: x509.Name, key: PrivateKey, not_before: datetime, not_after: datetime
 ) -> x509.CertificateBuilder:
     return (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(issuer)
-        .public_key(public_key)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(not_before)
         .not_valid_after(not_after)
     )
 
 
-def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
+def _key_pem(key: PrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
     )

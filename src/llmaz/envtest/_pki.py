@@ -1,4 +1,4 @@
-"""Certificates and keys for a loopback control plane.
+"""Certificates and keys for a loopback control plane, made with `llmaz.certs.pki`.
 
 Invariants:
 - One self-signed CA signs both the kube-apiserver serving certificate (SANs 127.0.0.1, ::1, localhost and
@@ -13,20 +13,17 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+
+from llmaz.certs import pki
 
 _VALIDITY = datetime.timedelta(days=365)
 _SERVING_DNS_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
 _SERVING_IPS = ("127.0.0.1", "::1")
-_SERVER_AUTH = ExtendedKeyUsageOID.SERVER_AUTH
-_CLIENT_AUTH = ExtendedKeyUsageOID.CLIENT_AUTH
+ADMIN_USER = "llmaz-envtest-admin"
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ class ControlPlanePKI:
 def write_pki(directory: Path) -> ControlPlanePKI:
     """Generate a fresh CA, serving and admin certificates and a service-account key pair in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    pki = ControlPlanePKI(
+    paths = ControlPlanePKI(
         ca_cert=directory / "ca.crt",
         serving_cert=directory / "apiserver.crt",
         serving_key=directory / "apiserver.key",
@@ -54,93 +51,28 @@ def write_pki(directory: Path) -> ControlPlanePKI:
         service_account_key=directory / "sa.key",
         service_account_public_key=directory / "sa.pub",
     )
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("llmaz-envtest-ca")
-    ca = _certificate(ca_name, ca_name, ca_key.public_key(), ca_key, is_ca=True)
-    _write(pki.ca_cert, ca.public_bytes(serialization.Encoding.PEM))
+    now = datetime.datetime.now(datetime.UTC)
+    ca = pki.new_ca(now, "llmaz-envtest-ca", validity=_VALIDITY, new_key=pki.ec_key)
+    _write(paths.ca_cert, ca.cert_pem)
 
-    serving_key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in _SERVING_DNS_NAMES]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVING_IPS]
-    serving = _certificate(
-        _name("kube-apiserver"), ca_name, serving_key.public_key(), ca_key, sans=sans, usage=_SERVER_AUTH
+    serving = pki.new_serving_cert(ca, now, _SERVING_DNS_NAMES, _SERVING_IPS, _VALIDITY, new_key=pki.ec_key)
+    _write(paths.serving_cert, serving.cert_pem)
+    _write(paths.serving_key, serving.key_pem)
+
+    admin = pki.new_client_cert(ca, now, ADMIN_USER, "system:masters", _VALIDITY, new_key=pki.ec_key)
+    _write(paths.admin_cert, admin.cert_pem)
+    _write(paths.admin_key, admin.key_pem)
+
+    sa_key = pki.ec_key()
+    private_pem = sa_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    _write_pair(pki.serving_cert, pki.serving_key, serving, serving_key)
-
-    admin_key = ec.generate_private_key(ec.SECP256R1())
-    admin_name = _name("llmaz-envtest-admin", organization="system:masters")
-    admin = _certificate(admin_name, ca_name, admin_key.public_key(), ca_key, usage=_CLIENT_AUTH)
-    _write_pair(pki.admin_cert, pki.admin_key, admin, admin_key)
-
-    sa_key = ec.generate_private_key(ec.SECP256R1())
-    _write(pki.service_account_key, _private_pem(sa_key))
+    _write(paths.service_account_key, private_pem)
     public_pem = sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    _write(pki.service_account_public_key, public_pem)
-    return pki
-
-
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
-    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if organization is not None:
-        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-    return x509.Name(attributes)
-
-
-def _certificate(
-    subject: x509.Name,
-    issuer: x509.Name,
-    public_key: ec.EllipticCurvePublicKey,
-    signing_key: ec.EllipticCurvePrivateKey,
-    *,
-    is_ca: bool = False,
-    sans: list[x509.GeneralName] | None = None,
-    usage: x509.ObjectIdentifier | None = None,
-) -> x509.Certificate:
-    # Backdated a little so that a clock step right after generation does not make it "not yet valid".
-    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
-    )
-    builder = builder.add_extension(_key_usage(cert_sign=is_ca), critical=True)
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    if usage is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    return builder.sign(signing_key, hashes.SHA256())
-
-
-def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=cert_sign,
-        crl_sign=cert_sign,
-        encipher_only=False,
-        decipher_only=False,
-    )
-
-
-def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _write_pair(cert_path: Path, key_path: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
-    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
-    _write(key_path, _private_pem(key))
+    _write(paths.service_account_public_key, public_pem)
+    return paths
 
 
 def _write(path: Path, content: bytes) -> None:

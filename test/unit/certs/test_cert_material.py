@@ -6,10 +6,14 @@ import base64
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
 from llmaz.certs.files import ensure_self_signed, write_files
 from llmaz.certs.inject import bundle_of, wanted_bundle
 from llmaz.certs.material import Material, Policy, from_secret, renew, usable
-from llmaz.certs.pki import covers, new_ca, new_serving_cert, signed_by
+from llmaz.certs.pki import covers, ec_key, key_matches, new_ca, new_client_cert, new_serving_cert, signed_by
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 POLICY = Policy(dns_names=("llmaz-webhook-service.llmaz-system.svc",), ip_addresses=("127.0.0.1",))
@@ -91,3 +95,23 @@ def test_a_serving_certificate_names_its_dns_names_and_ips() -> None:
     cert = new_serving_cert(ca, NOW, ["a.svc", "b.svc"], ["127.0.0.1"])
     assert covers(cert.cert_pem, "b.svc")
     assert cert.cert.not_valid_before_utc == NOW - timedelta(hours=1)
+
+
+def test_a_client_certificate_names_its_user_and_group_and_is_for_client_auth_only() -> None:
+    ca = new_ca(NOW, "ca", new_key=ec_key)
+    client = new_client_cert(ca, NOW, "alice", "system:masters", new_key=ec_key)
+    cert = x509.load_pem_x509_certificate(client.cert_pem)
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "alice"
+    assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:masters"
+    usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey)
+    assert signed_by(client.cert_pem, ca.cert_pem)
+    assert key_matches(client.cert_pem, client.key_pem)
+    assert client.not_after <= ca.not_after
+
+
+def test_a_leaf_never_outlives_its_ca() -> None:
+    ca = new_ca(NOW, "ca", validity=timedelta(days=10))
+    serving = new_serving_cert(ca, NOW, ["svc"], validity=timedelta(days=365))
+    assert serving.not_after == ca.not_after
