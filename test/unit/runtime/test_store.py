@@ -105,3 +105,24 @@ def test_replace_with_nothing_empties_the_store() -> None:
     diff = store.replace([])
     assert len(store) == 0
     assert [t.key for t in diff.deleted] == ["default/a"]
+
+
+def test_an_index_function_runs_once_per_object_version() -> None:
+    # Unfiling the old version uses the values filed for it, not a second call on the old object.
+    seen: list[str] = []
+
+    def by_app(o: dict[str, Any]) -> list[str]:
+        seen.append(o["metadata"]["resourceVersion"])
+        return [o["metadata"]["labels"]["app"]]
+
+    store = IndexedStore({"app": by_app})
+    first, second = owned("a", "u", app="one"), owned("a", "u", app="two")
+    second["metadata"]["resourceVersion"] = "2"
+    store.upsert(first)
+    store.upsert(second)
+    store.delete("default/a")
+    store.replace([first])
+    store.replace([])
+    assert seen == ["1", "2", "1"]
+    assert store.index_values("app") == []
+    assert store._filed == {"app": {}}

@@ -5,6 +5,9 @@ Invariants:
 - For every index name, `_indices[name][value]` is exactly the set of keys whose object `_indexers[name]`
   files under `value`; empty sets are removed. Every mutation updates the indexes before returning.
 - The built-in "namespace" index is always present.
+- `_filed[name][key]` holds the values `key` is filed under in every other index (absent when none), so that
+  replacing or deleting an object unfiles it without calling the index function on the old object again:
+  one call per object version, which matters when an index function parses the object.
 - Single-threaded by design: only the informer's task mutates a store, and readers on the same event loop
   never observe a half-applied change because no method awaits.
 """
@@ -35,6 +38,7 @@ class IndexedStore:
         self._items: dict[str, Obj] = {}
         self._indexers: dict[str, IndexFunc] = {NAMESPACE_INDEX: index_by_namespace}
         self._indices: dict[str, dict[str, set[str]]] = {NAMESPACE_INDEX: {}}
+        self._filed: dict[str, dict[str, tuple[str, ...]]] = {}
         if indexers:
             self.add_indexers(indexers)
 
@@ -72,6 +76,7 @@ class IndexedStore:
                 raise ValueError(f"index {name!r} already exists")
             self._indexers[name] = fn
             self._indices[name] = {}
+            self._filed[name] = {}
             for key, obj in self._items.items():
                 self._file(name, key, obj)
 
@@ -114,13 +119,20 @@ class IndexedStore:
         return diff
 
     def _file(self, name: str, key: str, obj: Obj) -> None:
-        for value in self._indexers[name](obj):
+        values = tuple(self._indexers[name](obj))
+        for value in values:
             self._indices[name].setdefault(value, set()).add(key)
+        if values and name != NAMESPACE_INDEX:
+            self._filed[name][key] = values
 
     def _unfile_all(self, key: str, obj: Obj) -> None:
-        for name, fn in self._indexers.items():
+        for name in self._indexers:
+            if name == NAMESPACE_INDEX:
+                values: tuple[str, ...] = tuple(index_by_namespace(obj))  # cheap: no need to remember it
+            else:
+                values = self._filed[name].pop(key, ())
             index = self._indices[name]
-            for value in fn(obj):
+            for value in values:
                 keys = index.get(value)
                 if keys is not None:
                     keys.discard(key)
