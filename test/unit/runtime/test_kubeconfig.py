@@ -95,6 +95,10 @@ async def test_merge_rules_of_a_kubeconfig_list(tmp_path: Path, monkeypatch: pyt
     )
     third = write_config(tmp_path / "c" / "config", current="own")
     (tmp_path / "b" / "token").write_text("file-token\n")
+    ca_pem = write_pki(tmp_path / "pki").ca_cert.read_bytes()
+    (tmp_path / "a" / "ca.crt").write_bytes(ca_pem)
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "ca.crt").write_bytes(ca_pem)
     monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(tmp_path / "missing"), str(first), str(second), str(third)]))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
@@ -277,9 +281,8 @@ async def test_data_overrides_the_file_of_the_same_certificate(tmp_path: Path, n
 async def test_client_certificate_without_key_is_an_error(tmp_path: Path, no_env: None) -> None:
     pki = write_pki(tmp_path / "pki")
     path = simple(tmp_path / "config", **{"client-certificate-data": b64(pki.admin_cert.read_bytes())})
-    cfg = await from_kubeconfig(path)
     with pytest.raises(ConfigError, match="client-key or client-key-data"):
-        cfg.ssl_context()
+        await from_kubeconfig(path)
 
 
 async def test_insecure_skip_tls_verify(tmp_path: Path, no_env: None) -> None:
@@ -316,9 +319,10 @@ async def test_exec_plugin_runs_through_kubernetes_asyncio(tmp_path: Path, no_en
 
 
 def service_account(directory: Path, token: str = "sa-token") -> Path:
+    pki = write_pki(directory.parent / "pki")
     directory.mkdir(parents=True)
     (directory / "token").write_text(token)
-    (directory / "ca.crt").write_text("unused here")
+    (directory / "ca.crt").write_bytes(pki.ca_cert.read_bytes())
     return directory
 
 
@@ -358,3 +362,25 @@ def test_loading_a_kubeconfig_does_not_import_the_generated_client(tmp_path: Pat
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["https://one.example:6443", "False"]
+
+
+async def test_unreadable_certificates_are_errors_that_name_them(tmp_path: Path, no_env: None) -> None:
+    missing_ca = write_config(
+        tmp_path / "a",
+        clusters={"c": {"server": "https://x:1", "certificate-authority": "/nonexistent/ca.crt"}},
+        contexts={"x": {"cluster": "c"}},
+        current="x",
+    )
+    with pytest.raises(ConfigError, match=r"cluster CA /nonexistent/ca\.crt"):
+        await from_kubeconfig(missing_ca)  # at load time, not on the first request
+    not_pem = write_config(
+        tmp_path / "b",
+        clusters={"c": {"server": "https://x:1", "certificate-authority-data": b64(b"not a certificate")}},
+        contexts={"x": {"cluster": "c"}},
+        current="x",
+    )
+    with pytest.raises(ConfigError, match="cluster CA certificate-authority-data"):
+        await from_kubeconfig(not_pem)
+    bad_client = simple(tmp_path / "c", **{"client-certificate-data": b64(b"junk"), "client-key-data": b64(b"junk")})
+    with pytest.raises(ConfigError, match="client certificate client-certificate-data"):
+        await from_kubeconfig(bad_client)

@@ -75,6 +75,8 @@ async def from_kubeconfig(path: str | os.PathLike[str] | None = None, context: s
         return RestConfig(host=host, tls=tls, credentials=plugin)
     server, tls = _kubeconfig.cluster_settings(cluster, f"kubeconfig context {name!r}")
     tls, credentials = _kubeconfig.user_settings(user, tls)
+    if not tls.is_default:
+        tls.ssl_context()  # unreadable certificates fail here, naming the field, not on the first request
     return RestConfig(host=server, tls=tls, credentials=credentials)
 
 
@@ -91,7 +93,9 @@ def in_cluster(service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> RestConfig:
     ca = service_account_dir / "ca.crt"
     if not ca.exists():
         raise ConfigError(f"service account CA {ca} does not exist")
-    return RestConfig(host=f"https://{host}:{port}", tls=TLSConfig(ca_file=str(ca)), credentials=token)
+    tls = TLSConfig(ca_file=str(ca))
+    tls.ssl_context()  # fail now on an unreadable CA
+    return RestConfig(host=f"https://{host}:{port}", tls=tls, credentials=token)
 
 
 async def load(kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None) -> RestConfig:

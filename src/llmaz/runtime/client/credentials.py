@@ -43,12 +43,20 @@ class TLSConfig:
 
     def ssl_context(self) -> ssl.SSLContext:
         """A client context that trusts the CA (or the system store) and presents the client certificate."""
-        ctx = ssl.create_default_context(
-            cafile=self.ca_file,
-            cadata=self.ca_data.decode("ascii") if self.ca_data else None,
-        )
+        try:
+            ctx = ssl.create_default_context(
+                cafile=self.ca_file,
+                cadata=self.ca_data.decode("ascii", errors="replace") if self.ca_data else None,
+            )
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            source = self.ca_file or "certificate-authority-data"
+            raise ConfigError(f"cluster CA {source}: {exc}; it must be a readable PEM certificate") from exc
         if self.cert_file or self.cert_data:
-            self._load_client_certificate(ctx)
+            try:
+                self._load_client_certificate(ctx)
+            except OSError as exc:
+                source = self.cert_file or "client-certificate-data"
+                raise ConfigError(f"client certificate {source}: {exc}; it and its key must be PEM") from exc
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
