@@ -23,6 +23,7 @@ from llmaz.runtime import log
 from llmaz.runtime.authn import DelegatingAuth
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import load
+from llmaz.runtime.client.credentials import ConfigError
 from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.metrics_server import DEFAULT_CERT_DIR as METRICS_CERT_DIR
 from llmaz.runtime.metrics_server import MetricsServer
@@ -124,6 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.info("starting manager", webhooks=webhooks_enabled(), namespace=args.namespace)
     try:
         asyncio.run(run(args))
+    except ConfigError as err:
+        logger.error("cannot load the API server configuration", error=str(err))
+        return 1
     except Exception as err:
         logger.error("manager exited", error=str(err), exc_info=True)
         return 1
