@@ -383,7 +383,7 @@ async def test_a_conflict_is_retried_and_logged_at_info_without_a_traceback(cloc
             await until(lambda: len(reconciler.calls) == 2)
     assert reconciles(controller, "error") == 1
     assert reconciles(controller, "success") == 1
-    assert not [log for log in logs if log["event"] == "Reconciler error"]
+    assert [log for log in logs if log["log_level"] == "error"] == []
     (conflict,) = [log for log in logs if log["event"] == "Reconcile conflict, requeued"]
     assert conflict["log_level"] == "info"
     assert "exc_info" not in conflict

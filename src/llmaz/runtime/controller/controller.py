@@ -196,6 +196,7 @@ class Controller:
             self.queue.add_rate_limited(request)
             self._count_error(terminal=False)
             _log.info("Reconcile conflict, requeued", error=str(err))
+            return
         except Exception:  # CancelledError is a BaseException: it is not caught and always propagates.
             self.queue.add_rate_limited(request)
             self._count_error(terminal=False)
