@@ -64,13 +64,13 @@ manifests: install ## Generate CRDs (and other generated manifests) from src/llm
 
 .PHONY: fmt
 fmt: install ## Format the code.
-	$(VENV)/bin/ruff format src test hack
-	$(VENV)/bin/ruff check --fix src test hack
+	$(VENV)/bin/ruff format src test hack bench
+	$(VENV)/bin/ruff check --fix src test hack bench
 
 .PHONY: lint
 lint: install ## ruff check, ruff format --check, mypy --strict.
-	$(VENV)/bin/ruff check src test hack
-	$(VENV)/bin/ruff format --check src test hack
+	$(VENV)/bin/ruff check src test hack bench
+	$(VENV)/bin/ruff format --check src test hack bench
 	$(VENV)/bin/mypy --strict src
 
 .PHONY: kustomize-build
