@@ -190,17 +190,15 @@ class Controller:
             self._count_error(terminal=True)
             _log.exception("Reconciler error")
             return
-        except Conflict as err:
-            # A write based on a cache one event behind: the retry reads the newer version. Expected under
-            # load, so no traceback at error level; still counted as an error, as controller-runtime does.
+        except Exception as err:  # CancelledError is a BaseException: it is not caught and always propagates.
             self.queue.add_rate_limited(request)
             self._count_error(terminal=False)
-            _log.info("Reconcile conflict, requeued", error=str(err))
-            return
-        except Exception:  # CancelledError is a BaseException: it is not caught and always propagates.
-            self.queue.add_rate_limited(request)
-            self._count_error(terminal=False)
-            _log.exception("Reconciler error")
+            if isinstance(err, Conflict):
+                # A write based on a cache one event behind: the retry reads the newer version. Expected under
+                # load, so no traceback at error level; still counted as an error, as controller-runtime does.
+                _log.info("Reconcile conflict, requeued", error=str(err))
+            else:
+                _log.exception("Reconciler error")
             return
         if result.requeue_after:
             self.queue.forget(request)
