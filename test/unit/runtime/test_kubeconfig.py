@@ -384,3 +384,27 @@ async def test_unreadable_certificates_are_errors_that_name_them(tmp_path: Path,
     bad_client = simple(tmp_path / "c", **{"client-certificate-data": b64(b"junk"), "client-key-data": b64(b"junk")})
     with pytest.raises(ConfigError, match="client certificate client-certificate-data"):
         await from_kubeconfig(bad_client)
+
+
+def test_a_token_file_read_at_load_is_not_read_again_within_the_period(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("at-load")
+    clock = FakeClock()
+    source = TokenFile(path, period=60, clock=clock)
+    source.refresh()  # what in_cluster does to fail early
+    path.write_text("rotated")
+    assert asyncio.run(source.headers()) == {"Authorization": "Bearer at-load"}
+    clock.step(60)
+    assert asyncio.run(source.headers()) == {"Authorization": "Bearer rotated"}
+
+
+async def test_the_tls_context_built_at_load_is_the_one_the_transport_gets(tmp_path: Path, no_env: None) -> None:
+    pki = write_pki(tmp_path / "pki")
+    path = write_config(
+        tmp_path / "config",
+        clusters={"c": {"server": "https://127.0.0.1:1", "certificate-authority": str(pki.ca_cert)}},
+        contexts={"x": {"cluster": "c"}},
+        current="x",
+    )
+    cfg = await from_kubeconfig(path)
+    assert cfg.ssl_context() is cfg.ssl_context()

@@ -46,6 +46,7 @@ class RestConfig:
     max_retry_after: float = 10.0
     user_agent: str = "llmaz"
     extra_headers: dict[str, str] = field(default_factory=dict)
+    _ssl_context: ssl.SSLContext | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def host_label(self) -> str:
@@ -53,9 +54,12 @@ class RestConfig:
         return urlsplit(self.host).netloc or self.host
 
     def ssl_context(self) -> ssl.SSLContext | bool:
+        """Built once: the loaders build it to check the certificates, the transport then reuses it."""
         if self.tls.is_default:
             return True  # aiohttp's default verification (or plain HTTP, where it is unused)
-        return self.tls.ssl_context()
+        if self._ssl_context is None:
+            self._ssl_context = self.tls.ssl_context()
+        return self._ssl_context
 
     @property
     def tls_server_name(self) -> str | None:
@@ -75,9 +79,9 @@ async def from_kubeconfig(path: str | os.PathLike[str] | None = None, context: s
         return RestConfig(host=host, tls=tls, credentials=plugin)
     server, tls = _kubeconfig.cluster_settings(cluster, f"kubeconfig context {name!r}")
     tls, credentials = _kubeconfig.user_settings(user, tls)
-    if not tls.is_default:
-        tls.ssl_context()  # unreadable certificates fail here, naming the field, not on the first request
-    return RestConfig(host=server, tls=tls, credentials=credentials)
+    config = RestConfig(host=server, tls=tls, credentials=credentials)
+    config.ssl_context()  # unreadable certificates fail here, naming the field, not on the first request
+    return config
 
 
 def in_cluster(service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> RestConfig:
@@ -93,9 +97,9 @@ def in_cluster(service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> RestConfig:
     ca = service_account_dir / "ca.crt"
     if not ca.exists():
         raise ConfigError(f"service account CA {ca} does not exist")
-    tls = TLSConfig(ca_file=str(ca))
-    tls.ssl_context()  # fail now on an unreadable CA
-    return RestConfig(host=f"https://{host}:{port}", tls=tls, credentials=token)
+    config = RestConfig(host=f"https://{host}:{port}", tls=TLSConfig(ca_file=str(ca)), credentials=token)
+    config.ssl_context()  # fail now on an unreadable CA
+    return config
 
 
 async def load(kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None) -> RestConfig:

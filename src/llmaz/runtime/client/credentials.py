@@ -144,7 +144,8 @@ class TokenFile:
         self._read_at: float | None = None
 
     def refresh(self) -> None:
-        """Read the file now."""
+        """Read the file now; the next read is due `period` later."""
+        self._read_at = self._clock.now()
         try:
             token = self.path.read_text().strip()
         except OSError as exc:
@@ -157,10 +158,8 @@ class TokenFile:
             raise ConfigError(f"token file {self.path} is empty")
 
     async def headers(self) -> dict[str, str]:
-        now = self._clock.now()
-        if self._read_at is None or now - self._read_at >= self._period:
+        if self._read_at is None or self._clock.now() - self._read_at >= self._period:
             self.refresh()
-            self._read_at = now
         return {"Authorization": f"Bearer {self._token}"}
 
 
