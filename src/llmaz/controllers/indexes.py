@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from llmaz.apis import Playground, Service
 from llmaz.controllers.builders import backend_name, playground_model_refs, service_model_refs
+from llmaz.controllers.common import ParsedByVersion
 from llmaz.runtime.cache import Obj, Store
 from llmaz.runtime.controller import Request
 
@@ -21,36 +22,24 @@ PLAYGROUND_BACKEND = "llmaz.io/playground-backend"
 SERVICE_MODELS = "llmaz.io/service-models"
 
 
-class _LastParsed:
-    """The last Playground parsed, by (uid, resourceVersion): both Playground indexes run on each event in turn,
-    so one pydantic parse serves the two of them."""
-
-    def __init__(self) -> None:
-        self._key: tuple[object, object] | None = None
-        self._value: Playground | None = None
-
-    def get(self, obj: Obj) -> Playground | None:
-        meta = obj.get("metadata") or {}
-        key = (meta.get("uid"), meta.get("resourceVersion"))
-        if key != self._key or key == (None, None):
-            try:
-                self._value = Playground.from_dict(obj)
-            except ValidationError:
-                self._value = None
-            self._key = key
-        return self._value
+# Both Playground indexes run on each event in turn: one entry is enough for one parse to serve the two.
+_parse_playground = ParsedByVersion(Playground, max_entries=1)
 
 
-_playgrounds = _LastParsed()
+def _playground(obj: Obj) -> Playground | None:
+    try:
+        return _parse_playground(obj)
+    except ValidationError:
+        return None
 
 
 def playground_models(obj: Obj) -> list[str]:
-    playground = _playgrounds.get(obj)
+    playground = _playground(obj)
     return sorted({ref.name for ref in playground_model_refs(playground)}) if playground else []
 
 
 def playground_backend(obj: Obj) -> list[str]:
-    playground = _playgrounds.get(obj)
+    playground = _playground(obj)
     return [backend_name(playground)] if playground else []
 
 
