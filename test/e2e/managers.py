@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
 from llmaz.certs import ensure_self_signed
 from llmaz.envtest import Cluster
 from llmaz.envtest._process import ManagedProcess, free_loopback_ports
@@ -173,7 +171,7 @@ class LocalManagers:
         name = f"manager-{self._started}"
         probe, metrics, webhook = free_loopback_ports(3)
         token = self.cluster.service_account_token(NAMESPACE, SERVICE_ACCOUNT)
-        kubeconfig = _token_kubeconfig(self.work_dir / f"{name}.kubeconfig", self.cluster, token)
+        kubeconfig = self.cluster.write_kubeconfig(self.work_dir / f"{name}.kubeconfig", {"token": token})
         local = [  # later flags win: only addresses, certificate locations and credentials differ from the pod
             f"--health-probe-bind-address=127.0.0.1:{probe}",
             f"--metrics-bind-address=127.0.0.1:{metrics}",
@@ -229,21 +227,6 @@ def _deployment_container(cluster: Cluster) -> dict[str, Any]:
     deployment = cluster.admin_client().request("GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{DEPLOYMENT}")
     container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
     return container
-
-
-def _token_kubeconfig(path: Path, cluster: Cluster, token: str) -> Path:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "e2e", "cluster": {"server": cluster.server, "certificate-authority": str(cluster.ca_file)}}
-        ],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": SERVICE_ACCOUNT}}],
-        "current-context": "e2e",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def _identity_in_log(replica: _Replica) -> str | None:

@@ -18,6 +18,8 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+import yaml
+
 from llmaz.envtest._crds import install_crds, load_crds
 from llmaz.envtest._rest import ApiError, RestClient
 
@@ -52,6 +54,21 @@ class Cluster:
 
     def admin_client(self) -> RestClient:
         return RestClient(self.server, self.ca_file, self.admin_cert_file, self.admin_key_file)
+
+    def write_kubeconfig(self, path: Path, user: dict[str, str], user_name: str = "user") -> Path:
+        """A kubeconfig for this cluster with one user (`{"token": ...}`, or client certificate files)."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "cluster", "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)}}
+            ],
+            "users": [{"name": user_name, "user": user}],
+            "contexts": [{"name": "cluster", "context": {"cluster": "cluster", "user": user_name}}],
+            "current-context": "cluster",
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         """Run the pinned kubectl against this cluster; return stdout, raise with stderr on failure."""

@@ -27,8 +27,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import yaml
-
 from llmaz.envtest._assets import ClusterAssets, find_assets
 from llmaz.envtest._cluster import Cluster, ClusterOperationError
 from llmaz.envtest._pki import ControlPlanePKI, write_pki
@@ -232,28 +230,8 @@ class ControlPlane(Cluster):
         ]
 
     def _write_kubeconfig(self) -> None:
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "envtest",
-                    "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
-                }
-            ],
-            "users": [
-                {
-                    "name": "envtest-admin",
-                    "user": {
-                        "client-certificate": str(self.admin_cert_file),
-                        "client-key": str(self.admin_key_file),
-                    },
-                }
-            ],
-            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "envtest-admin"}}],
-            "current-context": "envtest",
-        }
-        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
+        admin = {"client-certificate": str(self.admin_cert_file), "client-key": str(self.admin_key_file)}
+        self.write_kubeconfig(self.kubeconfig, admin, user_name="envtest-admin")
 
 
 def _new_temporary_work_dir() -> Path:

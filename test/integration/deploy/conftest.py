@@ -42,21 +42,6 @@ def documents(text: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def write_token_kubeconfig(path: Path, cluster: ControlPlane, token: str) -> Path:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "c", "cluster": {"server": cluster.server, "certificate-authority": str(cluster.ca_file)}}
-        ],
-        "users": [{"name": "u", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @pytest.fixture(scope="package")
 def cluster() -> Iterator[ControlPlane]:
     """A fresh control plane: only the LeaderWorkerSet CRD (a prerequisite of llmaz) is installed."""
@@ -120,7 +105,7 @@ def manager(
     probe, metrics, webhook = free_loopback_ports(3)
     _register_webhooks_by_url(cluster, webhook)
     token = cluster.service_account_token(NAMESPACE, SERVICE_ACCOUNT)
-    kubeconfig = write_token_kubeconfig(work / "kubeconfig", cluster, token)
+    kubeconfig = cluster.write_kubeconfig(work / "kubeconfig", {"token": token})
     ensure_self_signed(work / "metrics-certs", ["localhost"], ["127.0.0.1"])
     container = _deployment_container(cluster)
     executable = Path(sys.executable).with_name(container["command"][0])  # the installed console script
