@@ -44,11 +44,7 @@ def controller_manager_args(
     kubeconfig: Path, port: int, cert_dir: Path, service_account_key: Path, ca_file: Path
 ) -> list[str]:
     return [
-        f"--kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--cert-dir={cert_dir}",
-        "--leader-elect=false",
+        *_serving_args(kubeconfig, port, cert_dir),
         f"--controllers={','.join(CONTROLLERS)}",
         f"--service-account-private-key-file={service_account_key}",
         f"--root-ca-file={ca_file}",
@@ -61,13 +57,18 @@ def controller_manager_args(
 
 
 def scheduler_args(kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
+    return [*_serving_args(kubeconfig, port, cert_dir), "--v=1"]
+
+
+def _serving_args(kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
+    """What kube-controller-manager and kube-scheduler share: the API server, a loopback-only health port with
+    its own certificates, and no leader election (each runs once)."""
     return [
         f"--kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
         f"--cert-dir={cert_dir}",
         "--leader-elect=false",
-        "--v=1",
     ]
 
 
