@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import ssl
 import stat
@@ -20,6 +21,12 @@ from llmaz.envtest._pki import ControlPlanePKI, write_pki
 from llmaz.runtime.client.config import from_kubeconfig, in_cluster, load
 from llmaz.runtime.client.credentials import ConfigError, TokenFile
 from llmaz.testing import FakeClock
+
+CREDENTIAL = {
+    "apiVersion": "client.authentication.k8s.io/v1beta1",
+    "kind": "ExecCredential",
+    "status": {"token": "from-plugin"},
+}
 
 
 def write_config(
@@ -300,12 +307,7 @@ async def test_insecure_skip_tls_verify(tmp_path: Path, no_env: None) -> None:
 
 async def test_exec_plugin_runs_through_kubernetes_asyncio(tmp_path: Path, no_env: None) -> None:
     plugin = tmp_path / "plugin.py"
-    credential = {
-        "apiVersion": "client.authentication.k8s.io/v1beta1",
-        "kind": "ExecCredential",
-        "status": {"token": "from-plugin"},
-    }
-    plugin.write_text(f"import json\nprint(json.dumps({credential!r}))\n")
+    plugin.write_text(f"import json\nprint(json.dumps({CREDENTIAL!r}))\n")
     plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
     exec_config = {
         "apiVersion": "client.authentication.k8s.io/v1beta1",
@@ -408,3 +410,21 @@ async def test_the_tls_context_built_at_load_is_the_one_the_transport_gets(tmp_p
     )
     cfg = await from_kubeconfig(path)
     assert cfg.ssl_context() is cfg.ssl_context()
+
+
+async def test_a_plugin_user_with_an_unreadable_ca_fails_at_load(tmp_path: Path, no_env: None) -> None:
+    exec_config = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "command": sys.executable,
+        "args": ["-c", f"print({json.dumps(json.dumps(CREDENTIAL))})"],
+        "interactiveMode": "Never",
+    }
+    path = write_config(
+        tmp_path / "config",
+        clusters={"c": {"server": "https://x:1", "certificate-authority-data": b64(b"not a certificate")}},
+        users={"u": {"exec": exec_config}},
+        contexts={"x": {"cluster": "c", "user": "u"}},
+        current="x",
+    )
+    with pytest.raises(ConfigError, match="cluster CA"):
+        await from_kubeconfig(path)

@@ -74,12 +74,14 @@ async def from_kubeconfig(path: str | os.PathLike[str] | None = None, context: s
     """Load a kubeconfig file (default: the $KUBECONFIG list, then ~/.kube/config); merge rules in `kubeconfig`."""
     merged = _kubeconfig.read(path)
     name, cluster, user = merged.select(context)
+    config: RestConfig
     if _kubeconfig.needs_plugin(user):
         host, tls, plugin = await _kubeconfig.plugin_settings(path, name)
-        return RestConfig(host=host, tls=tls, credentials=plugin)
-    server, tls = _kubeconfig.cluster_settings(cluster, f"kubeconfig context {name!r}")
-    tls, credentials = _kubeconfig.user_settings(user, tls)
-    config = RestConfig(host=server, tls=tls, credentials=credentials)
+        config = RestConfig(host=host, tls=tls, credentials=plugin)
+    else:
+        server, tls = _kubeconfig.cluster_settings(cluster, f"kubeconfig context {name!r}")
+        tls, credentials = _kubeconfig.user_settings(user, tls)
+        config = RestConfig(host=server, tls=tls, credentials=credentials)
     config.ssl_context()  # unreadable certificates fail here, naming the field, not on the first request
     return config
 
