@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
+from llmaz.controllers import resources as r
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.envtest import Cluster
 from llmaz.runtime.client import Client
 from llmaz.runtime.manager import Manager, ManagerOptions
+from llmaz.runtime.resource import Resource
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -26,6 +28,35 @@ REPO = Path(__file__).resolve().parents[3]
 def llmaz_defaults(control_plane: Cluster) -> None:
     """The default BackendRuntimes and a valid global ConfigMap, as `make dev-up` installs them."""
     control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "config" / "dev"))
+
+
+# What the controllers make or act on in a test's namespace. With no namespace controller running these would
+# outlive their test, and every later test's manager would reconcile them again (and keep retrying what a
+# Terminating namespace refuses, when a test ended before its objects converged).
+_NAMESPACED_WORKLOADS = (
+    r.PLAYGROUNDS,
+    r.INFERENCE_SERVICES,
+    r.LEADER_WORKER_SETS,
+    r.SERVICES,
+    r.HORIZONTAL_POD_AUTOSCALERS,
+)
+
+
+@pytest.fixture
+def namespace(control_plane: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace, emptied of the controllers' objects afterwards."""
+    name = control_plane.create_namespace(request.node.name)
+    yield name
+    # The namespace goes first: once it is Terminating, a still-running manager cannot create anything in it.
+    control_plane.delete_namespace(name)
+    admin = control_plane.admin_client()
+    for resource in _NAMESPACED_WORKLOADS:
+        admin.request("DELETE", _collection_path(resource, name))
+
+
+def _collection_path(resource: Resource, namespace: str) -> str:
+    base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
+    return f"{base}/namespaces/{namespace}/{resource.plural}"
 
 
 @pytest_asyncio.fixture

@@ -131,9 +131,8 @@ async def test_editing_a_backend_runtime_rerenders_the_leader_worker_set(
         r.PLAYGROUNDS, playground(namespace, "pg", model, backendRuntimeConfig={"backendName": backend})
     )
     await eventually(lambda: _lws_image_is(client, namespace, "engine:v1"))
-    live = await client.get(r.BACKEND_RUNTIMES, backend)
-    live["spec"]["version"] = "v2"
-    await client.update(r.BACKEND_RUNTIMES, live)
+    # A merge patch, not get-and-update: the readiness controller writes this object's status meanwhile.
+    await client.patch(r.BACKEND_RUNTIMES, backend, {"spec": {"version": "v2"}})
     await eventually(lambda: _lws_image_is(client, namespace, "engine:v2"))
 
 
@@ -182,9 +181,8 @@ async def test_an_hpa_follows_elastic_config_and_is_deleted_when_it_is_removed(
     }
     assert hpa["spec"]["maxReplicas"] == 3
 
-    live = await client.get(r.PLAYGROUNDS, "pg", namespace)
-    del live["spec"]["elasticConfig"]
-    await client.update(r.PLAYGROUNDS, live)
+    # A merge patch, not get-and-update: the Playground controller writes this object's status meanwhile.
+    await client.patch(r.PLAYGROUNDS, "pg", {"spec": {"elasticConfig": None}}, namespace)
 
     async def hpa_gone() -> bool:
         return await get_or_none(client, r.HORIZONTAL_POD_AUTOSCALERS, "pg", namespace) is None
