@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 
@@ -40,7 +40,7 @@ _COLLECTIONS = {
 }
 
 
-def eventually(check: Callable[[], T | None], within: float = WAIT, what: str = "condition") -> T:
+def eventually(check: Callable[[], T | Literal[False] | None], within: float = WAIT, what: str = "condition") -> T:
     """`llmaz.testing.waiting.eventually_sync` with the e2e default wait (scaled by E2E_TIMEOUT_SCALE)."""
     return eventually_sync(check, within, what, interval=0.25)
 

@@ -14,8 +14,8 @@ def test_a_playground_becomes_ready_with_replicas_times_size_pods_running(
     e2e: Environment, namespace: str, models: ModelNames, backend: str
 ) -> None:
     model = models.new("model")
-    source = {"uri": "ollama://qwen2:0.5b"} if backend == "ollama" else {}
-    e2e.apply([open_model(model, family="qwen2", model_id="Qwen/Qwen2-0.5B-Instruct", **source)])
+    uri = "ollama://qwen2:0.5b" if backend == "ollama" else None
+    e2e.apply([open_model(model, family="qwen2", model_id="Qwen/Qwen2-0.5B-Instruct", uri=uri)])
 
     e2e.apply([playground("chat", model, replicas=2, backend=backend)], namespace)
 

@@ -7,7 +7,7 @@ ServiceAccount tokens.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from kubernetes_asyncio import client, watch
@@ -15,7 +15,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from llmaz.envtest import Cluster
 
-LWS = {"group": "leaderworkerset.x-k8s.io", "version": "v1", "plural": "leaderworkersets"}
+
+class CustomResource(TypedDict):
+    group: str
+    version: str
+    plural: str
+
+
+LWS: CustomResource = {"group": "leaderworkerset.x-k8s.io", "version": "v1", "plural": "leaderworkersets"}
 APPLY = "application/apply-patch+yaml"
 
 
@@ -36,7 +43,7 @@ async def apply(api: client.CustomObjectsApi, namespace: str, body: dict[str, An
         body=body,
         field_manager=manager,
         force=True,
-        _content_type=APPLY,
+        _content_type=APPLY,  # type: ignore[call-arg]  # the stub omits _content_type; the client accepts it
     )
 
 
@@ -109,7 +116,8 @@ async def test_watch_from_a_resource_version_streams_added_modified_deleted(
                 return
 
     watcher = asyncio.create_task(collect())
-    await core.create_namespaced_config_map(namespace, {"metadata": {"name": "watched"}})
+    # The stubs want models for bodies; the client serialises a plain dict the same way.
+    await core.create_namespaced_config_map(namespace, {"metadata": {"name": "watched"}})  # type: ignore[arg-type]
     await core.patch_namespaced_config_map("watched", namespace, {"data": {"k": "v"}})
     await core.delete_namespaced_config_map("watched", namespace)
     await asyncio.wait_for(watcher, timeout=15)
@@ -140,13 +148,14 @@ async def test_service_account_token_is_denied_until_a_role_binding_grants_acces
 async def grant_configmap_reading(api_client: Any, namespace: str, service_account: str) -> None:
     rbac = client.RbacAuthorizationV1Api(api_client)
     rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}
-    await rbac.create_namespaced_role(namespace, {"metadata": {"name": "read"}, "rules": [rule]})
+    # The stubs want V1Role and V1RoleBinding bodies; the client serialises plain dicts the same way.
+    await rbac.create_namespaced_role(namespace, {"metadata": {"name": "read"}, "rules": [rule]})  # type: ignore[arg-type]
     binding = {
         "metadata": {"name": "read"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read"},
         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
     }
-    await rbac.create_namespaced_role_binding(namespace, binding)
+    await rbac.create_namespaced_role_binding(namespace, binding)  # type: ignore[arg-type]
 
 
 async def eventually_allowed(core: client.CoreV1Api, namespace: str) -> Any:

@@ -67,7 +67,8 @@ async def test_compacting_etcd_expires_older_resource_versions(
     control_plane: ControlPlane, namespace: str, admin_api_client: Any
 ) -> None:
     core = client.CoreV1Api(admin_api_client)
-    created = await core.create_namespaced_config_map(namespace, {"metadata": {"name": "old"}})
+    # The stub wants a V1ConfigMap body; the client serialises a plain dict the same way.
+    created = await core.create_namespaced_config_map(namespace, {"metadata": {"name": "old"}})  # type: ignore[arg-type]
     old_version = created.metadata.resource_version
     for i in range(3):
         await core.patch_namespaced_config_map("old", namespace, {"data": {"n": str(i)}})

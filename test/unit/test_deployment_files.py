@@ -80,8 +80,8 @@ def test_the_servicemonitor_selects_the_metrics_service_by_its_labels_and_port_n
     assert {endpoint["port"] for endpoint in monitor["spec"]["endpoints"]} <= ports
 
 
-def _webhook_paths(path: Path, key: str) -> dict[str, dict[str, str]]:
-    found: dict[str, dict[str, str]] = {}
+def _webhook_paths(path: Path, key: str) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
     for doc in yaml.safe_load_all(path.read_text()):
         if doc:
             found[doc["kind"]] = {w["name"]: w["clientConfig"][key] for w in doc["webhooks"]}

@@ -4,6 +4,7 @@ and requests outside its role are forbidden."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,8 +12,9 @@ import pytest
 
 from llmaz.envtest import ControlPlane
 from llmaz.envtest._rest import ApiError, RestClient
+from llmaz.testing.waiting import eventually_sync as eventually
 
-from .conftest import NAMESPACE, REPO, SERVICE_ACCOUNT, RunningManager, as_token, eventually
+from .conftest import NAMESPACE, REPO, SERVICE_ACCOUNT, RunningManager, as_token
 
 PLAYGROUND = "qwen2-0--5b-hpa"  # config/samples/hpa.yaml: a Playground with an HPA
 INFERENCE = "/apis/inference.llmaz.io/v1alpha1"
@@ -142,6 +144,10 @@ def _controller_uid(cluster: ControlPlane, path: str) -> str:
     return next(str(ref["uid"]) for ref in refs if ref.get("controller"))
 
 
+def _controlled_by(cluster: ControlPlane, path: str, uid: str) -> Callable[[], bool]:
+    return lambda: _controller_uid(cluster, path) == uid
+
+
 def test_a_recreated_service_takes_over_its_leftover_workload_with_only_the_generated_rbac(
     cluster: ControlPlane, manager: RunningManager
 ) -> None:
@@ -156,11 +162,11 @@ def test_a_recreated_service_takes_over_its_leftover_workload_with_only_the_gene
     cluster.kubectl("apply", "-n", ns, "-f", sample)
     first = _get(cluster, service)["metadata"]["uid"]
     for path in owned:
-        eventually(lambda path=path: _controller_uid(cluster, path) == first, what=f"{path} owned")
+        eventually(_controlled_by(cluster, path, first), what=f"{path} owned")
 
     cluster.kubectl("delete", "-n", ns, "services.inference.llmaz.io", name)
     cluster.kubectl("apply", "-n", ns, "-f", sample)
     second = _get(cluster, service)["metadata"]["uid"]
     for path in owned:
-        eventually(lambda path=path: _controller_uid(cluster, path) == second, what=f"{path} taken over")
+        eventually(_controlled_by(cluster, path, second), what=f"{path} taken over")
     assert "forbidden" not in manager.log().lower(), manager.log()

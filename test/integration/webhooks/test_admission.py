@@ -4,6 +4,7 @@ webhook defaults, warnings reach kubectl."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("admission")
 RUNNER_TEMPLATE = {"workerTemplate": {"spec": {"containers": [{"name": "model-runner", "image": "vllm"}]}}}
 
 
-def manifest(kind: str, name: str, spec: dict[str, object], namespace: str | None = None) -> str:
+def manifest(kind: str, name: str, spec: Mapping[str, object], namespace: str | None = None) -> str:
     group = "llmaz.io" if kind == "OpenModel" else "inference.llmaz.io"
     meta: dict[str, object] = {"name": name, **({"namespace": namespace} if namespace else {})}
     return yaml.safe_dump({"apiVersion": f"{group}/v1alpha1", "kind": kind, "metadata": meta, "spec": spec})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def test_backoff_doubles_up_to_the_cap_with_jitter_between_half_and_full() -> No
     assert backoff.delay(3, jitter=0.0) == 2.0
 
 
-def failing(errors: list[Exception], result: str = "ok") -> tuple[list[int], object]:
+def failing(errors: list[Exception], result: str = "ok") -> tuple[list[int], Callable[[], str]]:
     calls: list[int] = []
 
     def operation() -> str:
@@ -39,7 +40,7 @@ def failing(errors: list[Exception], result: str = "ok") -> tuple[list[int], obj
 def test_transient_failures_are_retried_until_success() -> None:
     calls, operation = failing([TransientError("a"), TransientError("b")])
 
-    assert retrying(operation, what="x", backoff=NO_WAIT, classify=lambda e: None) == "ok"  # type: ignore[arg-type]
+    assert retrying(operation, what="x", backoff=NO_WAIT, classify=lambda e: None) == "ok"
     assert len(calls) == 3
 
 
@@ -47,7 +48,7 @@ def test_retries_stop_after_max_attempts_without_progress() -> None:
     calls, operation = failing([TransientError("down")] * 5)
 
     with pytest.raises(TransientError, match="down \\(gave up after 3 attempts\\)"):
-        retrying(operation, what="x", backoff=NO_WAIT, classify=lambda e: None)  # type: ignore[arg-type]
+        retrying(operation, what="x", backoff=NO_WAIT, classify=lambda e: None)
     assert len(calls) == 3
 
 
@@ -59,7 +60,7 @@ def test_an_attempt_that_made_progress_resets_the_count() -> None:
         operation,
         what="x",
         backoff=NO_WAIT,
-        classify=lambda e: None,  # type: ignore[arg-type]
+        classify=lambda e: None,
         progress=lambda: next(counter),
     )
 
@@ -71,7 +72,7 @@ def test_permanent_and_source_changed_failures_are_not_retried(error: Exception)
     calls, operation = failing([error])
 
     with pytest.raises(type(error)):
-        retrying(operation, what="x", backoff=NO_WAIT, classify=lambda e: None)  # type: ignore[arg-type]
+        retrying(operation, what="x", backoff=NO_WAIT, classify=lambda e: None)
     assert len(calls) == 1
 
 
@@ -79,7 +80,7 @@ def test_unclassified_errors_escape_unchanged() -> None:
     _calls, operation = failing([KeyError("bug")])
 
     with pytest.raises(KeyError):
-        retrying(operation, what="x", backoff=NO_WAIT, classify=lambda e: None)  # type: ignore[arg-type]
+        retrying(operation, what="x", backoff=NO_WAIT, classify=lambda e: None)
 
 
 def test_progress_lines_report_rate_over_the_interval_and_eta() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import oss2
+import oss2  # type: ignore[import-untyped]
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError  # type: ignore[import-untyped]
 
 from llmaz.loader.config import HubSource, ObjectStoreSource, Target, read_config
 from llmaz.loader.errors import (

@@ -102,7 +102,12 @@ def test_booleans_are_not_confused_with_strings() -> None:
 
 
 def test_a_set_list_value_we_owned_but_dropped_needs_an_apply() -> None:
-    desired = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": {"finalizers": ["a"]}}
+    desired: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "X",
+        "metadata": {"name": "x"},
+        "spec": {"finalizers": ["a"]},
+    }
     live = copy.deepcopy(desired)
     live["spec"]["finalizers"] = ["a", "b"]
     live["metadata"]["managedFields"] = [

@@ -63,7 +63,8 @@ async def post(client: TestClient[Any, Any], body: bytes, content_type: str = "a
     assert resp.status == 200
     doc: dict[str, Any] = orjson.loads(await resp.read())
     assert doc["kind"] == "AdmissionReview"
-    return doc["response"]
+    response: dict[str, Any] = doc["response"]
+    return response
 
 
 async def test_an_allowed_request_is_answered_with_its_uid_and_warnings(client: TestClient[Any, Any]) -> None:
