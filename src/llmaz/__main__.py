@@ -104,6 +104,7 @@ async def run(args: argparse.Namespace) -> None:
                 leader_election=args.leader_elect,
                 leader_election_id=LEADER_ELECTION_ID,
                 leader_election_namespace=args.namespace,
+                freeze_heap_after_sync=True,
             ),
         )
         setup_controllers(

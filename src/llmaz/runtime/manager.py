@@ -8,7 +8,8 @@ Start order, and why:
    API server calls admission webhooks regardless of who leads.
 2. Informers, then wait (at most `cache_sync_timeout`, default 2 min) until every informer requested so far
    has synced. Followers keep warm caches too, so a takeover reconciles at once; readiness reports
-   "informers" unready until then.
+   "informers" unready until then. With `freeze_heap_after_sync`, the heap is frozen here (`runtime.heap`):
+   everything alive now lives as long as the process, and later full collections skip it.
 3. Leader election (if enabled), then the leader-elected runnables (controllers) only while leading.
    Losing the Lease stops them without grace and `start` raises `LeadershipLostError` so the process exits
    non-zero and restarts clean, as controller-runtime does.
@@ -29,6 +30,7 @@ import signal
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 
+from llmaz.runtime import heap
 from llmaz.runtime.cache.factory import CacheSyncTimeoutError, SharedInformerFactory
 from llmaz.runtime.client.client import Client
 from llmaz.runtime.client.config import in_cluster_namespace
@@ -65,6 +67,10 @@ class ManagerOptions:
     the process exits right after the manager stops."""
     identity: str = field(default_factory=default_identity)
     cache_sync_timeout: float = 120.0
+    freeze_heap_after_sync: bool = False
+    """Freeze the garbage collector's heap once the caches have synced (`runtime.heap.freeze`), so later full
+    collections skip the start-up objects and the initial cache. Off by default because it affects the whole
+    process; llmaz-manager turns it on."""
     graceful_shutdown_timeout: float = 30.0
     """Seconds the whole stop sequence may take; 0 cancels at once; negative waits forever."""
     clock: Clock = REAL_CLOCK
@@ -128,6 +134,7 @@ class Manager:
 
     async def start(self, stopping: asyncio.Event | None = None) -> None:
         """Run until `stopping` is set (or SIGTERM/SIGINT when None); raises on a failure or a lost Lease."""
+        heap.track_full_collections()
         with self._signals(stopping) as stop_event:
             relay = asyncio.create_task(self._relay(stop_event))
             servers, caches, leaders = _Group("servers"), _Group("caches"), _Group("leader-elected")
@@ -136,6 +143,8 @@ class Manager:
                 self._start(servers, self._server_runnables())
                 self._start(caches, [self.informers])
                 await self._until_halt(self.informers.wait_for_sync(self.options.cache_sync_timeout))
+                if self.options.freeze_heap_after_sync and not self._halt.is_set():
+                    self._log.info("froze the heap after cache sync", objects=heap.freeze())
                 if not self._halt.is_set():
                     lost = await self._lead(leaders)
             finally:

@@ -69,7 +69,14 @@ def test_a_servicemonitor_scrape_with_a_metrics_reader_token_gets_the_metrics(
     url, tls = scrape_url
     status, body = _scrape(url, prometheus_token, tls)
     assert status == 200
-    for family in ("controller_runtime_reconcile_total", "workqueue_depth", "rest_client_requests_total"):
+    for family in (
+        "controller_runtime_reconcile_total",
+        "workqueue_depth",
+        "rest_client_requests_total",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "python_gc_full_collection_duration_seconds_count",
+    ):
         assert family in body
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import aiohttp
 import pytest
@@ -115,6 +116,33 @@ async def test_readiness_reports_informers_unsynced_while_caches_fill() -> None:
             assert resp.status == 200
     stopping.set()
     await asyncio.wait_for(run, 5)
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+async def test_the_heap_is_frozen_after_cache_sync_before_controllers_start_when_asked(freeze: bool) -> None:
+    class FreezeWitness:
+        needs_leader_election = True
+        frozen_at_start = -1
+        started = asyncio.Event()
+
+        async def run(self, stopping: asyncio.Event) -> None:
+            self.frozen_at_start = gc.get_freeze_count()
+            self.started.set()
+            await stopping.wait()
+
+    gc.unfreeze()
+    witness = FreezeWitness()
+    mgr = manager(freeze_heap_after_sync=freeze)
+    mgr.add(witness)
+    stopping = asyncio.Event()
+    run = asyncio.create_task(mgr.start(stopping))
+    try:
+        await asyncio.wait_for(witness.started.wait(), 5)
+        assert (witness.frozen_at_start > 0) is freeze
+    finally:
+        stopping.set()
+        await asyncio.wait_for(run, 5)
+        gc.unfreeze()
 
 
 def test_leader_election_needs_an_id() -> None:
