@@ -30,7 +30,7 @@ from suite import workload
 from suite.cluster import BenchCluster
 from suite.requests import Snapshot, total_writes
 from suite.settings import Settings
-from suite.subjects import Subject, manager, start_manager
+from suite.subjects import Subject, full_gc_pauses, manager, start_manager
 from suite.templates import capture_templates
 from suite.tracker import Tracker
 
@@ -139,6 +139,9 @@ def run_once(settings: Settings, name: str, n: int, full: bool, go_binary: Path 
             start_manager(subject, cluster)
             result = asyncio.run(measure(settings, subject, cluster, n, full))
             result["final_peak_rss_mb"] = subject.usage().peak_rss_bytes / MB
+            gc_pauses = full_gc_pauses(subject)
+            if gc_pauses is not None:
+                result["gc"] = gc_pauses
             return result
         finally:
             subject.stop()

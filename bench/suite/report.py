@@ -33,6 +33,8 @@ STEADY_ROWS: list[Row] = [
     ("churn: manager CPU s", lambda r: r["churn"]["cpu_seconds"]),
     ("churn: manager API writes", lambda r: r["churn"]["writes"]),
     ("churn: peak RSS MB (whole run)", lambda r: r["final_peak_rss_mb"]),
+    ("whole run: manager full GCs (Python only)", lambda r: r["gc"]["full_collections"]),
+    ("whole run: manager full-GC pause s (Python only)", lambda r: r["gc"]["full_collection_seconds"]),
 ]
 RUNTIME_ROWS: list[Row] = [
     ("create burst: events/s reconciled", lambda r: r["create"]["events_per_second"]),

@@ -1,9 +1,11 @@
 """The subject processes: how each is started, when it counts as started, and how it is measured and stopped.
 
-Managers ("python": our `llmaz-manager`; "go": the Go llmaz manager) run with webhooks and metrics off, one
-reconcile worker unless BENCH_MCR says otherwise (the Go manager has no such flag), info logging, and probes
-on a free loopback port. A manager counts as started once all four controllers have logged "Starting
-workers", so no run times process start-up or cache sync.
+Managers ("python": our `llmaz-manager`; "go": the Go llmaz manager) run with webhooks off, one reconcile
+worker unless BENCH_MCR says otherwise (the Go manager has no such flag), info logging, and probes on a free
+loopback port. A manager counts as started once all four controllers have logged "Starting workers", so no run
+times process start-up or cache sync. Metrics are off, except that ours serves plain HTTP on loopback, read
+once at the end of a run for its full garbage-collection pauses (Go's collector does most of its work
+concurrently with the program; its pauses are not compared).
 
 No-op controllers ("python-noop", "go-noop") serve GET /count once their cache has synced.
 """
@@ -15,6 +17,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmaz.envtest._process import ManagedProcess, free_loopback_ports
 from suite import procstat
@@ -32,8 +36,11 @@ class SubjectFailedError(RuntimeError):
 
 
 class Subject:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], log_path: Path, metrics_url: str | None = None
+    ) -> None:
         self.name = name
+        self.metrics_url = metrics_url
         env_args = [f"{k}={v}" for k, v in env.items()]
         # `env` execs the command, so the pid measured is the subject's own.
         self.process = ManagedProcess(name, ["env", *env_args, *argv], log_path)
@@ -69,19 +76,33 @@ class Subject:
 def manager(
     name: str, cluster: BenchCluster, log_dir: Path, go_binary: Path | None, mcr: int, webhooks: bool = False
 ) -> Subject:
-    (probe,) = free_loopback_ports(1)
+    probe, metrics = free_loopback_ports(2)
     kubeconfig = str(cluster.kubeconfig)
     if name == "python":
         argv = [str(Path(sys.executable).with_name("llmaz-manager")), "--kubeconfig", kubeconfig,
                 "--health-probe-bind-address", f"127.0.0.1:{probe}", "--max-concurrent-reconciles", str(mcr),
                 "--log-format", "json", "--log-level", "info", "--namespace", "llmaz-system",
-                "--metrics-bind-address", "0"]  # fmt: skip
-        return Subject(name, argv, {"ENABLE_WEBHOOKS": "false"}, log_dir / f"{name}-manager.log")
+                "--metrics-bind-address", f"127.0.0.1:{metrics}", "--metrics-secure", "false"]  # fmt: skip
+        log_path = log_dir / f"{name}-manager.log"
+        return Subject(name, argv, {"ENABLE_WEBHOOKS": "false"}, log_path, f"http://127.0.0.1:{metrics}/metrics")
     assert go_binary is not None
     argv = [str(go_binary), "--metrics-bind-address=0", f"--health-probe-bind-address=127.0.0.1:{probe}",
             "--namespace=llmaz-system", "--zap-log-level=info"]  # fmt: skip
     env = {"ENABLE_WEBHOOKS": str(webhooks).lower(), "KUBECONFIG": kubeconfig}
     return Subject(name, argv, env, log_dir / "go-manager.log")
+
+
+def full_gc_pauses(subject: Subject) -> dict[str, float] | None:
+    """Our manager's full garbage collections so far: how many, and the seconds they stopped it for."""
+    if subject.metrics_url is None:
+        return None
+    with urllib.request.urlopen(subject.metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        "full_collections": samples["python_gc_full_collection_duration_seconds_count"],
+        "full_collection_seconds": samples["python_gc_full_collection_duration_seconds_sum"],
+    }
 
 
 def start_manager(subject: Subject, cluster: BenchCluster) -> None:
