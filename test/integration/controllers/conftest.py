@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,6 @@ from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.envtest import Cluster
 from llmaz.runtime.client import Client
 from llmaz.runtime.manager import Manager, ManagerOptions
-from llmaz.runtime.resource import Resource
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -42,21 +41,15 @@ _NAMESPACED_WORKLOADS = (
 )
 
 
-@pytest.fixture
-def namespace(control_plane: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+@pytest_asyncio.fixture
+async def namespace(control_plane: Cluster, client: Client, request: pytest.FixtureRequest) -> AsyncIterator[str]:
     """A fresh namespace, emptied of the controllers' objects afterwards."""
     name = control_plane.create_namespace(request.node.name)
     yield name
     # The namespace goes first: once it is Terminating, a still-running manager cannot create anything in it.
     control_plane.delete_namespace(name)
-    admin = control_plane.admin_client()
     for resource in _NAMESPACED_WORKLOADS:
-        admin.request("DELETE", _collection_path(resource, name))
-
-
-def _collection_path(resource: Resource, namespace: str) -> str:
-    base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
-    return f"{base}/namespaces/{namespace}/{resource.plural}"
+        await client.delete_collection(resource, name)
 
 
 @pytest_asyncio.fixture

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from llmaz.envtest import Cluster
 from llmaz.runtime.client import (
     AlreadyExists,
     ApiError,
@@ -130,6 +131,27 @@ async def test_delete_sends_preconditions_and_propagation_policy(client: Client,
     await client.patch(CONFIGMAPS, "del", {"metadata": {"finalizers": None}}, namespace)
     with pytest.raises(NotFound):
         await client.get(CONFIGMAPS, "del", namespace)
+
+
+async def test_delete_collection_deletes_what_matches_in_its_namespace_only(
+    client: Client, namespace: str, control_plane: Cluster
+) -> None:
+    other = control_plane.create_namespace("other")
+    for name, labels in (("a", {"app": "x"}), ("b", {"app": "x"}), ("c", {"app": "y"})):
+        await client.create(
+            CONFIGMAPS,
+            {**configmap(name, namespace), "metadata": {"name": name, "namespace": namespace, "labels": labels}},
+        )
+    await client.create(CONFIGMAPS, configmap("a", other))
+    await client.delete_collection(CONFIGMAPS, namespace, label_selector="app=x")
+    assert await _configmap_names(client, namespace) == {"c"}
+    await client.delete_collection(CONFIGMAPS, namespace)
+    assert await _configmap_names(client, namespace) == set()
+    assert await _configmap_names(client, other) == {"a"}
+
+
+async def _configmap_names(client: Client, namespace: str) -> set[str]:
+    return {item["metadata"]["name"] for item in (await client.list(CONFIGMAPS, namespace)).items}
 
 
 async def test_the_server_errors_arrive_typed(client: Client, namespace: str) -> None:

@@ -312,6 +312,19 @@ class Client:
         )
         return deleted
 
+    async def delete_collection(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        request_timeout: float | None = None,
+    ) -> None:
+        """Delete every object of `resource` (in `namespace`, matching `label_selector`): client-go's
+        DeleteCollection, one request instead of a list and a delete per object."""
+        params = {"labelSelector": label_selector} if label_selector else None
+        await self.request("DELETE", _path(resource, namespace), params=params, request_timeout=request_timeout)
+
     async def update_status(self, resource: Resource, obj: Obj, **opts: Any) -> Obj:
         return await self.update(resource, obj, subresource="status", **opts)
 
