@@ -143,9 +143,9 @@ class Manager:
                 self._start(servers, self._server_runnables())
                 self._start(caches, [self.informers])
                 await self._until_halt(self.informers.wait_for_sync(self.options.cache_sync_timeout))
-                if self.options.freeze_heap_after_sync and not self._halt.is_set():
-                    self._log.info("froze the heap after cache sync", objects=heap.freeze())
                 if not self._halt.is_set():
+                    if self.options.freeze_heap_after_sync:
+                        self._log.info("froze the heap after cache sync", objects=heap.freeze())
                     lost = await self._lead(leaders)
             finally:
                 relay.cancel()

@@ -84,6 +84,14 @@ def build(name: str, reconciler: Any, clock: FakeClock, workers: int = 1) -> tup
     return controller, informer
 
 
+async def fail_once_then_retry(clock: FakeClock, reconciler: ScriptedReconciler) -> None:
+    """Wait for the first reconcile, step the fake clock past the first backoff (5 ms), wait for the retry."""
+    await until(lambda: len(reconciler.calls) == 1)
+    await clock.wait_for_sleepers()
+    clock.step(0.005)
+    await until(lambda: len(reconciler.calls) == 2)
+
+
 def reconciles(controller: Controller, result: str) -> float | None:
     return sample("controller_runtime_reconcile_total", controller=controller.name, result=result)
 
@@ -142,10 +150,7 @@ async def test_requeue_after_resets_the_backoff_and_reconciles_after_exactly_tha
     start = clock.now()
     async with running(controller):
         informer.add(model("a"))
-        await until(lambda: len(reconciler.calls) == 1)
-        await clock.wait_for_sleepers()
-        clock.step(0.005)
-        await until(lambda: len(reconciler.calls) == 2)
+        await fail_once_then_retry(clock, reconciler)
         assert controller.queue.num_requeues(Request("ns", "a")) == 0
         requeued_at = clock.now()
         await clock.wait_for_sleepers()
@@ -377,10 +382,7 @@ async def test_a_conflict_is_retried_and_logged_at_info_without_a_traceback(cloc
     with capture_logs() as logs:
         async with running(controller):
             informer.add(model("a"))
-            await until(lambda: len(reconciler.calls) == 1)
-            await clock.wait_for_sleepers()
-            clock.step(0.005)
-            await until(lambda: len(reconciler.calls) == 2)
+            await fail_once_then_retry(clock, reconciler)
     assert reconciles(controller, "error") == 1
     assert reconciles(controller, "success") == 1
     assert [log for log in logs if log["log_level"] == "error"] == []
