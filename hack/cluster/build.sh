@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kubectl and etcd from their Go modules and fetches the LeaderWorkerSet CRD; with --e2e
 # also the components of the e2e tier's simulated cluster: kube-controller-manager, kube-scheduler, kwok and the
-# LeaderWorkerSet controller.
+# LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy and CoreDNS.
 #
 # Usage: hack/cluster/build.sh            build what is missing, print the binary directory
 #        hack/cluster/build.sh --e2e      the same plus the e2e components
+#        hack/cluster/build.sh --node     the same plus kubelet, kube-proxy and CoreDNS
 #        hack/cluster/build.sh --print    print the binary directory only
 #
 # Invariants:
 # - Versions come only from the go.mod files next to this script (k8s.io/kubernetes in go.mod, etcd in
-#   etcd/go.mod, LWS in lws/go.mod, kwok in kwok/go.mod); the output directories are keyed by those versions:
-#   $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd), bin/kwok-<v>/kwok, bin/lws-<v>/lws-controller.
+#   etcd/go.mod, LWS in lws/go.mod, kwok in kwok/go.mod, CoreDNS in coredns/go.mod); the output directories are
+#   keyed by those versions: $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd), bin/kwok-<v>/kwok,
+#   bin/lws-<v>/lws-controller, bin/coredns-<v>/coredns.
 # - A binary appears under its final name only when complete (built into a scratch dir, then renamed), so an
 #   interrupted build is simply re-run. A lock serialises concurrent runs.
 # - Nothing is rebuilt when the binary exists, and no binary is built at all when KUBEBUILDER_ASSETS names a
@@ -29,17 +31,21 @@ k8s_version="$(module_version "$here/go.mod" k8s.io/kubernetes)"
 etcd_version="$(module_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 lws_version="$(module_version "$here/lws/go.mod" sigs.k8s.io/lws)"
 kwok_version="$(module_version "$here/kwok/go.mod" sigs.k8s.io/kwok)"
+coredns_version="$(module_version "$here/coredns/go.mod" github.com/coredns/coredns)"
 bin_dir="$cache/bin/k8s-$k8s_version"
 lws_crd_dir="$cache/crd/lws-$lws_version"
 kwok_bin="$cache/bin/kwok-$kwok_version/kwok"
 lws_bin="$cache/bin/lws-$lws_version/lws-controller"
+coredns_bin="$cache/bin/coredns-$coredns_version/coredns"
 
 e2e=false
+node=false
 case "${1:-}" in
   --print) echo "$bin_dir"; exit 0 ;;
   --e2e) e2e=true ;;
+  --node) e2e=true node=true ;;
   "") ;;
-  *) echo "usage: $0 [--e2e | --print]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--e2e | --node | --print]" >&2; exit 2 ;;
 esac
 
 # k8s.io/kubernetes v1.X.Y pairs with staging modules v0.X.Y; a mismatch builds a franken-apiserver.
@@ -82,7 +88,9 @@ k8s_out="$bin_dir"
 if $e2e; then
   [[ "$bin_dir" == "$assets" && ! ( -x "$assets/kube-controller-manager" && -x "$assets/kube-scheduler" ) ]] &&
     k8s_out="$cache/bin/k8s-$k8s_version" && mkdir -p "$k8s_out"
-  for cmd in kube-controller-manager kube-scheduler; do
+  node_cmds=()
+  $node && node_cmds=(kubelet kube-proxy)
+  for cmd in kube-controller-manager kube-scheduler "${node_cmds[@]}"; do
     [[ -x "$bin_dir/$cmd" || -x "$k8s_out/$cmd" ]] || k8s_missing+=("./cmd/$cmd")
   done
 fi
@@ -91,7 +99,7 @@ if ((${#k8s_missing[@]})); then
   (cd "$here" && go build -trimpath -ldflags "$k8s_ldflags" -o "$scratch/" "${k8s_missing[@]}")
   for path in "${k8s_missing[@]}"; do
     case "${path#./cmd/}" in
-      kube-controller-manager | kube-scheduler) mv "$scratch/${path#./cmd/}" "$k8s_out/" ;;
+      kube-controller-manager | kube-scheduler | kubelet | kube-proxy) mv "$scratch/${path#./cmd/}" "$k8s_out/" ;;
       *) mv "$scratch/${path#./cmd/}" "$bin_dir/" ;;
     esac
   done
@@ -132,6 +140,12 @@ if $e2e && [[ ! -x "$lws_bin" ]]; then
   (cd "$here/lws" && go build -trimpath -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$lws_version" \
     -o "$scratch/lws-controller" sigs.k8s.io/lws/cmd)
   mkdir -p "${lws_bin%/*}" && mv "$scratch/lws-controller" "$lws_bin"
+fi
+
+if $node && [[ ! -x "$coredns_bin" ]]; then
+  echo "building CoreDNS $coredns_version into ${coredns_bin%/*} (~3 min)" >&2
+  (cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$scratch/coredns" .)
+  mkdir -p "${coredns_bin%/*}" && mv "$scratch/coredns" "$coredns_bin"
 fi
 
 echo "$bin_dir"
