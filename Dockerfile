@@ -1,21 +1,50 @@
 # The llmaz manager image: controllers, admission webhooks and metrics (`llmaz-manager`).
 #   make docker-build IMG=<registry>/llmaz:<tag>
+#   hack/images/build.sh manager      # buildah, no Docker engine: PYTHON_IMAGE is a local Debian base
 # Runs as a non-root user with a read-only root filesystem: everything it writes (webhook and metrics
 # certificates) goes under /tmp, an emptyDir in config/manager/manager.yaml.
+#
+# Layers: the dependencies install from pyproject.toml alone, before any source is copied, and the image takes them
+# as one layer and the llmaz package as another. A source change rebuilds and ships only the small top layer.
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${PYTHON_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The builder's pip settings (a private index, a TLS proxy's CA bundle), unset unless given with --build-arg. They
+# reach only this stage's history, never the final image's.
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
+ARG PIP_CERT
+ARG PIP_DEFAULT_TIMEOUT
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
+# /opt/llmaz: the runtime venv, dependencies only; the package goes to /opt/llmaz/app (found through a .pth), so the
+# two can be separate layers. /opt/build: the build backend, kept out of the runtime venv.
+RUN python -m venv /opt/llmaz && python -m venv /opt/build \
+    && python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); \
+        print(*p['project']['dependencies'], sep=chr(10), file=open('requirements.txt', 'w')); \
+        print(*p['build-system']['requires'], sep=chr(10), file=open('build-requirements.txt', 'w'))" \
+    && /opt/llmaz/bin/pip install -r requirements.txt \
+    && /opt/build/bin/pip install -r build-requirements.txt \
+    && purelib="$(/opt/llmaz/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+    && echo /opt/llmaz/app > "$purelib/llmaz-app.pth"
+
+FROM deps AS build
+COPY README.md ./
 COPY src ./src
-# pip compiles the bytecode here, so nothing needs writing at run time.
-RUN python -m venv /opt/llmaz && /opt/llmaz/bin/pip install . && /opt/llmaz/bin/llmaz-manager --help > /dev/null
+# pip compiles the bytecode here, so nothing needs writing at run time; `pip check` catches a dependency the
+# requirements above missed.
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/wheel . \
+    && /opt/llmaz/bin/pip install --no-deps --target /opt/llmaz/app /tmp/wheel/*.whl \
+    && /opt/llmaz/bin/pip check \
+    && /opt/llmaz/app/bin/llmaz-manager --help > /dev/null
 
 FROM ${PYTHON_IMAGE}
-COPY --from=build /opt/llmaz /opt/llmaz
-ENV PATH=/opt/llmaz/bin:$PATH \
+COPY --from=deps /opt/llmaz /opt/llmaz
+COPY --from=build /opt/llmaz/app /opt/llmaz/app
+ENV PATH=/opt/llmaz/app/bin:/opt/llmaz/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp

@@ -1,0 +1,3 @@
+module llmaz.local/hack/images/pause
+
+go 1.22
