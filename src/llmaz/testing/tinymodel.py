@@ -1,0 +1,179 @@
+"""A tiny llama-architecture GGUF with RANDOM weights, for proving the serving path with a real llama.cpp server.
+
+The weights are random normal numbers, not trained: the text the model generates is meaningless. It exists only
+so a real `llama-server` can load a real GGUF and answer real OpenAI-style requests (model listing, chat
+completions, streaming, token usage) in milliseconds on a CPU; nothing about its output is worth asserting
+beyond its shape.
+
+`write_tiny_model(vocab, out)` takes any vocabulary-only llama GGUF (llama.cpp ships them under `models/`, e.g.
+`ggml-vocab-llama-spm.gguf`), copies its `tokenizer.ggml.*` keys, adds a small chat template of its own and writes
+2 layers, embedding 64, 4 attention and 4 KV heads, FFN 256, context 512. 2-D weights are F16 with the output
+projection tied to the token embedding (no `output.weight`); the norms are F32 ones. With a 32,000-token
+vocabulary that is about 5 MB.
+
+Invariants: the output is a function of the vocabulary file alone (fixed seed, keys written in a fixed order, no
+timestamps, no dependence on hash seeds), so every run writes the same bytes. The file appears under its final
+name only when complete (written beside it, then renamed).
+
+CLI: `python -m llmaz.testing.tinymodel --vocab <vocab.gguf> --out <file.gguf>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import numpy.typing as npt
+
+ARCHITECTURE = "llama"
+NAME = "llmaz-tiny-random-llama"
+DESCRIPTION = (
+    "Random weights, not trained: generated text is meaningless. A test fixture that proves the llama.cpp serving "
+    "path (loading, chat completions, streaming, usage), written by llmaz.testing.tinymodel."
+)
+BLOCK_COUNT = 2
+EMBEDDING_LENGTH = 64
+HEAD_COUNT = 4
+HEAD_COUNT_KV = 4
+FEED_FORWARD_LENGTH = 256
+CONTEXT_LENGTH = 512
+RMS_EPSILON = 1e-5
+ROPE_FREQ_BASE = 10000.0
+WEIGHT_STD = 0.02
+SEED = 20261123
+MAX_BYTES = 50 * 1024 * 1024
+
+# The vocabulary files carry no template, and without one llama-server falls back to chatml; a template of our own
+# proves the server reads it from the GGUF. Plain "Role: text" lines, because the SPM vocabulary has no chat tokens.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}{{- 'System: ' -}}"
+    "{%- elif message['role'] == 'user' -%}{{- 'User: ' -}}"
+    "{%- else -%}{{- 'Assistant: ' -}}{%- endif -%}"
+    "{{- message['content'] + '\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- 'Assistant:' -}}{%- endif -%}"
+)
+
+_TOKENIZER_PREFIX = "tokenizer.ggml."
+_TOKENS_KEY = "tokenizer.ggml.tokens"
+
+
+def write_tiny_model(vocab: Path, out: Path) -> Path:
+    """Write the tiny random model for the vocabulary GGUF `vocab` to `out`; returns `out`."""
+    tokenizer = _tokenizer_fields(vocab)
+    n_vocab = len(tokenizer[_TOKENS_KEY][0])
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        writer = gguf.GGUFWriter(tmp, ARCHITECTURE)
+        try:
+            _add_metadata(writer, n_vocab, tokenizer)
+            for name, tensor in _tensors(n_vocab):
+                writer.add_tensor(name, tensor)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()
+        size = tmp.stat().st_size
+        if size > MAX_BYTES:
+            raise ValueError(f"{vocab}: the tiny model would be {size} bytes (limit {MAX_BYTES}): vocabulary too large")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _tokenizer_fields(vocab: Path) -> dict[str, tuple[Any, gguf.GGUFValueType, gguf.GGUFValueType | None]]:
+    """The vocabulary's `tokenizer.ggml.*` keys as (value, type, array item type), sorted by key."""
+    reader = gguf.GGUFReader(vocab)
+    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE)
+    if arch is None or arch.contents() != ARCHITECTURE:
+        raise ValueError(f"{vocab}: not a {ARCHITECTURE} GGUF (general.architecture is {arch and arch.contents()!r})")
+    fields: dict[str, tuple[Any, gguf.GGUFValueType, gguf.GGUFValueType | None]] = {}
+    for key in sorted(reader.fields):
+        if not key.startswith(_TOKENIZER_PREFIX):
+            continue
+        field = reader.fields[key]
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY and len(field.types) != 2:
+            raise ValueError(f"{vocab}: {key} is a nested array, which a tokenizer key never is")
+        sub_type = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        fields[key] = (field.contents(), vtype, sub_type)
+    if _TOKENS_KEY not in fields:
+        raise ValueError(f"{vocab}: no {_TOKENS_KEY}: not a vocabulary GGUF")
+    return fields
+
+
+def _add_metadata(
+    writer: gguf.GGUFWriter,
+    n_vocab: int,
+    tokenizer: dict[str, tuple[Any, gguf.GGUFValueType, gguf.GGUFValueType | None]],
+) -> None:
+    writer.add_name(NAME)
+    writer.add_description(DESCRIPTION)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_block_count(BLOCK_COUNT)
+    writer.add_context_length(CONTEXT_LENGTH)
+    writer.add_embedding_length(EMBEDDING_LENGTH)
+    writer.add_feed_forward_length(FEED_FORWARD_LENGTH)
+    writer.add_head_count(HEAD_COUNT)
+    writer.add_head_count_kv(HEAD_COUNT_KV)
+    writer.add_layer_norm_rms_eps(RMS_EPSILON)
+    writer.add_rope_dimension_count(EMBEDDING_LENGTH // HEAD_COUNT)
+    writer.add_rope_freq_base(ROPE_FREQ_BASE)
+    writer.add_vocab_size(n_vocab)
+    for key, (value, vtype, sub_type) in tokenizer.items():
+        writer.add_key_value(key, value, vtype, sub_type)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+
+def _tensors(n_vocab: int) -> list[tuple[str, npt.NDArray[Any]]]:
+    """Every tensor in file order; numpy shapes are (out, in). Drawn in this order from one seeded generator."""
+    rng = np.random.default_rng(SEED)
+    embd, ffn = EMBEDDING_LENGTH, FEED_FORWARD_LENGTH
+
+    def weight(rows: int, cols: int) -> npt.NDArray[np.float16]:
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(WEIGHT_STD)).astype(np.float16)
+
+    def norm() -> npt.NDArray[np.float32]:
+        return np.ones(embd, dtype=np.float32)
+
+    tensors: list[tuple[str, npt.NDArray[Any]]] = [("token_embd.weight", weight(n_vocab, embd))]
+    for layer in range(BLOCK_COUNT):
+        block = f"blk.{layer}"
+        tensors += [
+            (f"{block}.attn_norm.weight", norm()),
+            (f"{block}.attn_q.weight", weight(embd, embd)),
+            (f"{block}.attn_k.weight", weight(embd, embd)),
+            (f"{block}.attn_v.weight", weight(embd, embd)),
+            (f"{block}.attn_output.weight", weight(embd, embd)),
+            (f"{block}.ffn_norm.weight", norm()),
+            (f"{block}.ffn_gate.weight", weight(ffn, embd)),
+            (f"{block}.ffn_up.weight", weight(ffn, embd)),
+            (f"{block}.ffn_down.weight", weight(embd, ffn)),
+        ]
+    tensors.append(("output_norm.weight", norm()))
+    return tensors
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m llmaz.testing.tinymodel",
+        description="Write a tiny llama GGUF with random weights (meaningless output) to test serving.",
+    )
+    parser.add_argument(
+        "--vocab", type=Path, required=True, help="a vocabulary-only llama GGUF to take the tokenizer from"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="the GGUF file to write")
+    args = parser.parse_args(argv)
+    print(write_tiny_model(args.vocab, args.out))
+
+
+if __name__ == "__main__":
+    main()
