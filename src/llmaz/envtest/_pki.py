@@ -6,6 +6,7 @@ Invariants:
   grants it everything).
 - The service-account key pair is separate from the CA: kube-apiserver signs ServiceAccount tokens with it
   (TokenRequest API) and verifies them with its public half.
+- The CA's key is kept (0600) so that the node tier can sign its kubelet's client certificate.
 - Keys are EC P-256 (fast to generate); files are written 0600 into the directory given and never reused
   across control planes.
 """
@@ -13,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,7 @@ class ControlPlanePKI:
     """File paths of everything `write_pki` generates."""
 
     ca_cert: Path
+    ca_key: Path
     serving_cert: Path
     serving_key: Path
     admin_cert: Path
@@ -39,11 +42,16 @@ class ControlPlanePKI:
     service_account_public_key: Path
 
 
-def write_pki(directory: Path) -> ControlPlanePKI:
-    """Generate a fresh CA, serving and admin certificates and a service-account key pair in `directory`."""
+def write_pki(directory: Path, extra_ips: Sequence[str] = ()) -> ControlPlanePKI:
+    """Generate a fresh CA, serving and admin certificates and a service-account key pair in `directory`.
+
+    `extra_ips` are added to the serving certificate's SANs (a non-loopback address the API server listens on,
+    and the `kubernetes` Service's ClusterIP).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     paths = ControlPlanePKI(
         ca_cert=directory / "ca.crt",
+        ca_key=directory / "ca.key",
         serving_cert=directory / "apiserver.crt",
         serving_key=directory / "apiserver.key",
         admin_cert=directory / "admin.crt",
@@ -54,8 +62,10 @@ def write_pki(directory: Path) -> ControlPlanePKI:
     now = datetime.datetime.now(datetime.UTC)
     ca = pki.new_ca(now, "llmaz-envtest-ca", validity=_VALIDITY, new_key=pki.ec_key)
     _write(paths.ca_cert, ca.cert_pem)
+    _write(paths.ca_key, ca.key_pem)
 
-    serving = pki.new_serving_cert(ca, now, _SERVING_DNS_NAMES, _SERVING_IPS, _VALIDITY, new_key=pki.ec_key)
+    ips = [*_SERVING_IPS, *(ip for ip in extra_ips if ip not in _SERVING_IPS)]
+    serving = pki.new_serving_cert(ca, now, _SERVING_DNS_NAMES, ips, _VALIDITY, new_key=pki.ec_key)
     _write(paths.serving_cert, serving.cert_pem)
     _write(paths.serving_key, serving.key_pem)
 

@@ -122,10 +122,10 @@ def free_loopback_ports(count: int) -> list[int]:
             sock.close()
 
 
-def is_listening(port: int) -> bool:
+def is_listening(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.0)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return sock.connect_ex((host, port)) == 0
 
 
 def stop_all() -> None:

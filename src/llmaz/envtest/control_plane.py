@@ -2,7 +2,9 @@
 
 Invariants:
 - Everything listens on 127.0.0.1 only, on ports free at start: etcd client (plain http), etcd peer, and the
-  kube-apiserver secure port. The kube-apiserver port survives `restart_apiserver()`.
+  kube-apiserver secure port. The kube-apiserver port survives `restart_apiserver()`. The one exception is a
+  control plane given another `address` (the node tier's bridge address, so that pods reach it): kube-apiserver
+  then listens and advertises there, and its endpoint reconciler publishes the `kubernetes` Service's endpoints.
 - `start()` returns only when etcd is healthy, `/readyz` answers `ok`, and every CRD is Established; if any
   step fails, whatever was started is stopped before the error propagates (with the failing log's tail).
 - `stop()` stops kube-apiserver, then etcd (reaping both process groups), checks that no port still listens,
@@ -18,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import ipaddress
 import os
 import shutil
 import tempfile
@@ -34,7 +37,8 @@ from llmaz.envtest._process import ManagedProcess, free_loopback_ports, is_liste
 from llmaz.envtest._rest import ApiError, plain_http
 
 _SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-_SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+SERVICE_CIDR = "10.0.0.0/24"
+LOOPBACK = "127.0.0.1"
 _POLL_INTERVAL = 0.1
 _WORK_DIR_PREFIX = "llmaz-envtest-"
 _OWNER_FILE = "owner.pid"
@@ -56,18 +60,23 @@ class ControlPlane(Cluster):
         kubeconfig: Path | None = None,
         detached: bool = False,
         start_timeout: float = 60.0,
+        address: str = LOOPBACK,
+        service_cidr: str = SERVICE_CIDR,
     ) -> None:
         """`crd_paths` (files or directories) and the LWS CRD, if the assets have it, are installed at start.
 
         `work_dir` defaults to a fresh temporary directory that `stop()` deletes; a given one is kept.
         `kubeconfig` defaults to `<work_dir>/kubeconfig`.
         `detached` processes survive this interpreter (see `state()`); etcd then keeps fsync on.
+        `address` is where kube-apiserver listens (an address of this host); `service_cidr` is its ClusterIP range.
         """
         self.assets = assets or find_assets()
         self.crd_paths = [*crd_paths, *([self.assets.lws_crd] if self.assets.lws_crd else [])]
         self.kubectl_path = self.assets.kubectl
         self.detached = detached
         self.start_timeout = start_timeout
+        self.address = address
+        self.service_cidr = service_cidr
         self._owns_work_dir = work_dir is None
         self.work_dir = work_dir or _new_temporary_work_dir()
         self.scratch_dir = self.work_dir
@@ -90,12 +99,12 @@ class ControlPlane(Cluster):
 
     def start(self) -> ControlPlane:
         try:
-            pki = write_pki(self.work_dir / "pki")
+            pki = write_pki(self.work_dir / "pki", [self.address, _first_host(self.service_cidr)])
             self.ca_file = pki.ca_cert
             self.admin_cert_file, self.admin_key_file = pki.admin_cert, pki.admin_key
             etcd, peer, apiserver = free_loopback_ports(3)
             self._ports = {"etcd": etcd, "etcd-peer": peer, "apiserver": apiserver}
-            self.server = f"https://127.0.0.1:{apiserver}"
+            self.server = f"https://{self.address}:{apiserver}"
             self._etcd = self._spawn("etcd", [str(self.assets.etcd), *self._etcd_args()])
             self._wait(self._etcd, self._etcd_healthy, "etcd to report healthy")
             self._write_kubeconfig()
@@ -112,7 +121,8 @@ class ControlPlane(Cluster):
         for process in (self._apiserver, self._etcd):
             if process is not None:
                 process.stop()
-        leftovers = [name for name, port in self._ports.items() if is_listening(port)]
+        hosts = {"apiserver": self.address}
+        leftovers = [name for name, port in self._ports.items() if is_listening(port, hosts.get(name, LOOPBACK))]
         self._apiserver = self._etcd = None
         if self._owns_work_dir:
             on_exit(id(self), None)
@@ -210,10 +220,12 @@ class ControlPlane(Cluster):
         return args if self.detached else [*args, "--unsafe-no-fsync"]
 
     def _apiserver_args(self, pki: ControlPlanePKI) -> list[str]:
+        # A loopback address cannot back the `kubernetes` Service's endpoints; nothing on loopback needs them.
+        reconciler = ["--endpoint-reconciler-type=none"] if self.address == LOOPBACK else []
         return [
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
             f"--secure-port={self._ports['apiserver']}",
             f"--cert-dir={self.work_dir / 'apiserver-certs'}",
             f"--tls-cert-file={pki.serving_cert}",
@@ -222,16 +234,20 @@ class ControlPlane(Cluster):
             f"--service-account-issuer={_SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={pki.service_account_public_key}",
             f"--service-account-signing-key-file={pki.service_account_key}",
-            f"--service-cluster-ip-range={_SERVICE_CLUSTER_IP_RANGE}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             "--authorization-mode=Node,RBAC",
             "--allow-privileged=true",
-            # A loopback address cannot back the `kubernetes` Service's endpoints; nothing here needs them.
-            "--endpoint-reconciler-type=none",
+            *reconciler,
         ]
 
     def _write_kubeconfig(self) -> None:
         admin = {"client-certificate": str(self.admin_cert_file), "client-key": str(self.admin_key_file)}
         self.write_kubeconfig(self.kubeconfig, admin, user_name="envtest-admin")
+
+
+def _first_host(cidr: str) -> str:
+    """The `kubernetes` Service's ClusterIP: the first address of the Service range."""
+    return str(next(ipaddress.ip_network(cidr).hosts()))
 
 
 def _new_temporary_work_dir() -> Path:

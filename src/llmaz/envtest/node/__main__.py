@@ -1,0 +1,77 @@
+"""Start the node cluster in the foreground, or clean what a crashed one left.
+
+    python -m llmaz.envtest.node [--dir DIR]    # prints `export KUBECONFIG=...`; Ctrl-C stops and cleans up
+    python -m llmaz.envtest.node clean          # tear down leftovers of a run that was killed
+
+The images of `make image-build` that exist are imported into the node's containerd; llmaz itself is not
+installed (see docs/e2e.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from llmaz.envtest._assets import source_root
+from llmaz.envtest.images import available_images, find_images
+from llmaz.envtest.node._host import PrerequisiteError, find_leftovers, teardown
+from llmaz.envtest.node._layout import NodeLayout
+from llmaz.envtest.node.cluster import NodeCluster
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llmaz.envtest.node", description=__doc__)
+    parser.add_argument("action", nargs="?", choices=["up", "clean"], default="up")
+    parser.add_argument("--dir", type=Path, default=None, help="working directory (default: a temporary one)")
+    parser.add_argument(
+        "--images", default="", help="comma-separated image names to import (default: every image built; pause always)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "clean":
+            return _clean()
+        return _up(args.dir, [name for name in args.images.split(",") if name])
+    except PrerequisiteError as error:
+        print(f"node: {error}", file=sys.stderr)
+        return 1
+
+
+def _clean() -> int:
+    layout = NodeLayout()
+    state = find_leftovers(layout)
+    if state is None:
+        print("node: nothing to clean", file=sys.stderr)
+        return 0
+    cleaned = teardown(layout, state)
+    print(f"node: cleaned {', '.join(cleaned) or 'nothing'}", file=sys.stderr)
+    return 0
+
+
+def _up(work_dir: Path | None, names: list[str]) -> int:
+    stopping = threading.Event()
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+    root = source_root()
+    crds = [root / "config" / "crd" / "bases"] if root and (root / "config" / "crd" / "bases").is_dir() else []
+    images = find_images(["pause", *names]) if names else available_images()
+    if "pause" not in images:
+        images.update(find_images(["pause"]))
+    sandbox = images.pop("pause")
+    with NodeCluster(sandbox_image=sandbox, images=list(images.values()), crd_paths=crds, work_dir=work_dir) as cluster:
+        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+        while not stopping.wait(0.5):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

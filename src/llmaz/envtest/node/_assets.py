@@ -1,0 +1,38 @@
+"""Where the node's binaries live: kubelet and kube-proxy beside the other Kubernetes binaries, CoreDNS in its own
+cache directory (all built by `make node-bins`, i.e. `hack/cluster/build.sh --node`).
+
+Nothing here builds anything; a missing binary is reported with the command that provides it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmaz.envtest._assets import AssetsMissingError, cache_root, kubernetes_version, module_version, source_root
+
+_BUILD_HINT = "run `make node-bins` (hack/cluster/build.sh --node)"
+
+
+@dataclass(frozen=True)
+class NodeAssets:
+    kubelet: Path
+    kube_proxy: Path
+    coredns: Path
+
+
+def find_node_assets() -> NodeAssets:
+    root = source_root()
+    if root is None:
+        raise AssetsMissingError(f"hack/cluster not found (not a source checkout): {_BUILD_HINT}")
+    k8s_dir = cache_root() / "bin" / f"k8s-{kubernetes_version()}"
+    coredns_version = module_version(root / "hack/cluster/coredns/go.mod", "github.com/coredns/coredns")
+    assets = NodeAssets(
+        kubelet=k8s_dir / "kubelet",
+        kube_proxy=k8s_dir / "kube-proxy",
+        coredns=cache_root() / "bin" / f"coredns-{coredns_version}" / "coredns",
+    )
+    missing = [str(path) for path in vars(assets).values() if not path.is_file()]
+    if missing:
+        raise AssetsMissingError(f"not found: {', '.join(missing)}: {_BUILD_HINT}")
+    return assets

@@ -1,0 +1,251 @@
+"""One real Kubernetes node on this machine: the simulated cluster's components plus containerd, kubelet,
+kube-proxy and CoreDNS, so that pods really run.
+
+On top of `SimulatedCluster` (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the LeaderWorkerSet
+controller, and kwok for any simulated node pools asked for) it runs:
+- containerd (Debian's, with its own root, state, socket and runc root under the node's root) with the CNI
+  bridge and host-local plugins, and the project's images imported (the pod sandbox image among them);
+- kubelet, registered as `llmaz-node` with a client certificate of the `system:nodes` group;
+- kube-proxy in nftables mode;
+- CoreDNS on the bridge address, behind the `kube-dns` Service.
+kube-apiserver listens on the bridge address, so pods reach it through the `kubernetes` Service.
+
+Invariants:
+- `start()` checks every prerequisite before starting anything, cleans what a crashed run left (saying what it
+  cleaned), and returns only when the node is Ready, kube-proxy and CoreDNS are healthy; on any failure
+  everything started is stopped and the host is restored before the error propagates. A node that never gets
+  Ready is reported with its conditions and kubelet's last log lines.
+- `stop()`, interpreter exit, SIGTERM and Ctrl-C stop the processes and undo every host change
+  (`_host.teardown`); a SIGKILLed owner is cleaned up by the reaper process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.error
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from llmaz.certs import pki
+from llmaz.envtest._pki import ControlPlanePKI
+from llmaz.envtest._process import ManagedProcess, on_exit, stop_detached
+from llmaz.envtest._rest import ApiError
+from llmaz.envtest.control_plane import ControlPlaneError
+from llmaz.envtest.images import LocalImage
+from llmaz.envtest.node import _config, _host
+from llmaz.envtest.node._assets import NodeAssets, find_node_assets
+from llmaz.envtest.node._layout import NodeLayout
+from llmaz.envtest.simulated.cluster import SimulatedCluster, _condition_true, _http_ok
+
+_FIELD_MANAGER = "llmaz-envtest"
+DEV_TAG = "dev"
+
+
+class NodeCluster(SimulatedCluster):
+    """SimulatedCluster + containerd + kubelet + kube-proxy + CoreDNS: one node where pods really run."""
+
+    def __init__(
+        self,
+        *,
+        sandbox_image: LocalImage,
+        images: Sequence[LocalImage] = (),
+        layout: NodeLayout | None = None,
+        node_assets: NodeAssets | None = None,
+        node_pools: Sequence[Any] = (),
+        **control_plane_options: Any,
+    ) -> None:
+        """`sandbox_image` and `images` are imported into the node's containerd; `node_pools` adds kwok nodes
+        beside the real one; other options are ControlPlane's."""
+        self.layout = layout or NodeLayout()
+        super().__init__(
+            node_pools=node_pools,
+            address=self.layout.host_ip,
+            service_cidr=self.layout.service_cidr,
+            **control_plane_options,
+        )
+        self.node_assets = node_assets or find_node_assets()
+        self.sandbox_image = sandbox_image
+        self.images = [sandbox_image, *(image for image in images if image.image != sandbox_image.image)]
+        self._node_processes: list[ManagedProcess] = []
+        self._host_state: _host.HostState | None = None
+        self._reaper: ManagedProcess | None = None
+        self._node_pki: ControlPlanePKI | None = None
+
+    @property
+    def node_name(self) -> str:
+        return self.layout.node_name
+
+    def start(self) -> NodeCluster:
+        _host.check_prerequisites(self.layout)
+        self._clean_leftovers()
+        self._host_state = _host.prepare_host(self.layout)
+        on_exit(id(self._host_state), self._teardown_host)
+        try:
+            _host.check_ports(self.layout)
+            self._start_reaper()
+            super().start()
+            self._start_node()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for process in reversed(self._node_processes):
+            process.stop()
+        self._node_processes.clear()
+        try:
+            super().stop()
+        finally:
+            self._teardown_host()
+
+    def _teardown_host(self) -> None:
+        if self._host_state is not None:
+            on_exit(id(self._host_state), None)
+            _host.teardown(self.layout, self._host_state)
+            self._host_state = None
+        if self._reaper is not None:
+            stop_detached(self._reaper.pid, Path(sys.executable))
+            self._reaper = None
+
+    def node_logs(self, lines: int = 30) -> str:
+        """The last `lines` of containerd's, kubelet's, kube-proxy's and CoreDNS's logs."""
+        return "\n".join(f"--- {p.name} ---\n{p.log_tail(lines)}" for p in self._node_processes)
+
+    def component_logs(self, lines: int = 30) -> str:
+        return "\n".join([super().component_logs(lines), self.node_logs(lines)])
+
+    def ctr(self, *args: str) -> str:
+        """Run `ctr` against the node's containerd (namespace k8s.io); return stdout."""
+        argv = ["ctr", "--address", str(self.layout.containerd_socket), "--namespace", "k8s.io", *args]
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ControlPlaneError(f"ctr {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+        return result.stdout
+
+    def import_images(self, images: Sequence[LocalImage]) -> None:
+        """Import OCI archives into the node's containerd, skipping images it already has, and tag each one also
+        `<repository>:dev` (`DEV_TAG`), the name config/node gives the images it does not set per build."""
+        present = set(self.ctr("images", "list", "--quiet").split())
+        for image in images:
+            if image.image not in present:
+                self.ctr("images", "import", str(image.archive))
+            self.ctr("images", "tag", "--force", image.image, f"{image.image.rsplit(':', 1)[0]}:{DEV_TAG}")
+
+    def _clean_leftovers(self) -> None:
+        stale = _host.find_leftovers(self.layout)
+        if stale is None:
+            return
+        cleaned = _host.teardown(self.layout, stale)
+        owner = f"pid {stale.owner_pid}" if stale.owner_pid else "an unknown run"
+        print(f"node: cleaned what {owner} left behind: {', '.join(cleaned) or 'nothing'}", file=sys.stderr)
+
+    def _start_reaper(self) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "llmaz.envtest.node._reaper",
+            str(self._host_state_owner()),
+            str(self.layout.root),
+        ]
+        self._reaper = ManagedProcess("node-reaper", argv, self.work_dir / "logs" / "node-reaper.log", detached=True)
+        self._reaper.start()
+
+    def _host_state_owner(self) -> int:
+        assert self._host_state is not None
+        return self._host_state.owner_pid
+
+    def _apiserver_args(self, pki_paths: ControlPlanePKI) -> list[str]:
+        self._node_pki = pki_paths
+        return [
+            *super()._apiserver_args(pki_paths),
+            # logs, exec and port-forward go through kubelet, which admits the admin's certificate.
+            f"--kubelet-client-certificate={pki_paths.admin_cert}",
+            f"--kubelet-client-key={pki_paths.admin_key}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
+
+    def _start_node(self) -> None:
+        layout, assets = self.layout, self.node_assets
+        config = layout.config_dir
+        config.mkdir(parents=True, exist_ok=True)
+        for directory in (layout.cni_conf_dir, layout.cni_ipam_dir, layout.kubelet_dir, layout.pod_logs_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        node_kubeconfig = self._write_node_kubeconfig(config / "kubelet.kubeconfig")
+        (config / "containerd.toml").write_text(_config.containerd_config(layout, self.sandbox_image.image))
+        (layout.cni_conf_dir / "10-llmaz-node.conflist").write_text(_config.cni_config(layout))
+        (config / "kubelet.yaml").write_text(_config.kubelet_config(layout, self.ca_file))
+        (config / "kube-proxy.yaml").write_text(_config.kube_proxy_config(layout, self.kubeconfig))
+        (config / "Corefile").write_text(_config.corefile(layout, self.kubeconfig))
+
+        containerd = self._spawn_node("containerd", ["containerd", f"--config={config / 'containerd.toml'}"])
+        self._wait(containerd, lambda: _host._connectable(layout.containerd_socket), "containerd's socket")
+        self.import_images(self.images)
+
+        kubelet = self._spawn_node(
+            "kubelet",
+            [
+                str(assets.kubelet),
+                f"--config={config / 'kubelet.yaml'}",
+                f"--kubeconfig={node_kubeconfig}",
+                f"--root-dir={layout.kubelet_dir}",
+                f"--hostname-override={layout.node_name}",
+                f"--node-ip={layout.host_ip}",
+                "--v=1",
+            ],
+        )
+        proxy = self._spawn_node("kube-proxy", [str(assets.kube_proxy), f"--config={config / 'kube-proxy.yaml'}"])
+        coredns = self._spawn_node("coredns", [str(assets.coredns), "-conf", str(config / "Corefile")])
+        for manifest in _config.dns_manifests(layout):
+            self.admin_client().apply(_manifest_path(manifest), manifest, _FIELD_MANAGER)
+        self._wait_node_ready(kubelet)
+        ports = layout.ports
+        self._wait(proxy, lambda: _http_ok(f"http://127.0.0.1:{ports.proxy_healthz}/healthz"), "kube-proxy /healthz")
+        self._wait(coredns, lambda: _http_ok(f"http://127.0.0.1:{ports.dns_ready}/ready"), "CoreDNS /ready")
+
+    def _spawn_node(self, name: str, argv: list[str]) -> ManagedProcess:
+        process = self._spawn(name, argv)
+        self._node_processes.append(process)
+        return process
+
+    def _write_node_kubeconfig(self, path: Path) -> Path:
+        assert self._node_pki is not None
+        ca = pki.KeyPair(self._node_pki.ca_cert.read_bytes(), self._node_pki.ca_key.read_bytes())
+        node = pki.new_client_cert(
+            ca, datetime.now(UTC), f"system:node:{self.layout.node_name}", "system:nodes", new_key=pki.ec_key
+        )
+        cert, key = path.with_suffix(".crt"), path.with_suffix(".key")
+        cert.write_bytes(node.cert_pem)
+        key.touch(mode=0o600)
+        key.write_bytes(node.key_pem)
+        return self.write_kubeconfig(path, {"client-certificate": str(cert), "client-key": str(key)}, "node")
+
+    def _wait_node_ready(self, kubelet: ManagedProcess) -> None:
+        try:
+            self._wait(kubelet, self._node_ready, f"node {self.layout.node_name} to be Ready")
+        except ControlPlaneError as error:
+            raise ControlPlaneError(f"{error}\nnode conditions: {self._node_conditions()}") from None
+
+    def _node_ready(self) -> bool:
+        try:
+            node = self.admin_client().request("GET", f"/api/v1/nodes/{self.layout.node_name}")
+        except (ApiError, OSError, urllib.error.URLError):
+            return False
+        return _condition_true(node, "Ready")
+
+    def _node_conditions(self) -> str:
+        try:
+            node = self.admin_client().request("GET", f"/api/v1/nodes/{self.layout.node_name}")
+        except (ApiError, OSError) as error:
+            return f"the node is not registered ({error})"
+        conditions = (node.get("status") or {}).get("conditions") or []
+        return "; ".join(f"{c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}" for c in conditions)
+
+
+def _manifest_path(manifest: dict[str, Any]) -> str:
+    plural = {"Service": "services", "EndpointSlice": "endpointslices"}[manifest["kind"]]
+    group = "/api/v1" if manifest["apiVersion"] == "v1" else f"/apis/{manifest['apiVersion']}"
+    return f"{group}/namespaces/{manifest['metadata']['namespace']}/{plural}/{manifest['metadata']['name']}"
