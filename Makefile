@@ -20,6 +20,8 @@ PYTEST_ARGS ?=
 
 # The manager image (make docker-build / docker-push / deploy) and the tools that handle it.
 IMG ?= llmaz:latest
+# What `make deploy` installs: config/default, or an overlay of it (config/node: the node tier's local images).
+DEPLOY_CONFIG ?= config/default
 CONTAINER_TOOL ?= docker
 KUBECTL ?= kubectl
 
@@ -51,9 +53,21 @@ kustomize: $(KUSTOMIZE) ## Build the pinned kustomize into the cache.
 cluster-bins: ## Build kube-apiserver, etcd, kubectl (versions: hack/cluster/go.mod) into the cache if missing.
 	@hack/cluster/build.sh >&2
 
+.PHONY: llama-server
+llama-server: ## Build the static llama.cpp server (CPU only) into the cache.
+	@hack/llamacpp/build.sh >&2
+
 .PHONY: e2e-bins
 e2e-bins: ## Also build kube-controller-manager, kube-scheduler, kwok, the LWS controller (simulated e2e cluster).
 	@hack/cluster/build.sh --e2e >&2
+
+.PHONY: node-packages
+node-packages: ## Install the Debian packages of the real node (hack/node/packages.txt: containerd, runc, CNI, nftables, buildah).
+	@hack/node/install-packages.sh
+
+.PHONY: node-bins
+node-bins: ## Also build kubelet, kube-proxy and CoreDNS (the real node of the e2e tier).
+	@hack/cluster/build.sh --node >&2
 
 ##@ Development
 
@@ -92,13 +106,15 @@ kustomize-build: $(KUSTOMIZE) ## Check that every kustomize directory under conf
 test-unit: install ## Fast tests: pure logic, no cluster.
 	$(PY) -m pytest test/unit $(PYTEST_ARGS)
 
+# The integration tier also runs llama-server and starts and stops the real node (test/integration/node).
 .PHONY: test-integration
-test-integration: install cluster-bins ## Tests against a real kube-apiserver + etcd started by llmaz.envtest.
+test-integration: install cluster-bins node-bins image-build ## Tests against a real kube-apiserver + etcd, llama-server, the node's lifecycle.
 	$(PY) -m pytest test/integration $(PYTEST_ARGS)
 
 # test-e2e: kind when it and a container engine work (hack/e2e/kind.sh), USE_EXISTING_CLUSTER=true for the
-# cluster of KUBECONFIG (llmaz, LWS and kwok installed), otherwise the simulated cluster. E2E_CLUSTER forces one;
-# `make test` always runs the simulated one.
+# cluster of KUBECONFIG (llmaz, LWS and kwok installed), otherwise the simulated cluster. E2E_CLUSTER forces one:
+# simulated, node (one real node on this machine, docs/e2e.md), kind or existing. `make test` runs the simulated
+# tier, then the node tier.
 KIND ?= kind
 E2E_IMG ?= llmaz:e2e
 E2E_CLUSTER ?= $(if $(filter true,$(USE_EXISTING_CLUSTER)),existing,$(if $(shell command -v $(KIND) 2>/dev/null && $(CONTAINER_TOOL) info >/dev/null 2>&1 && echo y),kind,simulated))
@@ -107,10 +123,13 @@ E2E_CLUSTER ?= $(if $(filter true,$(USE_EXISTING_CLUSTER)),existing,$(if $(shell
 test-e2e: install ## End-to-end tests: kind if available, USE_EXISTING_CLUSTER=true, else a simulated cluster.
 	@echo "e2e cluster: $(E2E_CLUSTER)" >&2
 	@case "$(E2E_CLUSTER)" in \
-	  simulated) $(MAKE) --no-print-directory cluster-bins e2e-bins && $(PY) -m pytest test/e2e $(PYTEST_ARGS) ;; \
+	  simulated) $(MAKE) --no-print-directory cluster-bins e2e-bins && \
+	    E2E_CLUSTER=simulated $(PY) -m pytest test/e2e $(PYTEST_ARGS) ;; \
+	  node) $(MAKE) --no-print-directory cluster-bins node-bins image-build $(KUSTOMIZE) && \
+	    E2E_CLUSTER=node $(PY) -m pytest test/e2e $(PYTEST_ARGS) ;; \
 	  kind) KIND=$(KIND) CONTAINER_TOOL=$(CONTAINER_TOOL) E2E_IMG=$(E2E_IMG) PY=$(PY) hack/e2e/kind.sh $(PYTEST_ARGS) ;; \
 	  existing) USE_EXISTING_CLUSTER=true $(PY) -m pytest test/e2e $(PYTEST_ARGS) ;; \
-	  *) echo "E2E_CLUSTER must be simulated, kind or existing" >&2; exit 2 ;; \
+	  *) echo "E2E_CLUSTER must be simulated, node, kind or existing" >&2; exit 2 ;; \
 	esac
 
 .PHONY: bench-admission
@@ -134,8 +153,9 @@ bench-runtime: install $(BENCH_STAMP) cluster-bins ## Runtime alone: no-op recon
 	BENCH_SCENARIOS=runtime $(PY) bench/run.py
 
 .PHONY: test
-test: lint kustomize-build test-unit test-integration test-e2e ## Everything CI runs: lint and every test tier.
-test: E2E_CLUSTER = simulated
+test: lint kustomize-build test-unit test-integration ## Everything CI runs: lint and every test tier.
+	@$(MAKE) --no-print-directory test-e2e E2E_CLUSTER=simulated
+	@$(MAKE) --no-print-directory test-e2e E2E_CLUSTER=node
 
 ##@ Run
 
@@ -157,16 +177,22 @@ run: install cluster-bins $(KUSTOMIZE) ## Local control plane + llmaz-manager in
 docker-build: ## Build the manager image IMG.
 	$(CONTAINER_TOOL) build -t $(IMG) .
 
+# Needs root: the packages (buildah, debootstrap; hack/node/packages.txt) install only when missing.
+.PHONY: image-build
+image-build: ## Build the manager, model-loader, pause and llama-server images with buildah (no Docker engine needed).
+	@hack/node/install-packages.sh
+	@hack/images/build.sh all
+
 .PHONY: docker-push
 docker-push: ## Push the manager image IMG.
 	$(CONTAINER_TOOL) push $(IMG)
 
 .PHONY: deploy
-deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (config/default with image IMG) into the current kubectl context.
+deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default config/default, with image IMG).
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 	$(KUBECTL) wait --for=condition=Established --timeout=60s -f config/crd/bases
 	@rm -rf .dev/deploy && mkdir -p .dev/deploy
-	cd .dev/deploy && $(KUSTOMIZE) create --resources ../../config/default && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd .dev/deploy && $(KUSTOMIZE) create --resources ../../$(DEPLOY_CONFIG) && $(KUSTOMIZE) edit set image controller=$(IMG)
 	$(KUSTOMIZE) build .dev/deploy | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy

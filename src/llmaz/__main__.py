@@ -104,6 +104,9 @@ async def run(args: argparse.Namespace) -> None:
                 leader_election=args.leader_elect,
                 leader_election_id=LEADER_ELECTION_ID,
                 leader_election_namespace=args.namespace,
+                # The controllers have stopped before the Lease is released, so a successor (a rolling update's
+                # new replica) takes over at once instead of after the lease duration.
+                leader_election_release_on_cancel=True,
                 freeze_heap_after_sync=True,
             ),
         )

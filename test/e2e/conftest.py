@@ -1,21 +1,26 @@
 """The e2e tier: llmaz in a whole cluster, where pods are created, scheduled, become Ready and are collected.
 
-Which cluster:
-- default: a `SimulatedCluster` started for the session (kube-apiserver, kube-controller-manager, kube-scheduler,
-  kwok nodes, the LeaderWorkerSet controller). llmaz is installed from `config/default`; its Deployment is scaled
-  to 0 and the manager runs instead as local processes with the Deployment's arguments and its ServiceAccount's
-  token (only the generated RBAC applies); the webhook configurations are `config/local`'s, by URL.
+Which cluster (`E2E_CLUSTER`):
+- `simulated` (default): a `SimulatedCluster` started for the session (kube-apiserver, kube-controller-manager,
+  kube-scheduler, kwok nodes, the LeaderWorkerSet controller). llmaz is installed from `config/default`; its
+  Deployment is scaled to 0 and the manager runs instead as local processes with the Deployment's arguments and its
+  ServiceAccount's token (only the generated RBAC applies); the webhook configurations are `config/local`'s, by URL.
+- `node`: a `NodeCluster` (one real node: containerd, kubelet, kube-proxy, CoreDNS) with the images of
+  `make image-build` imported. llmaz is installed as users install it, `make deploy` of `config/node` with the
+  local manager image: its pods really run, and admission goes through the webhook Service.
 - `USE_EXISTING_CLUSTER=true`: the cluster of `KUBECONFIG` (kind from `make test-e2e`, or yours), where llmaz is
   already deployed (`make deploy`), and kwok and LeaderWorkerSet are installed. The simulated node pools are
   created there if missing, and every test namespace carries a `type=kwok` node selector (honoured where the
   PodNodeSelector admission plugin is on, as in the kind cluster `make test-e2e` creates).
 
 Every test here carries the `e2e` marker; tests marked `disruptive` (they stop or kill the manager) run last.
+`tier(...)` names the tiers a test runs on (default: simulated only); each run keeps the tests of its tier.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -23,30 +28,38 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmaz.envtest import Cluster, ExistingCluster
+from llmaz.envtest import Cluster, ClusterOperationError, ExistingCluster
 from llmaz.envtest._rest import ApiError
+from llmaz.envtest.images import find_images
+from llmaz.envtest.node import NodeCluster
 from llmaz.envtest.simulated import SimulatedCluster, default_node_pools
 from llmaz.envtest.simulated.nodes import node_manifests
 
 from .managers import DEPLOYMENT, NAMESPACE, DeployedManager, LocalManagers, LoopbackService
-from .support import Environment, ModelNames, eventually
+from .support import Environment, ModelNames, eventually, open_model
 
 REPO = Path(__file__).resolve().parents[2]
 _HERE = Path(__file__).parent
 NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
+TIERS = ("simulated", "node")
+NODE_IMAGES = ("pause", "manager", "loader", "llama-server")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "disruptive: stops or kills the llmaz manager; runs after the other e2e tests")
     config.addinivalue_line("markers", "simulated: tests the simulated cluster itself; deselected on other clusters")
+    config.addinivalue_line(
+        "markers", "tier(*names): the e2e tiers the test runs on (simulated, node); default simulated"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mine = [item for item in items if _HERE in item.path.parents]
     for item in mine:
         item.add_marker(pytest.mark.e2e)
-    if _use_existing_cluster():
-        elsewhere = [item for item in mine if item.get_closest_marker("simulated")]
+    tier = _tier()
+    elsewhere = [item for item in mine if not _runs_on(item, tier)]
+    if elsewhere:
         config.hook.pytest_deselected(items=elsewhere)
         mine = [item for item in mine if item not in elsewhere]
         items[:] = [item for item in items if item not in elsewhere]
@@ -86,17 +99,22 @@ def _diagnostics(e2e: Environment, namespace: str) -> str:
 
 @pytest.fixture(scope="session")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
-    if _use_existing_cluster():
+    tier = _tier()
+    if tier == "existing":
         yield from _existing_cluster()
+    elif tier == "node":
+        yield from _node_cluster(tmp_path_factory.mktemp("node"))
     else:
         yield from _simulated_cluster(tmp_path_factory.mktemp("simulated"))
 
 
 @pytest.fixture
 def namespace(e2e: Environment, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace whose pods go to the simulated nodes, ready for pods (its ServiceAccount exists)."""
+    """A fresh namespace, ready for pods (its ServiceAccount exists), whose pods go to the simulated nodes except on
+    the node tier."""
     name = e2e.cluster.create_namespace(request.node.name)
-    e2e.cluster.kubectl("annotate", "namespace", name, f"{NODE_SELECTOR_ANNOTATION}=type=kwok")
+    if e2e.mode != "node":
+        e2e.cluster.kubectl("annotate", "namespace", name, f"{NODE_SELECTOR_ANNOTATION}=type=kwok")
     eventually(lambda: e2e.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), what="default ServiceAccount")
     yield name
     e2e.cluster.delete_namespace(name)
@@ -115,6 +133,23 @@ def _use_existing_cluster() -> bool:
     return os.environ.get("USE_EXISTING_CLUSTER", "").lower() == "true"
 
 
+def _tier() -> str:
+    if _use_existing_cluster():
+        return "existing"
+    tier = os.environ.get("E2E_CLUSTER") or "simulated"
+    if tier not in TIERS:
+        raise pytest.UsageError(f"E2E_CLUSTER={tier}: the e2e tiers are {', '.join(TIERS)} (or USE_EXISTING_CLUSTER)")
+    return tier
+
+
+def _runs_on(item: pytest.Item, tier: str) -> bool:
+    marker = item.get_closest_marker("tier")
+    tiers = marker.args if marker else ("simulated",)
+    if tier == "existing":  # a cluster prepared elsewhere runs what the simulated tier runs, less its self-checks
+        return "simulated" in tiers and not item.get_closest_marker("simulated")
+    return tier in tiers
+
+
 def _simulated_cluster(work_dir: Path) -> Iterator[Environment]:
     with SimulatedCluster(crd_paths=[REPO / "config" / "crd" / "bases"], work_dir=work_dir / "cluster") as cluster:
         webhook_service = LoopbackService()
@@ -129,6 +164,43 @@ def _simulated_cluster(work_dir: Path) -> Iterator[Environment]:
                 managers.stop()
         finally:
             webhook_service.stop()
+
+
+def _node_cluster(work_dir: Path) -> Iterator[Environment]:
+    images = find_images(NODE_IMAGES)
+    cluster = NodeCluster(
+        sandbox_image=images["pause"],
+        images=list(images.values()),
+        crd_paths=[REPO / "config" / "crd" / "bases"],
+        work_dir=work_dir / "cluster",
+    )
+    with cluster:
+        deploy(cluster, images["manager"].image)
+        manager = DeployedManager(cluster)
+        manager.wait_rolled_out()
+        environment = Environment(cluster, manager, "node")
+        # Installed means admitting: the webhook Service routes to the ready replicas (EndpointSlices, kube-proxy).
+        probe = yaml.safe_dump(open_model("admission-probe"))
+
+        def admits() -> bool:
+            try:
+                cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=probe)
+            except ClusterOperationError:
+                return False
+            return True
+
+        eventually(admits, what="admission through the webhook Service")
+        yield environment
+
+
+def deploy(cluster: Cluster, image: str) -> str:
+    """`make deploy` of config/node with `image`, as a user installs llmaz; return make's output."""
+    kubectl = f"{cluster.kubectl_path} --kubeconfig={cluster.kubeconfig}"
+    argv = ["make", "--no-print-directory", "deploy", f"IMG={image}", "DEPLOY_CONFIG=config/node", f"KUBECTL={kubectl}"]
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"make deploy failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result.stdout
 
 
 def _install(cluster: Cluster, webhook_port: int) -> None:

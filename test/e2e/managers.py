@@ -196,9 +196,17 @@ class DeployedManager:
         self.cluster = cluster
 
     def scale(self, replicas: int) -> None:
+        self.cluster.kubectl("scale", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, f"--replicas={replicas}")
+        self.wait_rolled_out(replicas)
+
+    def wait_rolled_out(self, replicas: int | None = None) -> None:
+        """Wait for the Deployment's rollout, and for exactly `replicas` pods (default: its spec's count)."""
         kubectl = self.cluster.kubectl
-        kubectl("scale", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, f"--replicas={replicas}")
         kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, f"--timeout={READY_TIMEOUT:.0f}s")
+        if replicas is None:
+            replicas = int(
+                kubectl("get", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "-o", "jsonpath={.spec.replicas}")
+            )
         deadline = time.monotonic() + READY_TIMEOUT
         while len(self._pods()) != replicas:
             if time.monotonic() > deadline:

@@ -7,6 +7,9 @@ would. Waits poll every 0.25 s up to `WAIT` seconds (multiplied by `E2E_TIMEOUT_
 from __future__ import annotations
 
 import os
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -181,3 +184,28 @@ def wait_playground_ready(env: Environment, namespace: str, name: str, replicas:
         return found
 
     return eventually(ready, what=f"Playground {namespace}/{name} Ready with {replicas}x{size} Ready pods")
+
+
+def http_request(
+    url: str,
+    *,
+    method: str = "GET",
+    body: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 10.0,
+) -> tuple[int, bytes]:
+    """One HTTP(S) request from this host to a pod or ClusterIP of the node; (status, body), any status.
+
+    TLS is not verified: the servers here present self-signed certificates, and what is tested is who may get
+    through, not whose certificate it is. No proxy from the environment ever sees this traffic.
+    """
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    request = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read()

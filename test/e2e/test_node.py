@@ -1,0 +1,210 @@
+"""The node tier itself, and llmaz installed on it the way users install it: real pods, real Services, real DNS.
+
+These run only on the node tier (`E2E_CLUSTER=node`): pods here really start from the images `make image-build`
+made, and every request goes through kube-proxy's rules, CoreDNS and the API server's Service routing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from llmaz.envtest._rest import ApiError
+
+from .conftest import REPO
+from .managers import DEPLOYMENT, NAMESPACE, lease_holder
+from .support import Environment, ModelNames, conditions, eventually, http_request, open_model, pod_ready
+
+pytestmark = pytest.mark.tier("node")
+METRICS_SERVICE = "llmaz-controller-manager-metrics-service"
+WEBHOOK_SERVICE = "llmaz-webhook-service"
+
+
+def _manager_pods(e2e: Environment) -> list[dict[str, Any]]:
+    pods = e2e.items("pods", NAMESPACE, "control-plane=controller-manager")
+    return [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+
+
+def _cluster_ip(e2e: Environment, name: str, namespace: str) -> str:
+    ip: str = e2e.must_get("services", name, namespace)["spec"]["clusterIP"]
+    return ip
+
+
+def _run_pod(e2e: Environment, namespace: str, name: str, script: str) -> str:
+    """Run `python -c script` in a pod from the manager's image to completion; return its log."""
+    image = e2e.must_get("pods", _manager_pods(e2e)[0]["metadata"]["name"], NAMESPACE)["spec"]["containers"][0]["image"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image, "command": ["python", "-c", script]}],
+        },
+    }
+    e2e.apply([pod], namespace)
+
+    def finished() -> str | None:
+        phase = e2e.must_get("pods", name, namespace)["status"].get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = eventually(finished, what=f"pod {namespace}/{name} to finish")
+    log = e2e.kubectl("logs", name, "-n", namespace)
+    assert phase == "Succeeded", log
+    return log
+
+
+def test_the_node_is_ready_and_llmaz_runs_from_the_local_image_with_two_ready_replicas(e2e: Environment) -> None:
+    node = e2e.must_get("nodes", e2e.cluster.node_name)  # type: ignore[attr-defined]
+    assert conditions(node)["Ready"][0] == "True"
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+
+    pods = _manager_pods(e2e)
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+    for pod in pods:
+        assert pod["status"]["phase"] == "Running", pod["status"]
+        assert pod_ready(pod), pod["status"]
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["image"].startswith("llmaz.local/llmaz:"), status["image"]
+        assert status["restartCount"] == 0, status  # liveness never failed
+        assert pod["spec"]["nodeName"] == e2e.cluster.node_name  # type: ignore[attr-defined]
+    print(e2e.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide"))
+
+
+def test_admission_goes_through_the_webhook_service_with_the_injected_ca(e2e: Environment, models: ModelNames) -> None:
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        configuration = json.loads(
+            e2e.kubectl("get", kind, f"llmaz-{kind.split('webhook')[0]}-webhook-configuration", "-o", "json")
+        )
+        for webhook in configuration["webhooks"]:
+            assert webhook["clientConfig"]["service"]["name"] == WEBHOOK_SERVICE, webhook["clientConfig"]
+            assert webhook["clientConfig"].get("caBundle"), webhook["name"]
+
+    name = models.new("defaulted")
+    e2e.apply([open_model(name)])
+    model = e2e.must_get("openmodels", name)
+    assert model["spec"].get("ownedBy") == "llmaz", model["spec"]
+    assert model["spec"].get("createdAt"), model["spec"]
+
+    with pytest.raises(Exception, match="denied the request"):
+        e2e.kubectl(
+            "apply",
+            "--server-side",
+            "-f",
+            str(REPO / "config" / "samples" / "invalid" / "playground-min-replicas.yaml"),
+        )
+
+
+def test_metrics_through_the_service_need_a_token_allowed_to_read_them(e2e: Environment, namespace: str) -> None:
+    url = f"https://{_cluster_ip(e2e, METRICS_SERVICE, NAMESPACE)}:8443/metrics"
+    assert http_request(url)[0] == 401
+
+    stranger = e2e.cluster.service_account_token(namespace, "stranger")
+    assert http_request(url, headers={"Authorization": f"Bearer {stranger}"})[0] == 403
+
+    reader = e2e.cluster.service_account_token(namespace, "reader")
+    e2e.kubectl(
+        "create",
+        "clusterrolebinding",
+        f"{namespace}-metrics",
+        "--clusterrole=llmaz-metrics-reader",
+        f"--serviceaccount={namespace}:reader",
+    )
+    try:
+
+        def scraped() -> bytes | None:
+            status, body = http_request(url, headers={"Authorization": f"Bearer {reader}"})
+            return body if status == 200 else None
+
+        body = eventually(scraped, what="a 200 from /metrics once the binding exists")
+        assert b"controller_runtime_reconcile_total" in body
+    finally:
+        e2e.kubectl("delete", "clusterrolebinding", f"{namespace}-metrics")
+
+
+def test_pods_resolve_service_names_and_reach_the_api_server_and_each_other(e2e: Environment, namespace: str) -> None:
+    webhook_ip = _cluster_ip(e2e, WEBHOOK_SERVICE, NAMESPACE)
+    script = f"""
+import socket, ssl, urllib.request
+print("kubernetes", socket.gethostbyname("kubernetes.default.svc.cluster.local"))
+print("webhook", socket.gethostbyname("{WEBHOOK_SERVICE}.{NAMESPACE}.svc"))
+context = ssl.create_default_context(cafile="/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+token = open("/var/run/secrets/kubernetes.io/serviceaccount/token").read()
+headers = {{"Authorization": "Bearer " + token}}
+request = urllib.request.Request("https://kubernetes.default.svc/version", headers=headers)
+print("apiserver", urllib.request.urlopen(request, context=context, timeout=10).status)
+plain = ssl.create_default_context(); plain.check_hostname = False; plain.verify_mode = ssl.CERT_NONE
+try:
+    urllib.request.urlopen("https://{WEBHOOK_SERVICE}.{NAMESPACE}.svc/healthz", context=plain, timeout=10)
+except urllib.error.HTTPError as error:
+    print("webhook-http", error.code)
+"""
+    log = _run_pod(e2e, namespace, "probe", script)
+    lines = dict(line.split(" ", 1) for line in log.strip().splitlines())
+    assert lines["kubernetes"] == "10.96.0.1", log
+    assert lines["webhook"] == webhook_ip, log
+    assert lines["apiserver"] == "200", log
+    assert lines["webhook-http"] == "404", log  # the webhook server answered, through its Service
+
+
+def test_the_manager_is_never_refused_by_rbac(e2e: Environment) -> None:
+    for pod in _manager_pods(e2e):
+        log = e2e.kubectl("logs", pod["metadata"]["name"], "-n", NAMESPACE)
+        refused = [line for line in log.splitlines() if "forbidden" in line.lower() or '"status": 403' in line]
+        assert not refused, refused[:5]
+
+
+@pytest.mark.disruptive
+def test_a_rolling_restart_under_a_steady_stream_of_creates_fails_no_admission(
+    e2e: Environment, namespace: str
+) -> None:
+    client = e2e.cluster.admin_client()
+    failures: list[str] = []
+    created = 0
+    stop = threading.Event()
+
+    def create_steadily() -> None:
+        nonlocal created
+        while not stop.is_set() and created < 2000:
+            model = open_model(f"roll-{namespace.rsplit('-', 1)[-1]}-{created}")
+            model["metadata"]["labels"] = {"e2e-rolling-restart": namespace}
+            try:
+                client.request("POST", "/apis/llmaz.io/v1alpha1/openmodels", model)
+            except (ApiError, OSError) as error:
+                failures.append(str(error)[:300])
+            created += 1
+            stop.wait(0.1)
+
+    writer = threading.Thread(target=create_steadily, name="creates", daemon=True)
+    writer.start()
+    try:
+        e2e.kubectl("rollout", "restart", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE)
+        e2e.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=180s")
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+        e2e.kubectl("delete", "openmodels", "-l", f"e2e-rolling-restart={namespace}", "--wait=false")
+    assert created >= 20, created
+    assert failures == [], f"{len(failures)} of {created} creates failed: {failures[:3]}"
+
+
+@pytest.mark.disruptive
+def test_deleting_the_leader_pod_hands_leadership_to_the_other_replica(e2e: Environment, models: ModelNames) -> None:
+    pods = {pod["metadata"]["name"] for pod in _manager_pods(e2e)}
+    leader = eventually(
+        lambda: (holder := lease_holder(e2e.cluster)) and holder.split("_", 1)[0] in pods and holder,
+        what=f"one of {sorted(pods)} to lead",
+    )
+
+    e2e.manager.kill(leader)
+    # Admission does not wait for the new leader: every replica serves the webhooks.
+    e2e.apply([open_model(models.new("during-handover"))])
+    new_leader = eventually(
+        lambda: (holder := lease_holder(e2e.cluster)) and holder != leader and holder, within=90, what="a new leader"
+    )
+    assert new_leader.split("_", 1)[0] in pods - {leader.split("_", 1)[0]}
+    e2e.manager.wait_rolled_out()  # type: ignore[attr-defined]
