@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from types import TracebackType
 
-from llmaz.envtest import ControlPlane, control_plane
+from llmaz.envtest import ControlPlane
 from suite import procstat
 from suite.settings import BENCH_DIR, REPO
 
@@ -23,8 +23,6 @@ _LABEL = re.compile(r'(\w+)="([^"]*)"')
 # Written by the API server itself, not by any client: ClusterIP allocations, and its identity Lease (renewed
 # every 10 s; neither manager runs leader election here).
 SERVER_OWN_RESOURCES = frozenset({"ipaddresses", "leases"})
-# Each Playground's `-lb` Service takes a ClusterIP; envtest's default /24 holds only 254 of them.
-SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 
 
 def legacy_backend_api(crd_dir: Path) -> bool:
@@ -41,7 +39,6 @@ class BenchCluster:
         self.plane = ControlPlane(crd_paths=[p for p in crds[flavour] if p is not None], start_timeout=120)
 
     def __enter__(self) -> BenchCluster:
-        control_plane._SERVICE_CLUSTER_IP_RANGE = SERVICE_CLUSTER_IP_RANGE
         self.plane.start()
         try:
             self._setup()

@@ -37,7 +37,8 @@ from llmaz.envtest._process import ManagedProcess, free_loopback_ports, is_liste
 from llmaz.envtest._rest import ApiError, plain_http
 
 _SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-SERVICE_CIDR = "10.0.0.0/24"
+# Room for 65,534 Services: benchmarks and long `make run` sessions create thousands.
+SERVICE_CIDR = "10.0.0.0/16"
 LOOPBACK = "127.0.0.1"
 _POLL_INTERVAL = 0.1
 _WORK_DIR_PREFIX = "llmaz-envtest-"
