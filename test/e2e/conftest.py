@@ -20,7 +20,6 @@ Every test here carries the `e2e` marker; tests marked `disruptive` (they stop o
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -28,15 +27,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmaz.envtest import Cluster, ClusterOperationError, ExistingCluster
+from llmaz.envtest import Cluster, ExistingCluster
 from llmaz.envtest._rest import ApiError
 from llmaz.envtest.images import find_images
 from llmaz.envtest.node import NodeCluster
+from llmaz.envtest.node.install import install_llmaz
 from llmaz.envtest.simulated import SimulatedCluster, default_node_pools
 from llmaz.envtest.simulated.nodes import node_manifests
 
 from .managers import DEPLOYMENT, NAMESPACE, DeployedManager, LocalManagers, LoopbackService
-from .support import Environment, ModelNames, eventually, open_model
+from .support import Environment, ModelNames, eventually
 
 REPO = Path(__file__).resolve().parents[2]
 _HERE = Path(__file__).parent
@@ -175,32 +175,8 @@ def _node_cluster(work_dir: Path) -> Iterator[Environment]:
         work_dir=work_dir / "cluster",
     )
     with cluster:
-        deploy(cluster, images["manager"].image)
-        manager = DeployedManager(cluster)
-        manager.wait_rolled_out()
-        environment = Environment(cluster, manager, "node")
-        # Installed means admitting: the webhook Service routes to the ready replicas (EndpointSlices, kube-proxy).
-        probe = yaml.safe_dump(open_model("admission-probe"))
-
-        def admits() -> bool:
-            try:
-                cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=probe)
-            except ClusterOperationError:
-                return False
-            return True
-
-        eventually(admits, what="admission through the webhook Service")
-        yield environment
-
-
-def deploy(cluster: Cluster, image: str) -> str:
-    """`make deploy` of config/node with `image`, as a user installs llmaz; return make's output."""
-    kubectl = f"{cluster.kubectl_path} --kubeconfig={cluster.kubeconfig}"
-    argv = ["make", "--no-print-directory", "deploy", f"IMG={image}", "DEPLOY_CONFIG=config/node", f"KUBECTL={kubectl}"]
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"make deploy failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return result.stdout
+        install_llmaz(cluster, images["manager"].image)
+        yield Environment(cluster, DeployedManager(cluster), "node")
 
 
 def _install(cluster: Cluster, webhook_port: int) -> None:

@@ -6,6 +6,7 @@ would. Waits poll every 0.25 s up to `WAIT` seconds (multiplied by `E2E_TIMEOUT_
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import urllib.error
@@ -209,3 +210,52 @@ def http_request(
             return int(response.status), response.read()
     except urllib.error.HTTPError as error:
         return int(error.code), error.read()
+
+
+def chat_request(model: str, content: str = "Hello", *, stream: bool = False, max_tokens: int = 8) -> bytes:
+    """An OpenAI chat completion request body; `max_tokens` always, since random weights rarely end on their own."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return json.dumps(body).encode()
+
+
+def sse_events(body: bytes) -> list[str]:
+    """The `data:` payloads of a server-sent-events body, in order."""
+    return [line[len("data: ") :] for line in body.decode().splitlines() if line.startswith("data: ")]
+
+
+def manager_image(e2e: Environment) -> str:
+    """The image the installed manager runs (it has Python: test pods use it for scripted clients)."""
+    pods = e2e.items("pods", "llmaz-system", "control-plane=controller-manager")
+    image: str = pods[0]["spec"]["containers"][0]["image"]
+    return image
+
+
+def run_python_pod(e2e: Environment, namespace: str, name: str, script: str) -> str:
+    """Run `python -c script` to completion in a pod from the manager's image; return its log."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": manager_image(e2e), "command": ["python", "-c", script]}],
+        },
+    }
+    e2e.apply([pod], namespace)
+
+    def finished() -> str | None:
+        phase = e2e.must_get("pods", name, namespace)["status"].get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = eventually(finished, what=f"pod {namespace}/{name} to finish")
+    log = e2e.kubectl("logs", name, "-n", namespace)
+    assert phase == "Succeeded", log
+    return log

@@ -29,6 +29,8 @@ class NodePorts:
     dns: int = 53
     dns_health: int = 10280
     dns_ready: int = 10281
+    # Not the node's own: where the node tier's S3-compatible object store listens, on the bridge address.
+    object_store: int = 10290
 
 
 @dataclass(frozen=True)

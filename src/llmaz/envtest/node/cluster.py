@@ -126,6 +126,10 @@ class NodeCluster(SimulatedCluster):
             raise ControlPlaneError(f"ctr {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
         return result.stdout
 
+    def kill_container(self, container_id: str) -> None:
+        """SIGKILL a container's process, as a crash would (`containerd://<id>` from a pod's status, or the id)."""
+        self.ctr("tasks", "kill", "--signal", "SIGKILL", container_id.removeprefix("containerd://"))
+
     def import_images(self, images: Sequence[LocalImage]) -> None:
         """Import OCI archives into the node's containerd, skipping images it already has, and tag each one also
         `<repository>:dev` (`DEV_TAG`), the name config/node gives the images it does not set per build."""
