@@ -165,7 +165,7 @@ def find_leftovers(layout: NodeLayout) -> HostState | None:
                 "machine; stop it first"
             )
         return state
-    if layout.root.exists() or _link_exists(layout.bridge) or _own_processes(layout):
+    if layout.root.exists() or _link_exists(layout.bridge) or _own_processes(layout, kubepods=False):
         # Without a record nothing of the host's defaults is known to be ours: keep them all.
         return HostState(owner_pid=0, ip_forward="", preexisting=[str(path) for path in DEFAULT_PATHS])
     return None
@@ -218,10 +218,10 @@ def _remove_cni_cache(state: HostState) -> None:
             entry.unlink(missing_ok=True)
 
 
-def _own_processes(layout: NodeLayout) -> list[int]:
-    """Pids whose command line names the node's root, and every pid in kubelet's cgroups."""
+def _own_processes(layout: NodeLayout, *, kubepods: bool = True) -> list[int]:
+    """Pids whose command line names the node's root, and (with `kubepods`) every pid in kubelet's cgroups."""
     marker = str(layout.root).encode()
-    pids = set(_kubepods_pids())
+    pids = set(_kubepods_pids() if kubepods else ())
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
