@@ -1,5 +1,5 @@
 """What every llmaz reconciler does the same way: read models from the cache, apply only real changes, write
-status only when it differs, and tell who controls an object.
+status only when it differs, report a new pod finding once, and tell who controls an object.
 
 Writes go through server-side apply with field manager `llmaz` and `force=true` (llmaz's contract), skipped when
 `apply_is_noop` shows the live object already matches, so a steady cluster costs no API traffic. Status is written
@@ -18,11 +18,12 @@ from llmaz.apis import BackendRuntime, OpenModel
 from llmaz.apis import constants as c
 from llmaz.apis.base import ApiModel
 from llmaz.apis.core_v1alpha1 import ModelRef
-from llmaz.controllers.builders import BuildError, main_first
+from llmaz.controllers.builders import BuildError, finding_reason, main_first, progressing_finding
 from llmaz.runtime.cache import Obj, Store
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.applycheck import apply_is_noop
 from llmaz.runtime.controller import TerminalError
+from llmaz.runtime.events import WARNING, EventRecorder
 from llmaz.runtime.resource import Resource
 
 ModelT = TypeVar("ModelT", bound=ApiModel)
@@ -116,3 +117,15 @@ async def write_status_if_changed(client: Client, resource: Resource, live: Obj,
     updated["status"] = status
     await client.update_status(resource, updated)
     return True
+
+
+def record_new_finding(events: EventRecorder, live: Obj, status: dict[str, Any]) -> None:
+    """A Warning Event when `status` surfaces a pod finding that `live`'s status did not carry.
+
+    Call it after `status` was written: the status itself remembers what was reported, so each distinct
+    finding makes one Event, across reconciles and manager restarts, however long the failure lasts.
+    """
+    before = progressing_finding(live.get("status"))
+    after = progressing_finding(status)
+    if after is not None and after != before:
+        events.event(live, WARNING, finding_reason(after), after)

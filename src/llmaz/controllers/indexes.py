@@ -3,6 +3,10 @@
 An OpenModel or BackendRuntime change must wake exactly the Playgrounds (and Services) that use it, with their
 namespace: llmaz's OpenModel watch enqueued Playgrounds without a namespace, so they only recovered by
 error backoff, and it did not watch BackendRuntimes at all.
+
+Model pods are cached only when they carry both the LeaderWorkerSet name label (set by the LWS controller) and
+`llmaz.io/model-name` (set on every pod template by the Service builder), so the manager never holds other
+pods. A pod belongs to the inference Service named like its LeaderWorkerSet, in its namespace.
 """
 
 from __future__ import annotations
@@ -12,14 +16,17 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from llmaz.apis import Playground, Service
-from llmaz.controllers.builders import backend_name, playground_model_refs, service_model_refs
+from llmaz.apis import constants as c
+from llmaz.controllers.builders import backend_name, diagnose_pod, playground_model_refs, service_model_refs
 from llmaz.controllers.common import ParsedByVersion
 from llmaz.runtime.cache import Obj, Store
-from llmaz.runtime.controller import Request
+from llmaz.runtime.controller import Predicate, Request
 
 PLAYGROUND_MODELS = "llmaz.io/playground-models"
 PLAYGROUND_BACKEND = "llmaz.io/playground-backend"
 SERVICE_MODELS = "llmaz.io/service-models"
+POD_SERVICE = "llmaz.io/pod-service"
+MODEL_POD_SELECTOR = f"{c.LWS_NAME_LABEL},{c.MODEL_NAME_LABEL}"
 
 
 # Both Playground indexes run on each event in turn: one entry is enough for one parse to serve the two.
@@ -48,6 +55,33 @@ def service_models(obj: Obj) -> list[str]:
         return sorted({ref.name for ref in service_model_refs(Service.from_dict(obj))})
     except ValidationError:
         return []
+
+
+def _service_of(pod: Obj) -> Request | None:
+    meta = pod.get("metadata") or {}
+    lws = (meta.get("labels") or {}).get(c.LWS_NAME_LABEL)
+    return Request(meta.get("namespace") or "", lws) if lws else None
+
+
+def pod_service(obj: Obj) -> list[str]:
+    """The key of the inference Service a model pod belongs to (its LeaderWorkerSet has the Service's name)."""
+    service = _service_of(obj)
+    return [service.key] if service else []
+
+
+def service_of_pod(obj: Obj) -> list[Request]:
+    """A mapper: the inference Service a model pod belongs to."""
+    service = _service_of(obj)
+    return [service] if service else []
+
+
+def pod_finding_changed() -> Predicate:
+    """Pass pod creations and deletions, and updates that change why the pod is not ready.
+
+    Kubelet rewrites a pod's status on every probe flip and restart; only a changed finding can change the
+    Service's status, so nothing else needs a reconcile.
+    """
+    return Predicate(update=lambda old, new: diagnose_pod(old) != diagnose_pod(new))
 
 
 def users_of(store: Store, index: str) -> Callable[[Obj], list[Request]]:

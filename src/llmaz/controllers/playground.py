@@ -9,7 +9,8 @@ One reconcile (llmaz's algorithm, with its defects fixed):
    the OpenModel and BackendRuntime watches wake exactly the Playgrounds that use them.
 4. Apply the desired Service and HPA (only when they differ from the live objects); delete an HPA we own that is
    no longer wanted.
-5. Compute the status from the Service as it now is and write it when it changed.
+5. Compute the status from the Service as it now is (including why its pods are not ready, mirrored from the
+   Service's `Progressing` message) and write it when it changed; a new finding is also a Warning Event.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from llmaz.controllers.common import (
     is_controlled_by,
     parse_backend_runtime,
     parse_cached,
+    record_new_finding,
     write_status_if_changed,
 )
 from llmaz.runtime.cache import Obj
@@ -87,7 +89,8 @@ class PlaygroundReconciler:
             self._events.event(obj, "Normal", "Applied", f"Applied inference Service {request.key}")
         await self._reconcile_hpa(request, playground, desired_hpa)
         status = playground_status(playground, Service.from_dict(service), self._clock.wall())
-        await write_status_if_changed(self._client, r.PLAYGROUNDS, obj, status)
+        if await write_status_if_changed(self._client, r.PLAYGROUNDS, obj, status):
+            record_new_finding(self._events, obj, status)
         return Result()
 
     def _desired(self, playground: Playground) -> tuple[Obj, Obj | None]:

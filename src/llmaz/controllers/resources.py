@@ -12,6 +12,7 @@ INFERENCE_SERVICES = Resource(c.INFERENCE_GROUP, c.VERSION, "services", "Service
 LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", namespaced=True)
 SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 HORIZONTAL_POD_AUTOSCALERS = Resource(
     "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", namespaced=True
 )

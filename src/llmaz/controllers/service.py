@@ -9,7 +9,8 @@ One reconcile:
 4. Fetch the claimed OpenModels; a missing one or an unusable source -> `Progressing=False`/`AbortProcessing`.
 5. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
    `-lb` Service once and never repaired it).
-6. Compute the status from the LeaderWorkerSet and write it when it changed.
+6. Compute the status from the LeaderWorkerSet and the pods (why they are not ready: a failed model loader, a
+   crash loop, an image pull, scheduling) and write it when it changed; a new finding is also a Warning Event.
 """
 
 from __future__ import annotations
@@ -17,18 +18,26 @@ from __future__ import annotations
 from typing import Any
 
 from llmaz.apis import Service
+from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import (
     BuildError,
     abort_status,
     build_lb_service,
     build_leader_worker_set,
+    diagnose_pods,
     lb_service_name,
     service_model_refs,
     service_status,
     with_scheduler_name,
 )
-from llmaz.controllers.common import apply_if_changed, fetch_models, parse_cached, write_status_if_changed
+from llmaz.controllers.common import (
+    apply_if_changed,
+    fetch_models,
+    parse_cached,
+    record_new_finding,
+    write_status_if_changed,
+)
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client, PatchType
@@ -74,6 +83,7 @@ class ServiceReconciler:
         self._models = informers.informer_for(r.OPEN_MODELS).store
         self._lws = informers.informer_for(r.LEADER_WORKER_SETS).store
         self._lb_services = informers.informer_for(r.SERVICES).store
+        self._pods = informers.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).store
 
     async def reconcile(self, request: Request) -> Result:
         obj = self._services.get(request.key)
@@ -100,8 +110,10 @@ class ServiceReconciler:
             self._events.event(obj, "Normal", "Applied", f"Applied LeaderWorkerSet {request.key}")
         lb_key = f"{request.namespace}/{lb_service_name(request.name)}"
         await apply_if_changed(self._client, r.SERVICES, desired_lb, self._lb_services.get(lb_key))
-        status = service_status(service, lws, self._clock.wall())
-        await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status)
+        finding = diagnose_pods(self._pods.by_index(ix.POD_SERVICE, request.key))
+        status = service_status(service, lws, self._clock.wall(), finding)
+        if await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status):
+            record_new_finding(self._events, obj, status)
         return Result()
 
     async def _persist_scheduler_name(self, obj: Obj, service: Service, scheduler: str) -> tuple[Obj, Service]:

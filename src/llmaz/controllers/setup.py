@@ -4,7 +4,8 @@ Watches (each change wakes only the objects it concerns, with their namespace):
 - Playground <- Playground; its inference Service (same name: creation, deletion, status or spec changes);
   its HPA (owned); OpenModels it claims and the BackendRuntime it names (through cache indexes).
 - Service <- Service; its LeaderWorkerSet and `-lb` Service (owned: status or spec changes); OpenModels it
-  claims; the global ConfigMap (every Service, since the settings shape them all).
+  claims; the global ConfigMap (every Service, since the settings shape them all); its LeaderWorkerSet's pods
+  (only llmaz model pods are cached, by label selector; only changes of why a pod is not ready pass).
 - OpenModel, BackendRuntime <- themselves (spec changes) for their `Ready` condition.
 """
 
@@ -36,6 +37,7 @@ RBAC_RULES = (
     allow(r.HORIZONTAL_POD_AUTOSCALERS, *READ),
     allow(r.LEADER_WORKER_SETS, *READ),
     allow(r.SERVICES, *READ),
+    allow(r.PODS, *READ),
     allow(r.CONFIG_MAPS, *READ, names=(c.GLOBAL_CONFIG_NAME,), own_namespace=True),
 )
 
@@ -55,6 +57,10 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
     services = informers.informer_for(r.INFERENCE_SERVICES)
     playgrounds.add_indexers({ix.PLAYGROUND_MODELS: ix.playground_models, ix.PLAYGROUND_BACKEND: ix.playground_backend})
     services.add_indexers({ix.SERVICE_MODELS: ix.service_models})
+    pod_scope = Scope(label_selector=ix.MODEL_POD_SELECTOR)
+    informers.informer_for(r.PODS, label_selector=pod_scope.label_selector).add_indexers(
+        {ix.POD_SERVICE: ix.pod_service}
+    )
     settings = SettingsHolder()
     config_scope = Scope(namespace=opts.namespace, field_selector=f"metadata.name={c.GLOBAL_CONFIG_NAME}")
     # Registered before the Service controller's own handler, so settings are current when Services are enqueued.
@@ -80,6 +86,7 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
         .owns(r.SERVICES, predicates=[p.resource_version_changed()])
         .watches(r.OPEN_MODELS, ix.users_of(services.store, ix.SERVICE_MODELS), predicates=[SPEC])
         .watches(r.CONFIG_MAPS, ix.everything_in(services.store), scope=config_scope)
+        .watches(r.PODS, ix.service_of_pod, predicates=[ix.pod_finding_changed()], scope=pod_scope)
         .with_options(max_concurrent_reconciles=opts.max_concurrent_reconciles)
         .build(
             ServiceReconciler(manager.client, informers, manager.event_recorder("service-controller"), clock, settings),

@@ -115,7 +115,7 @@ def _status(client: RestClient, method: str, path: str, body: Any = None) -> int
         ("GET", "/api/v1/secrets"),
         ("GET", "/api/v1/namespaces/kube-system/secrets/anything"),
         ("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps"),
-        ("GET", "/api/v1/pods"),
+        ("DELETE", "/api/v1/namespaces/default/pods/anything"),
         ("POST", f"{INFERENCE}/namespaces/default/playgrounds"),
         ("DELETE", "/apis/llmaz.io/v1alpha1/openmodels/anything"),
         ("PUT", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/anything"),
@@ -134,6 +134,9 @@ def test_the_manager_identity_reads_what_it_watches(as_manager: RestClient) -> N
     config_maps = f"/api/v1/namespaces/{NAMESPACE}/configmaps?fieldSelector=metadata.name%3Dllmaz-global-config"
     assert _status(as_manager, "GET", config_maps) == 200
     assert _status(as_manager, "GET", f"{INFERENCE}/playgrounds") == 200
+    # Model pods, listed the way its informer lists them: by label selector, cluster-wide.
+    model_pods = "/api/v1/pods?labelSelector=leaderworkerset.sigs.k8s.io%2Fname%2Cllmaz.io%2Fmodel-name"
+    assert _status(as_manager, "GET", model_pods) == 200
     assert _status(as_manager, "GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/llmaz-webhook-server-cert") == 200
 
 

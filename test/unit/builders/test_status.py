@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from llmaz.apis import Playground, Service
-from llmaz.controllers.builders import abort_status, playground_status, service_status, set_condition
+from llmaz.controllers.builders import (
+    PodFinding,
+    abort_status,
+    playground_status,
+    progressing_finding,
+    service_status,
+    set_condition,
+)
 from llmaz.controllers.builders.status import timestamp
 
 from .factories import LATER, NOW, playground, single_host_service
@@ -186,3 +193,104 @@ def test_status_functions_do_not_mutate_their_inputs() -> None:
 def test_timestamps_are_utc_seconds() -> None:
     assert timestamp(NOW + timedelta(microseconds=999)) == "2025-01-02T03:04:05Z"
     assert timestamp(datetime(2025, 1, 2, 3, 4, 5)) == "2025-01-02T03:04:05Z"
+
+
+LOADER_FAILED = PodFinding("pg-0", "ModelLoaderFailed", "exited with code 3: NotFound: x", "model-loader", True, 3)
+LOADER_TEXT = "ModelLoaderFailed: pod pg-0, init container model-loader exited with code 3: NotFound: x"
+
+
+def progressing(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Progressing")
+
+
+def test_a_finding_goes_into_the_service_progressing_message_and_leaves_with_it() -> None:
+    svc = single_host_service()
+    before = service_status(svc, lws_with(None), NOW)
+    svc = Service.from_dict({**svc.to_dict(), "status": before})
+    failing = service_status(svc, lws_with(None), LATER, LOADER_FAILED)
+    assert summary(failing) == {"Progressing": ("True", "ServiceInProgress")}
+    assert progressing(failing)["message"] == f"Inference Service is progressing: {LOADER_TEXT}"
+    assert progressing(failing)["lastTransitionTime"] == "2025-01-02T03:04:05Z"
+    assert progressing_finding(failing) == LOADER_TEXT
+    svc = Service.from_dict({**svc.to_dict(), "status": failing})
+    assert service_status(svc, lws_with(None), LATER) == before
+
+
+def test_an_available_service_drops_a_stale_finding_and_shows_a_current_one() -> None:
+    svc = single_host_service()
+    svc = Service.from_dict({**svc.to_dict(), "status": service_status(svc, lws_with(None), NOW, LOADER_FAILED)})
+    ready = service_status(svc, lws_with("True"), LATER)
+    assert summary(ready) == {"Progressing": ("True", "ServiceInProgress"), "Available": ("True", "ServiceReady")}
+    assert progressing(ready)["message"] == "Inference Service is progressing"
+    stuck = service_status(svc, lws_with("True"), LATER, LOADER_FAILED)
+    assert progressing_finding(stuck) == LOADER_TEXT
+
+
+def test_without_a_finding_the_service_status_is_llmazs() -> None:
+    svc = single_host_service()
+    assert service_status(svc, lws_with(None), NOW, None) == service_status(svc, lws_with(None), NOW)
+
+
+def service_failing(available: str | None) -> Service:
+    svc = single_host_service()
+    status = service_status(svc, lws_with(available), NOW, LOADER_FAILED)
+    return Service.from_dict({**svc.to_dict(), "status": status})
+
+
+def test_a_pending_playground_mirrors_its_services_finding_then_recovers() -> None:
+    pg = with_status(playground(), playground_status(playground(), None, NOW))
+    failing = playground_status(pg, service_failing(None), LATER)
+    assert summary(failing) == {"Progressing": ("True", "Pending")}
+    assert progressing(failing)["message"] == f"Waiting for inference Service ready: {LOADER_TEXT}"
+    assert progressing(failing)["lastTransitionTime"] == "2025-01-02T03:04:05Z"
+    assert progressing_finding(failing) == LOADER_TEXT
+    pg = with_status(pg, failing)
+    recovered = playground_status(pg, service_with(None), LATER)
+    assert progressing(recovered)["message"] == "Waiting for inference Service ready"
+    assert progressing_finding(recovered) is None
+
+
+def test_a_playground_that_was_ready_mirrors_the_finding_on_its_in_progress_condition() -> None:
+    pg = with_status(playground(), playground_status(playground(), None, NOW))
+    pg = with_status(pg, playground_status(pg, service_with("True"), NOW))
+    failing = playground_status(pg, service_failing("False"), LATER)
+    assert summary(failing) == {
+        "Progressing": ("True", "PlaygroundInProgress"),
+        "Available": ("False", "PlaygroundNotReady"),
+    }
+    assert progressing(failing)["message"] == f"Waiting for inference Service progressing: {LOADER_TEXT}"
+    available = next(c for c in failing["conditions"] if c["type"] == "Available")
+    assert available["message"] == "Waiting for inference Service ready"
+
+
+def test_a_playground_recovering_from_abort_shows_the_finding_at_once() -> None:
+    pg = with_status(playground(), abort_status(playground(), "Waiting for model creation", NOW))
+    status = playground_status(pg, service_failing(None), LATER)
+    assert summary(status) == {"Progressing": ("True", "Pending")}
+    assert progressing_finding(status) == LOADER_TEXT
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        {"type": "Progressing", "status": "False", "reason": "AbortProcessing", "message": "Waiting for x: y"},
+        {"type": "Progressing", "status": "True", "reason": "Other", "message": "Inference Service is progressing: y"},
+        {
+            "type": "Progressing",
+            "status": "True",
+            "reason": "ServiceInProgress",
+            "message": "Inference Service is progressing",
+        },
+        {
+            "type": "Progressing",
+            "status": "True",
+            "reason": "Pending",
+            "message": "Waiting for inference Service ready: ",
+        },
+        {"type": "Available", "status": "True", "reason": "PlaygroundReady", "message": "Playground is ready: y"},
+    ],
+    ids=["aborted", "unknown reason", "normal message", "empty finding", "another condition"],
+)
+def test_only_an_in_progress_condition_carries_a_finding(condition: dict[str, Any]) -> None:
+    assert progressing_finding({"conditions": [condition]}) is None
+    assert progressing_finding(None) is None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from llmaz.apis import OpenModel, Playground
-from llmaz.controllers.common import ParsedByVersion, parse_cached
+from llmaz.controllers.common import ParsedByVersion, parse_cached, record_new_finding
 from llmaz.runtime.controller import TerminalError
+from llmaz.runtime.events import EventRecorder
 
 
 def test_a_cached_object_that_does_not_match_the_schema_is_a_terminal_error() -> None:
@@ -47,3 +48,47 @@ def test_parsed_by_version_holds_at_most_max_entries() -> None:
     parse(_model("c", "1"))  # evicts the oldest entry: "a"
     assert parse(_model("a", "1")) is not a
     assert len(parse._entries) == 2
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, note: str) -> None:
+        self.events.append((type_, reason, note))
+
+
+FINDING = 'ImagePullFailed: pod pg-0, container model-runner: cannot pull image "x"'
+
+
+def _status(message: str, reason: str = "ServiceInProgress") -> dict[str, Any]:
+    return {"conditions": [{"type": "Progressing", "status": "True", "reason": reason, "message": message}]}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        (None, _status(f"Inference Service is progressing: {FINDING}"), [("Warning", "ImagePullFailed", FINDING)]),
+        (
+            _status("Inference Service is progressing: ModelLoaderFailed: pod pg-0, old"),
+            _status(f"Inference Service is progressing: {FINDING}"),
+            [("Warning", "ImagePullFailed", FINDING)],
+        ),
+        (
+            _status(f"Waiting for inference Service ready: {FINDING}", "Pending"),
+            _status(f"Waiting for inference Service progressing: {FINDING}", "PlaygroundInProgress"),
+            [],
+        ),
+        (_status(f"Inference Service is progressing: {FINDING}"), _status("Inference Service is progressing"), []),
+    ],
+    ids=["new finding", "another finding", "same finding, other condition reason", "finding gone"],
+)
+def test_a_warning_event_is_recorded_once_per_new_finding(
+    before: dict[str, Any] | None, after: dict[str, Any], expected: list[tuple[str, str, str]]
+) -> None:
+    recorder = _Recorder()
+    live: dict[str, Any] = {"kind": "Service", "metadata": {"name": "pg", "namespace": "ns"}}
+    if before is not None:
+        live["status"] = before
+    record_new_finding(cast(EventRecorder, recorder), live, after)
+    assert recorder.events == expected

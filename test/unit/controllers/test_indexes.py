@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmaz.controllers.indexes import playground_backend, playground_models, service_models
+from llmaz.controllers.indexes import (
+    MODEL_POD_SELECTOR,
+    playground_backend,
+    playground_models,
+    pod_finding_changed,
+    pod_service,
+    service_models,
+    service_of_pod,
+)
+from llmaz.runtime.controller import Request
 
 
 def _playground(rv: str, spec: dict[str, Any], uid: str) -> dict[str, Any]:
@@ -43,3 +52,40 @@ def test_objects_that_do_not_match_the_schema_are_in_no_index() -> None:
     assert playground_models(broken) == []
     assert playground_backend(broken) == []
     assert service_models({"kind": "Service", "metadata": {"name": "s"}, "spec": {}}) == []
+
+
+def _pod(labels: dict[str, str], loader_exit: int | None = None, ready: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if loader_exit is not None:
+        terminated = {"exitCode": loader_exit, "message": "NotFound: x"}
+        status["initContainerStatuses"] = [{"name": "model-loader", "state": {"terminated": terminated}}]
+    return {
+        "metadata": {"name": "pg-0", "namespace": "ns", "labels": labels},
+        "spec": {"initContainers": [{"name": "model-loader"}], "containers": [{"name": "model-runner"}]},
+        "status": status,
+    }
+
+
+LWS_POD = {"leaderworkerset.sigs.k8s.io/name": "pg", "llmaz.io/model-name": "m"}
+
+
+def test_only_pods_of_llmaz_leader_worker_sets_are_selected() -> None:
+    assert MODEL_POD_SELECTOR == "leaderworkerset.sigs.k8s.io/name,llmaz.io/model-name"
+
+
+def test_a_model_pod_belongs_to_the_service_named_like_its_leader_worker_set() -> None:
+    assert pod_service(_pod(LWS_POD)) == ["ns/pg"]
+    assert service_of_pod(_pod(LWS_POD)) == [Request("ns", "pg")]
+    assert pod_service(_pod({"llmaz.io/model-name": "m"})) == []
+    assert service_of_pod(_pod({})) == []
+
+
+def test_pod_updates_pass_only_when_the_finding_changes() -> None:
+    changed = pod_finding_changed()
+    healthy, failing = _pod(LWS_POD), _pod(LWS_POD, loader_exit=3)
+    assert changed.update(healthy, failing)
+    assert changed.update(failing, healthy)
+    assert not changed.update(failing, {**failing, "metadata": {**failing["metadata"], "resourceVersion": "9"}})
+    assert not changed.update(healthy, _pod(LWS_POD, ready=True))
+    assert changed.create(healthy)
+    assert changed.delete(healthy)

@@ -3,10 +3,13 @@
 A Playground reconcile: `playground_model_refs` -> fetch each OpenModel -> `main_first` -> `build_service` and
 `build_hpa` (apply both; None means delete an owned HPA) -> `playground_status`. A Service reconcile:
 `with_scheduler_name` -> `service_model_refs` -> fetch -> `main_first` -> `build_leader_worker_set` and
-`build_lb_service` (apply both) -> `service_status`. Every `BuildError` carries the message of the
-`Progressing=False`/`AbortProcessing` condition to surface (`abort_status`).
+`build_lb_service` (apply both) -> `diagnose_pods` (why its pods are not ready) -> `service_status`. Every
+`BuildError` carries the message of the `Progressing=False`/`AbortProcessing` condition to surface
+(`abort_status`); a `PodFinding` goes into the in-progress `Progressing` message (`progressing_finding` reads
+it back).
 """
 
+from llmaz.controllers.builders.diagnosis import PodFinding, diagnose_pod, diagnose_pods, finding_reason
 from llmaz.controllers.builders.errors import (
     ArgRenderError,
     BackendRuntimeNotFoundError,
@@ -31,7 +34,13 @@ from llmaz.controllers.builders.service import (
     lb_service_name,
     with_scheduler_name,
 )
-from llmaz.controllers.builders.status import abort_status, playground_status, service_status, set_condition
+from llmaz.controllers.builders.status import (
+    abort_status,
+    playground_status,
+    progressing_finding,
+    service_status,
+    set_condition,
+)
 
 __all__ = [
     "ArgRenderError",
@@ -39,6 +48,7 @@ __all__ = [
     "BuildError",
     "InvalidModelSourceError",
     "NoModelClaimedError",
+    "PodFinding",
     "RecommendedConfigNotFoundError",
     "abort_status",
     "apply_ready",
@@ -48,11 +58,15 @@ __all__ = [
     "build_leader_worker_set",
     "build_service",
     "controller_reference",
+    "diagnose_pod",
+    "diagnose_pods",
     "effective_config_name",
+    "finding_reason",
     "lb_service_name",
     "main_first",
     "playground_model_refs",
     "playground_status",
+    "progressing_finding",
     "service_model_refs",
     "service_status",
     "set_condition",

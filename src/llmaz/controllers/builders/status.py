@@ -7,6 +7,9 @@ Invariants:
 - Every condition written carries `observedGeneration` = the object's `metadata.generation` (llmaz left it 0).
 - Functions return a new status dict (never mutating their inputs); the caller writes it when it differs from the
   current one.
+- Why pods are not ready (a `PodFinding`) goes into the message of a `Progressing=True` condition, after its
+  normal message and `: `; reasons stay llmaz's. The Playground mirrors its Service's finding the same way.
+  Without a finding the message is exactly llmaz's, so `progressing_finding` can read a finding back.
 """
 
 from __future__ import annotations
@@ -17,9 +20,17 @@ from typing import Any
 
 from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
+from llmaz.controllers.builders.diagnosis import PodFinding
 
 TRUE = "True"
 FALSE = "False"
+FINDING_SEPARATOR = ": "
+# The Progressing reasons that mean "in progress", with their normal message: only these carry a finding.
+_SERVICE_PROGRESSING = {c.REASON_SERVICE_IN_PROGRESS: c.MESSAGE_SERVICE_IN_PROGRESS}
+_PLAYGROUND_PROGRESSING = {
+    c.REASON_PENDING: c.MESSAGE_WAITING_FOR_SERVICE_READY,
+    c.REASON_PLAYGROUND_IN_PROGRESS: c.MESSAGE_WAITING_FOR_SERVICE_PROGRESSING,
+}
 
 
 def timestamp(now: datetime) -> str:
@@ -73,6 +84,35 @@ def _copy_scale(status: dict[str, Any], replicas: int | None, selector: str | No
         status.pop("selector", None)
 
 
+def progressing_finding(status: dict[str, Any] | None) -> str | None:
+    """The finding a Playground's or Service's in-progress `Progressing` message carries, or None."""
+    condition = find_condition((status or {}).get("conditions"), c.CONDITION_PROGRESSING)
+    if condition is None or condition.get("status") != TRUE:
+        return None
+    normal = {**_SERVICE_PROGRESSING, **_PLAYGROUND_PROGRESSING}.get(condition.get("reason") or "")
+    if normal is None:
+        return None
+    prefix = f"{normal}{FINDING_SEPARATOR}"
+    message = str(condition.get("message") or "")
+    return message[len(prefix) :] or None if message.startswith(prefix) else None
+
+
+def _mirror_finding(
+    status: dict[str, Any], normal: dict[str, str], finding: str | None, now: datetime, generation: int | None
+) -> None:
+    """Put `finding` into an in-progress `Progressing` message, or restore the normal message without one."""
+    condition = find_condition(status.get("conditions"), c.CONDITION_PROGRESSING)
+    if condition is None or condition.get("status") != TRUE:
+        return
+    reason = str(condition.get("reason") or "")
+    base = normal.get(reason)
+    if base is None:
+        return
+    message = f"{base}{FINDING_SEPARATOR}{finding}" if finding else base
+    if condition.get("message") != message:
+        set_condition(status, c.CONDITION_PROGRESSING, TRUE, reason, message, now, generation)
+
+
 def abort_status(obj: Playground | Service, message: str, now: datetime) -> dict[str, Any]:
     """`Progressing=False` with reason `AbortProcessing` and `message` (a conflict or a missing input)."""
     status = _status_of(obj)
@@ -82,7 +122,11 @@ def abort_status(obj: Playground | Service, message: str, now: datetime) -> dict
 
 
 def playground_status(playground: Playground, service: Service | None, now: datetime) -> dict[str, Any]:
-    """The Playground's status mirroring its inference Service (None when it did not exist)."""
+    """The Playground's status mirroring its inference Service (None when it did not exist).
+
+    llmaz's condition sequence, then the Service's finding (why its pods are not ready) copied into the
+    Playground's in-progress `Progressing` message, or taken out again once the Service has none.
+    """
     status = _status_of(playground)
     generation = playground.metadata.generation
     service_conditions = service.status.conditions if service is not None and service.status is not None else None
@@ -106,12 +150,20 @@ def playground_status(playground: Playground, service: Service | None, now: date
         not_ready = (c.REASON_PLAYGROUND_NOT_READY, c.MESSAGE_WAITING_FOR_SERVICE_READY)
         set_condition(status, c.CONDITION_AVAILABLE, FALSE, *not_ready, now, generation)
     observed = service.status if service is not None else None
+    service_finding = progressing_finding(observed.to_dict()) if observed is not None else None
+    _mirror_finding(status, _PLAYGROUND_PROGRESSING, service_finding, now, generation)
     _copy_scale(status, observed.replicas if observed else 0, observed.selector if observed else None)
     return status
 
 
-def service_status(service: Service, lws: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
-    """The Service's status mirroring its LeaderWorkerSet (a plain dict as read from the cache)."""
+def service_status(
+    service: Service, lws: dict[str, Any] | None, now: datetime, finding: PodFinding | None = None
+) -> dict[str, Any]:
+    """The Service's status mirroring its LeaderWorkerSet (a plain dict as read from the cache).
+
+    `finding` (why a pod is not ready) goes into the in-progress `Progressing` message. When the LWS is
+    Available, llmaz leaves `Progressing` as it was; only a finding, or a stale one, changes its message then.
+    """
     status = _status_of(service)
     generation = service.metadata.generation
     lws_status = (lws or {}).get("status") or {}
@@ -125,5 +177,6 @@ def service_status(service: Service, lws: dict[str, Any] | None, now: datetime) 
         if find_condition(status.get("conditions"), c.CONDITION_AVAILABLE) is not None:
             not_ready = (c.REASON_SERVICE_NOT_READY, c.MESSAGE_WAITING_FOR_LWS_READY)
             set_condition(status, c.CONDITION_AVAILABLE, FALSE, *not_ready, now, generation)
+    _mirror_finding(status, _SERVICE_PROGRESSING, finding.message if finding else None, now, generation)
     _copy_scale(status, lws_status.get("replicas"), lws_status.get("hpaPodSelector"))
     return status

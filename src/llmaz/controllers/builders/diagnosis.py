@@ -1,0 +1,192 @@
+"""Why a Service's pods are not ready: at most one finding, derived from the pods as read from the cache.
+
+llmaz reported nothing about pods: a model loader that exits because the object does not exist, an engine in
+CrashLoopBackOff or an image that cannot be pulled left the Playground `Progressing` forever. A finding names
+the pod, the container and what kubelet or the scheduler said, so a reconciler can put it into the `Progressing`
+message and record an Event.
+
+Invariants:
+- Deterministic: pods are taken in name order and the first one with a finding wins; within a pod, scheduling
+  comes first, then init containers and containers in the pod spec's order.
+- Ready pods, and pods being deleted, have no finding.
+- A finding stays the same while the same failure repeats. A crash is read from the last termination
+  (`state.terminated`, else `lastState.terminated`), which kubelet keeps through CrashLoopBackOff and the
+  retry that follows, so the finding does not flicker with every restart; it goes away when the init container
+  completes (exit code 0) or the container is ready. An image pull alternates between ErrImagePull and
+  ImagePullBackOff, whose messages differ, so its finding names the image only.
+- Messages are one line (the last non-empty line of a termination message: a log tail or a traceback ends
+  with the error) and at most `MAX_DETAIL` characters of detail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llmaz.apis import constants as c
+
+REASON_MODEL_LOADER_FAILED = "ModelLoaderFailed"
+REASON_CONTAINER_CRASH_LOOPING = "ContainerCrashLooping"
+REASON_IMAGE_PULL_FAILED = "ImagePullFailed"
+REASON_CONTAINER_CREATE_FAILED = "ContainerCreateFailed"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_PODS_NOT_READY = "PodsNotReady"
+REASONS = frozenset(
+    {
+        REASON_MODEL_LOADER_FAILED,
+        REASON_CONTAINER_CRASH_LOOPING,
+        REASON_IMAGE_PULL_FAILED,
+        REASON_CONTAINER_CREATE_FAILED,
+        REASON_UNSCHEDULABLE,
+    }
+)
+MAX_DETAIL = 400
+ELLIPSIS = "..."
+
+# Kubelet's waiting reasons for images it cannot get.
+_IMAGE_PULL_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "ErrImageInspect",
+        "RegistryUnavailable",
+        "SignatureValidationFailed",
+    }
+)
+# Kubelet's waiting reasons for a container it cannot create (a missing ConfigMap key, a bad command, ...).
+_CREATE_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+_CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PodFinding:
+    """What keeps one pod from becoming ready; `message` is the one-line text for conditions and Events."""
+
+    pod: str
+    reason: str
+    detail: str
+    container: str | None = None
+    init_container: bool = False
+    exit_code: int | None = None
+
+    @property
+    def message(self) -> str:
+        where = f"pod {self.pod}"
+        if self.container is not None:
+            where += f", {'init container' if self.init_container else 'container'} {self.container}"
+        if self.exit_code is not None:  # the detail reads on from the container: "... exited with code 3: ..."
+            return f"{self.reason}: {where} {self.detail}"
+        return f"{self.reason}: {where}: {self.detail}"
+
+
+def finding_reason(message: str) -> str:
+    """The reason a `PodFinding.message` starts with (`PodsNotReady` for any other text)."""
+    reason, separator, _ = message.partition(": ")
+    return reason if separator and reason in REASONS else REASON_PODS_NOT_READY
+
+
+def one_line(text: str, limit: int = MAX_DETAIL) -> str:
+    """The last non-empty line of `text`, stripped and cut to `limit` characters; `...` marks what was cut."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if len(lines) == 1 else f"{ELLIPSIS} {lines[-1]}"
+    return line if len(line) <= limit else line[: limit - len(ELLIPSIS)].rstrip() + ELLIPSIS
+
+
+def diagnose_pods(pods: Iterable[Obj]) -> PodFinding | None:
+    """The finding of the first pod, by name, that has one."""
+    for pod in sorted(pods, key=_name):
+        finding = diagnose_pod(pod)
+        if finding is not None:
+            return finding
+    return None
+
+
+def diagnose_pod(pod: Obj) -> PodFinding | None:
+    """Why this pod is not ready, or None when it is ready, being deleted, or simply not there yet."""
+    metadata = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    if metadata.get("deletionTimestamp") or _condition(status, "Ready").get("status") == "True":
+        return None
+    name = _name(pod)
+    scheduled = _condition(status, "PodScheduled")
+    if scheduled.get("status") == "False":
+        detail = one_line(scheduled.get("message") or scheduled.get("reason") or "not scheduled")
+        return PodFinding(name, REASON_UNSCHEDULABLE, detail)
+    spec = pod.get("spec") or {}
+    init_statuses = _by_name(status.get("initContainerStatuses"))
+    for container in spec.get("initContainers") or ():
+        container_status = init_statuses.get(container.get("name"))
+        if container_status is not None:
+            # A restartable init container (a sidecar) runs alongside the containers and is judged like them.
+            sidecar = container.get("restartPolicy") == "Always"
+            finding = _diagnose_container(name, container, container_status, init=True, runs_once=not sidecar)
+            if finding is not None:
+                return finding
+    statuses = _by_name(status.get("containerStatuses"))
+    for container in spec.get("containers") or ():
+        container_status = statuses.get(container.get("name"))
+        if container_status is not None:
+            finding = _diagnose_container(name, container, container_status, init=False, runs_once=False)
+            if finding is not None:
+                return finding
+    return None
+
+
+def _diagnose_container(pod: str, container: Obj, status: Obj, *, init: bool, runs_once: bool) -> PodFinding | None:
+    name = str(container.get("name"))
+    state = status.get("state") or {}
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") in _IMAGE_PULL_REASONS:
+        image = status.get("image") or container.get("image") or ""
+        detail = f'cannot pull image "{image}" (kubectl describe pod {pod} shows why)'
+        return PodFinding(pod, REASON_IMAGE_PULL_FAILED, detail, name, init)
+    if waiting.get("reason") in _CREATE_REASONS:
+        detail = one_line(waiting.get("message") or waiting["reason"])
+        return PodFinding(pod, REASON_CONTAINER_CREATE_FAILED, detail, name, init)
+    terminated = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
+    if not terminated:
+        return None
+    exit_code = int(terminated.get("exitCode") or 0)
+    if runs_once:
+        # Its last run exited 0: it completed. Otherwise that exit says why it is being retried.
+        if exit_code == 0:
+            return None
+        reason = REASON_MODEL_LOADER_FAILED if _is_model_loader(name) else REASON_CONTAINER_CRASH_LOOPING
+    else:
+        # A container that is not ready and last exited with an error, or keeps exiting at all.
+        if status.get("ready") or (exit_code == 0 and waiting.get("reason") != _CRASH_LOOP_BACK_OFF):
+            return None
+        reason = REASON_CONTAINER_CRASH_LOOPING
+    return PodFinding(pod, reason, _exit_detail(terminated, exit_code), name, init, exit_code)
+
+
+def _exit_detail(terminated: Obj, exit_code: int) -> str:
+    detail = f"exited with code {exit_code}"
+    if terminated.get("reason") not in (None, "", "Error", "Completed"):
+        detail += f" ({terminated['reason']})"
+    message = one_line(terminated.get("message") or "")
+    return f"{detail}: {message}" if message else detail
+
+
+def _is_model_loader(name: str) -> bool:
+    loader = c.MODEL_LOADER_CONTAINER_NAME
+    return name == loader or name.startswith(f"{loader}-")
+
+
+def _name(pod: Obj) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "")
+
+
+def _condition(status: Obj, type_: str) -> Obj:
+    return next((cond for cond in status.get("conditions") or () if cond.get("type") == type_), {})
+
+
+def _by_name(statuses: Iterable[Obj] | None) -> dict[str, Obj]:
+    return {str(s.get("name")): s for s in statuses or ()}

@@ -1,0 +1,201 @@
+"""Why pods are not ready reaches the Playground: pods written by hand as kubelet and the scheduler would.
+
+No kubelet runs here: the tests create the LeaderWorkerSet's pod and write its status through the status
+subresource, the way kubelet reports a model loader that exits 3 and then backs off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from llmaz.controllers import resources as r
+from llmaz.controllers.indexes import MODEL_POD_SELECTOR
+from llmaz.runtime.client import Client
+from llmaz.runtime.events import EVENTS
+from llmaz.runtime.manager import Manager
+from llmaz.runtime.resource import Resource
+from llmaz.testing.waiting import eventually
+
+from .objects import conditions, get_or_none, open_model, playground
+
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
+LOADER_MESSAGE = "NotFound: s3://models/qwen.gguf does not exist (NoSuchKey): fix the OpenModel's spec.source.uri"
+FINDING = f"ModelLoaderFailed: pod pg-0, init container model-loader exited with code 3: {LOADER_MESSAGE}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod(namespace: str, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "initContainers": [{"name": "model-loader", "image": "loader:v1"}],
+            "containers": [{"name": "model-runner", "image": "engine:v1"}],
+        },
+    }
+
+
+def _container(name: str, image: str, state: dict[str, Any], last: dict[str, Any], ready: bool = False) -> Any:
+    restarts = 1 if last else 0
+    return {
+        "name": name,
+        "image": image,
+        "imageID": "",
+        "ready": ready,
+        "restartCount": restarts,
+        "state": state,
+        "lastState": last,
+    }
+
+
+def _loader_crash_looping(restarts: int) -> dict[str, Any]:
+    failed = {"exitCode": 3, "reason": "Error", "message": LOADER_MESSAGE, "startedAt": _now(), "finishedAt": _now()}
+    loader = _container(
+        "model-loader", "loader:v1", {"waiting": {"reason": "CrashLoopBackOff"}}, {"terminated": failed}
+    )
+    loader["restartCount"] = restarts
+    runner = _container("model-runner", "engine:v1", {"waiting": {"reason": "PodInitializing"}}, {})
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()},
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": _now()},
+        ],
+        "initContainerStatuses": [loader],
+        "containerStatuses": [runner],
+    }
+
+
+def _running_ready() -> dict[str, Any]:
+    done = {"exitCode": 0, "reason": "Completed", "startedAt": _now(), "finishedAt": _now()}
+    loader = _container("model-loader", "loader:v1", {"terminated": done}, {})
+    runner = _container("model-runner", "engine:v1", {"running": {"startedAt": _now()}}, {}, ready=True)
+    return {
+        "phase": "Running",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()},
+            {"type": "Ready", "status": "True", "lastTransitionTime": _now()},
+        ],
+        "initContainerStatuses": [loader],
+        "containerStatuses": [runner],
+    }
+
+
+async def _write_pod_status(client: Client, namespace: str, name: str, status: dict[str, Any]) -> None:
+    pod = await client.get(r.PODS, name, namespace)
+    pod["status"] = status
+    await client.update_status(r.PODS, pod)
+
+
+async def _progressing_message(client: Client, resource: Resource, namespace: str) -> str | None:
+    obj = await client.get(resource, "pg", namespace)
+    condition = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Progressing"), None)
+    return str(condition["message"]) if condition else None
+
+
+async def _warnings(client: Client, namespace: str, kind: str) -> list[dict[str, Any]]:
+    events = (await client.list(EVENTS, namespace)).items
+    return [e for e in events if e["type"] == "Warning" and e["regarding"].get("kind") == kind]
+
+
+async def _started_playground(client: Client, namespace: str) -> str:
+    # Pods carry the model name as a label value, at most 63 characters: the namespace's unique suffix keeps it short.
+    model = f"qwen-{namespace.rsplit('-', 1)[-1]}"
+    await client.create(r.OPEN_MODELS, open_model(model, uri="s3://models/qwen.gguf"))
+    await client.create(r.PLAYGROUNDS, playground(namespace, "pg", model))
+    await eventually(lambda: get_or_none(client, r.LEADER_WORKER_SETS, "pg", namespace))
+    # Pods need their ServiceAccount (admission); no controller creates `default` here.
+    await client.create(SERVICE_ACCOUNTS, {"metadata": {"name": "default", "namespace": namespace}}, namespace)
+    return model
+
+
+async def test_a_failing_model_loader_is_reported_once_and_the_status_recovers_when_it_succeeds(
+    manager: Manager, client: Client, namespace: str
+) -> None:
+    model = await _started_playground(client, namespace)
+    await client.create(
+        r.PODS, _pod(namespace, "pg-0", {"leaderworkerset.sigs.k8s.io/name": "pg", "llmaz.io/model-name": model})
+    )
+    await _write_pod_status(client, namespace, "pg-0", _loader_crash_looping(restarts=1))
+
+    async def playground_says(message: str) -> bool:
+        return await _progressing_message(client, r.PLAYGROUNDS, namespace) == message
+
+    await eventually(lambda: playground_says(f"Waiting for inference Service ready: {FINDING}"))
+    assert conditions(await client.get(r.PLAYGROUNDS, "pg", namespace)) == {"Progressing": ("True", "Pending")}
+    service = await client.get(r.INFERENCE_SERVICES, "pg", namespace)
+    assert conditions(service) == {"Progressing": ("True", "ServiceInProgress")}
+    assert await _progressing_message(client, r.INFERENCE_SERVICES, namespace) == (
+        f"Inference Service is progressing: {FINDING}"
+    )
+
+    async def one_warning_each() -> bool:
+        on_playground = await _warnings(client, namespace, "Playground")
+        on_service = await _warnings(client, namespace, "Service")
+        return len(on_playground) == 1 and len(on_service) == 1
+
+    await eventually(one_warning_each)
+    for kind in ("Playground", "Service"):
+        (event,) = await _warnings(client, namespace, kind)
+        assert (event["reason"], event["note"], event["regarding"]["name"]) == ("ModelLoaderFailed", FINDING, "pg")
+
+    # kubelet retrying the same failure changes the pod, not the finding: no new status, no new Event.
+    await _write_pod_status(client, namespace, "pg-0", _loader_crash_looping(restarts=2))
+    await client.patch(r.PLAYGROUNDS, "pg", {"metadata": {"annotations": {"touched": "yes"}}}, namespace)
+    await asyncio.sleep(2)
+    for kind in ("Playground", "Service"):
+        (event,) = await _warnings(client, namespace, kind)
+        assert event.get("series") is None
+
+    # The object is uploaded: the retried loader succeeds and the engine becomes ready.
+    await _write_pod_status(client, namespace, "pg-0", _running_ready())
+    await eventually(lambda: playground_says("Waiting for inference Service ready"))
+    assert await _progressing_message(client, r.INFERENCE_SERVICES, namespace) == "Inference Service is progressing"
+    assert len(await _warnings(client, namespace, "Playground")) == 1
+
+
+async def test_only_llmaz_model_pods_are_cached_and_an_unschedulable_one_is_explained(
+    manager: Manager, client: Client, namespace: str
+) -> None:
+    model = await _started_playground(client, namespace)
+    # Carries the LeaderWorkerSet label but not llmaz's: not a model pod of this manager.
+    await client.create(r.PODS, _pod(namespace, "foreign-0", {"leaderworkerset.sigs.k8s.io/name": "pg"}))
+    await client.create(
+        r.PODS, _pod(namespace, "pg-0", {"leaderworkerset.sigs.k8s.io/name": "pg", "llmaz.io/model-name": model})
+    )
+    unschedulable = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+                "lastTransitionTime": _now(),
+            }
+        ],
+    }
+    await _write_pod_status(client, namespace, "pg-0", unschedulable)
+    await _write_pod_status(client, namespace, "foreign-0", _loader_crash_looping(restarts=1))
+    expected = "Unschedulable: pod pg-0: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+
+    async def playground_says(message: str) -> bool:
+        return await _progressing_message(client, r.PLAYGROUNDS, namespace) == message
+
+    await eventually(lambda: playground_says(f"Waiting for inference Service ready: {expected}"))
+    cached = manager.informers.informer_for(r.PODS, label_selector=MODEL_POD_SELECTOR).store
+    assert cached.get(f"{namespace}/pg-0") is not None
+    assert cached.get(f"{namespace}/foreign-0") is None
+    pod_informers = [i for i in manager.informers.informers if i.name.startswith(str(r.PODS))]
+    assert len(pod_informers) == 1, [i.name for i in pod_informers]
+
+    # The pod goes away (the LeaderWorkerSet is scaled down or re-creates it): the finding goes with it.
+    await client.delete(r.PODS, "pg-0", namespace)
+    await eventually(lambda: playground_says("Waiting for inference Service ready"))
