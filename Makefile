@@ -167,9 +167,15 @@ dev-up: install cluster-bins $(KUSTOMIZE) ## Start (or reuse) a background contr
 dev-down: install ## Stop the background control plane started by dev-up.
 	@$(PY) -m llmaz.envtest down --dir .dev
 
+# make run: a real node serving the tiny demo model where the machine allows it (root on a Debian host), else the
+# control plane alone. RUN_MODE=node|control-plane forces one; DEMO=false installs llmaz but serves no model.
+RUN_MODE ?= auto
+DEMO ?= true
 .PHONY: run
-run: install cluster-bins $(KUSTOMIZE) ## Local control plane + llmaz-manager in the foreground (kubeconfig: .dev/kubeconfig).
-	@$(PY) -m llmaz.envtest.devrun --dir .dev --kustomize $(KUSTOMIZE)
+run: install cluster-bins $(KUSTOMIZE) ## llmaz serving a model on a real node (else a local control plane), in the foreground.
+	@mode=$$($(PY) -m llmaz.envtest.devrun --probe --mode $(RUN_MODE)); \
+	if [ "$$mode" = node ]; then $(MAKE) --no-print-directory node-bins image-build; fi; \
+	exec $(PY) -m llmaz.envtest.devrun --dir .dev --kustomize $(KUSTOMIZE) --mode $$mode $(if $(filter false,$(DEMO)),--no-demo)
 
 ##@ Deploy
 

@@ -1,8 +1,17 @@
-"""`make run`: a local control plane with llmaz's CRDs and defaults, and the manager in the foreground.
+"""`make run`: llmaz serving a model on a real node where this machine allows one, else a local control plane.
 
-    python -m llmaz.envtest.devrun --kustomize <kustomize binary>
+    python -m llmaz.envtest.devrun --kustomize <kustomize binary> [--mode auto|node|control-plane] [--no-demo]
+    python -m llmaz.envtest.devrun --probe [--mode ...]     # print the mode `auto` chooses (and why, on stderr)
 
-In order:
+Node mode (`llmaz.envtest.node`; needs root on a Debian host, with `make node-bins image-build` done):
+1. Start the node cluster (working directory `<dir>/run`, admin kubeconfig `<dir>/kubeconfig`) with the images of
+   `make image-build` imported.
+2. Install llmaz as users do: `make deploy` of config/node with the local manager image.
+3. Unless `--no-demo`: start the local object store, upload the tiny model, apply `config/samples/tiny-llama.yaml`
+   in `default`, report each phase until its first answer, and print a `curl` that chats with it.
+4. Run until Ctrl-C (or SIGTERM/SIGHUP); then stop everything and restore the host.
+
+Control-plane mode, in order:
 1. Refuse if a `make dev-up` control plane is running from the same state directory (both write
    `<dir>/kubeconfig`), or if the manager's local ports are taken.
 2. Start etcd + kube-apiserver (`ControlPlane`, working directory `<dir>/run`) with the llmaz CRDs and the
@@ -21,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import shutil
 import signal
 import subprocess
@@ -30,6 +41,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from llmaz.envtest._devcluster import _running_cluster
 from llmaz.envtest._process import _kill_when_parent_dies, is_listening
@@ -63,10 +75,21 @@ class StopRequestedError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llmaz.envtest.devrun", description="Run llmaz locally.")
     parser.add_argument("--dir", type=Path, default=REPO / ".dev", help="state directory (default .dev)")
-    parser.add_argument("--kustomize", type=Path, required=True, help="kustomize binary for config/local")
+    parser.add_argument("--kustomize", type=Path, default=None, help="kustomize binary for config/local")
+    parser.add_argument("--mode", choices=["auto", "node", "control-plane"], default="auto")
+    parser.add_argument("--no-demo", action="store_true", help="node mode: install llmaz but serve no model")
+    parser.add_argument("--probe", action="store_true", help="print the mode `--mode` resolves to, and exit")
     args = parser.parse_args(argv)
+    mode = _resolve_mode(args.mode, announce=args.probe)
+    if args.probe:
+        print(mode)
+        return 0
     with _interruptible():
         try:
+            if mode == "node":
+                return run_node(args.dir.resolve(), demo=not args.no_demo)
+            if args.kustomize is None:
+                raise DevRunError("control-plane mode needs --kustomize")
             return run(args.dir.resolve(), args.kustomize)
         except StopRequestedError:
             _say("interrupted: stopped the manager and the control plane")
@@ -95,6 +118,117 @@ def run(state_dir: Path, kustomize: Path) -> int:
         plane.stop()
         shutil.rmtree(state_dir / "run", ignore_errors=True)
         (state_dir / "kubeconfig").unlink(missing_ok=True)
+
+
+def _resolve_mode(mode: str, *, announce: bool) -> str:
+    if mode != "auto":
+        return mode
+    reason = node_unavailable()
+    if reason is None:
+        return "node"
+    if announce:
+        _say(f"no real node here ({reason}): running the control plane only, no pod will run")
+    return "control-plane"
+
+
+def node_unavailable() -> str | None:
+    """Why this machine cannot run the node tier, or None. Checked before its packages are installed."""
+    if sys.platform != "linux":
+        return "not Linux"
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("apt-get") is None:
+        return "no apt-get to install containerd and the CNI plugins"
+    if not (Path("/sys/fs/cgroup/memory").is_dir() or Path("/sys/fs/cgroup/cgroup.controllers").is_file()):
+        return "no memory cgroup"
+    if "overlay" not in Path("/proc/filesystems").read_text():
+        return "no overlay filesystem"
+    return None
+
+
+def run_node(state_dir: Path, *, demo: bool) -> int:
+    """Node mode (see the module docstring); returns 0 once interrupted and stopped."""
+    from llmaz.envtest.images import find_images
+    from llmaz.envtest.node import NodeCluster, PrerequisiteError
+    from llmaz.envtest.node.demo import DemoError, serve_demo, upload_tiny_model
+    from llmaz.envtest.node.install import InstallError, install_llmaz
+    from llmaz.envtest.objectstore import ObjectStore
+
+    _check_no_dev_up(state_dir)
+    images = find_images(["pause", "manager", "loader", "llama-server"])
+    cluster = NodeCluster(
+        sandbox_image=images["pause"],
+        images=list(images.values()),
+        crd_paths=[REPO / "config" / "crd" / "bases"],
+        work_dir=state_dir / "run",
+        kubeconfig=state_dir / "kubeconfig",
+    )
+    _say("starting the node: control plane, controllers, LeaderWorkerSet, containerd, kubelet, kube-proxy, CoreDNS ...")
+    started = time.monotonic()
+    try:
+        cluster.start()
+    except PrerequisiteError as error:
+        raise DevRunError(str(error)) from None
+    store: ObjectStore | None = None
+    try:
+        _say(f"node {cluster.node_name} Ready in {time.monotonic() - started:.0f} s")
+        _say(f"installing llmaz: make deploy DEPLOY_CONFIG=config/node IMG={images['manager'].image} ...")
+        try:
+            install_llmaz(cluster, images["manager"].image)
+        except InstallError as error:
+            raise DevRunError(str(error)) from None
+        _say(cluster.kubectl("get", "pods", "-n", "llmaz-system").rstrip())
+        if demo:
+            layout = cluster.layout
+            store = ObjectStore(layout.host_ip, layout.ports.object_store, state_dir / "run" / "logs" / "s3.log")
+            store.start()
+            _say(f"uploaded the tiny model to {upload_tiny_model(store)} ({store.url})")
+            _say("serving Playground tiny-llama (config/samples/tiny-llama.yaml) in namespace default:")
+            try:
+                url, answer, _ = serve_demo(cluster, "default", _say)
+            except DemoError as error:
+                raise DevRunError(str(error)) from None
+            _say(_node_instructions(cluster, url, answer))
+        else:
+            _say(_node_instructions(cluster, None, None))
+        while True:
+            time.sleep(3600)
+    finally:
+        _say("stopping ...")
+        if store is not None:
+            store.stop()
+        cluster.stop()
+        shutil.rmtree(state_dir / "run", ignore_errors=True)
+        (state_dir / "kubeconfig").unlink(missing_ok=True)
+
+
+def _check_no_dev_up(state_dir: Path) -> None:
+    if (state_dir / "state.json").exists():
+        running = _running_cluster(state_dir)
+        if running is not None:
+            running.close()
+            raise DevRunError(f"a `make dev-up` control plane uses {state_dir}; stop it with `make dev-down`")
+
+
+def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | None) -> str:
+    kubectl = "kubectl" if shutil.which("kubectl") else str(cluster.kubectl_path)
+    lines = ["", "llmaz runs on a real node. In another terminal:", "", f"  export KUBECONFIG={cluster.kubeconfig}"]
+    lines += [f"  {kubectl} get nodes,pods -A", f"  {kubectl} logs -n llmaz-system deployment/llmaz-controller-manager"]
+    if url is not None and answer is not None:
+        body = '{"model": "tiny-llama", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
+        reply = json.dumps(answer["choices"][0]["message"]["content"])
+        lines += [
+            f"  {kubectl} get playground tiny-llama",
+            "",
+            "Chat with the tiny model (random weights: its text is meaningless, the path to it is real):",
+            "",
+            f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\",
+            f"    -d '{body}'",
+            "",
+            f"It just answered: {reply[:200]} ({answer['usage']['completion_tokens']} tokens)",
+        ]
+    lines += ["", "Ctrl-C stops llmaz, the node and everything it started, and restores the host.", ""]
+    return "\n".join(lines)
 
 
 def _check_free(state_dir: Path) -> None:
