@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -92,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise DevRunError("control-plane mode needs --kustomize")
             return run(args.dir.resolve(), args.kustomize)
         except StopRequestedError:
-            _say("interrupted: stopped the manager and the control plane")
+            what = "llmaz and the node; the host is restored" if mode == "node" else "the manager and the control plane"
+            _say(f"interrupted: stopped {what}")
             return 130
         except DevRunError as err:
             _say(f"error: {err}")
@@ -216,7 +216,7 @@ def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | N
     lines += [f"  {kubectl} get nodes,pods -A", f"  {kubectl} logs -n llmaz-system deployment/llmaz-controller-manager"]
     if url is not None and answer is not None:
         body = '{"model": "tiny-llama", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
-        reply = json.dumps(answer["choices"][0]["message"]["content"])
+        reply = " ".join(str(answer["choices"][0]["message"]["content"]).split())
         lines += [
             f"  {kubectl} get playground tiny-llama",
             "",
@@ -225,7 +225,7 @@ def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | N
             f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\",
             f"    -d '{body}'",
             "",
-            f"It just answered: {reply[:200]} ({answer['usage']['completion_tokens']} tokens)",
+            f"It just answered ({answer['usage']['completion_tokens']} tokens): {reply[:200]}",
         ]
     lines += ["", "Ctrl-C stops llmaz, the node and everything it started, and restores the host.", ""]
     return "\n".join(lines)
