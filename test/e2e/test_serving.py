@@ -369,3 +369,62 @@ class port_forward:  # noqa: N801 - used as a context manager, like contextlib's
         if self._process is not None:
             self._process.terminate()
             self._process.wait(10)
+
+
+def test_a_missing_object_is_reported_and_the_pod_recovers_once_it_is_uploaded(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model = models.new("tiny-late")
+    key = f"late/{namespace}/tiny-llama.gguf"
+    e2e.apply([credentials()], namespace)
+    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{key}"), served("chat", model, object_store)], namespace)
+
+    def loader_failed() -> dict[str, Any]:
+        (pod,) = e2e.pods_of(namespace, "chat")
+        (loader,) = pod["status"].get("initContainerStatuses") or [{}]
+        terminated = (loader.get("state") or {}).get("terminated") or (loader.get("lastState") or {}).get("terminated")
+        assert terminated, loader
+        return dict(terminated)
+
+    terminated = eventually(loader_failed, what="the model loader to fail")
+    assert terminated["exitCode"] == 3, terminated  # not found
+    assert "\n" not in terminated["message"].strip(), terminated["message"]
+    assert key in terminated["message"], terminated["message"]
+
+    def reported() -> str:
+        progressing = next(
+            c
+            for c in e2e.must_get("playgrounds", "chat", namespace)["status"]["conditions"]
+            if c["type"] == "Progressing"
+        )
+        assert "ModelLoaderFailed" in progressing["message"], progressing
+        return str(progressing["message"])
+
+    message = eventually(reported, what="the loader's failure in the Playground's Progressing condition")
+    assert key in message, message
+    events = e2e.items("events", namespace)
+    warnings = [
+        event
+        for event in events
+        if event["reason"] == "ModelLoaderFailed" and event["involvedObject"]["kind"] == "Playground"
+    ]
+    assert warnings, [(event["reason"], event["message"]) for event in events]
+    assert warnings[0]["type"] == "Warning"
+
+    object_store.upload(BUCKET, key, tiny_model())
+    # kubelet retries the init container with its back-off; nothing is deleted by hand.
+    wait_playground_ready_within(e2e, namespace, "chat", within=180)
+    first_answer(lb_url(e2e, namespace, "chat"), model)
+    progressing = next(
+        c for c in e2e.must_get("playgrounds", "chat", namespace)["status"]["conditions"] if c["type"] == "Progressing"
+    )
+    assert "ModelLoaderFailed" not in progressing["message"], progressing
+
+
+def wait_playground_ready_within(e2e: Environment, namespace: str, name: str, within: float) -> None:
+    def ready() -> bool:
+        found = e2e.get("playgrounds", name, namespace)
+        assert conditions(found).get("Available") == ("True", "PlaygroundReady"), conditions(found)
+        return True
+
+    eventually(ready, within=within, what=f"Playground {namespace}/{name} Available")
