@@ -380,8 +380,11 @@ def test_a_missing_object_is_reported_and_the_pod_recovers_once_it_is_uploaded(
     e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{key}"), served("chat", model, object_store)], namespace)
 
     def loader_failed() -> dict[str, Any]:
-        (pod,) = e2e.pods_of(namespace, "chat")
-        (loader,) = pod["status"].get("initContainerStatuses") or [{}]
+        pods = e2e.pods_of(namespace, "chat")
+        assert len(pods) == 1, "no pod yet"
+        statuses = pods[0]["status"].get("initContainerStatuses") or []
+        assert len(statuses) == 1, statuses
+        loader = statuses[0]
         terminated = (loader.get("state") or {}).get("terminated") or (loader.get("lastState") or {}).get("terminated")
         assert terminated, loader
         return dict(terminated)
