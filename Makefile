@@ -141,7 +141,7 @@ $(BENCH_STAMP): pyproject.toml | $(INSTALL_STAMP)
 	@touch $@
 
 .PHONY: bench
-bench: install $(BENCH_STAMP) cluster-bins ## Python vs Go llmaz benchmarks (~50 min; BENCH_* knobs in bench/README.md).
+bench: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Python vs Go llmaz benchmarks, serving on the real node (~55 min; BENCH_* knobs in bench/README.md).
 	$(PY) bench/run.py
 
 .PHONY: bench-quick

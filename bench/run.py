@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from suite import admission_bench, controllers_bench, golang, limit_bench, report, runtime_bench
+from suite import admission_bench, controllers_bench, golang, limit_bench, report, runtime_bench, serving_bench
 from suite.settings import Settings
 from suite.subjects import GO_CERT_DIR
 from suite.templates import load_templates
@@ -145,6 +145,18 @@ def limit(suite: Suite) -> None:
             suite.record("limit", {"subject": "raw", "n": n, "rep": rep}, partial(limit_bench.run_once, templates, n))
 
 
+def loader(suite: Suite) -> None:
+    s = suite.settings
+    for rep in range(s.repeats):
+        run = partial(serving_bench.loader_run, s.loader_megabytes, suite.log_dir)
+        suite.record("loader", {"subject": "python", "rep": rep}, run)
+
+
+def serving(suite: Suite) -> None:
+    s = suite.settings
+    suite.record("serving", {"subject": "python"}, partial(serving_bench.serving_run, s.repeats, suite.log_dir))
+
+
 def main() -> None:
     settings = Settings.from_env()
     if "--report-only" in sys.argv:  # redraw summary.md and the plots from an earlier (or running) raw.json
@@ -152,7 +164,8 @@ def main() -> None:
         return
     suite = Suite(settings)
     created_cert_dir = not GO_CERT_DIR.exists()
-    go, noop = go_subjects(suite)
+    needs_go = {"controllers", "runtime", "admission"} & set(settings.scenarios)
+    go, noop = go_subjects(suite) if needs_go else (None, None)
     try:
         if "controllers" in settings.scenarios:
             controllers(suite, go)
@@ -162,6 +175,10 @@ def main() -> None:
             admission(suite, go)
         if "limit" in settings.scenarios:
             limit(suite)
+        if "loader" in settings.scenarios:
+            loader(suite)
+        if "serving" in settings.scenarios:
+            serving(suite)
     finally:
         suite.save()
         if created_cert_dir:

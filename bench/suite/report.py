@@ -147,6 +147,32 @@ def limit_section(results: dict[str, Any]) -> list[str]:
     return ["", "### The limit: raw client, 8 writes per Playground, no controller", "", *lines] if sizes else []
 
 
+def loader_section(results: dict[str, Any]) -> list[str]:
+    rs = runs(results, "loader")
+    if not rs:
+        return []
+    keys = ("loader_mb_per_s", "boto3_mb_per_s", "ratio")
+    lines = ["| MB | loader MB/s | boto3 MB/s | loader/boto3 (goal >= 0.8) |", "|---|---|---|---|"]
+    lines.append(f"| {rs[0]['megabytes']} | " + " | ".join(cell(summary([r[k] for r in rs])) for k in keys) + " |")
+    return ["", "### Model loader download throughput (local S3-compatible store, best of two each)", "", *lines]
+
+
+def serving_section(results: dict[str, Any]) -> list[str]:
+    rs = runs(results, "serving")
+    if not rs:
+        return []
+    phases = [p for r in rs for p in r["phases"]]
+    names = list(phases[0]) if phases else []
+    lines = ["| phase (seconds after apply) | median (min-max) |", "|---|---|"]
+    lines += [f"| {name} | {cell(summary([p[name] for p in phases]))} |" for name in names]
+    up = cell(summary([r["node_up_seconds"] for r in rs]))
+    installed = cell(summary([r["installed_seconds"] for r in rs]))
+    title = (
+        f"### Time to first token of the tiny model on the real node (node up {up} s, llmaz installed {installed} s)"
+    )
+    return ["", title, "", *lines]
+
+
 def failures_section(results: dict[str, Any]) -> list[str]:
     failed = [e for e in results["runs"] if "error" in e]
     if not failed:
@@ -170,7 +196,8 @@ def write(results: dict[str, Any], out: Path) -> str:
     header = ["# llmaz benchmark results", "", f"- started {results['started']}, machine {results['machine']}",
               *go_section(results)]  # fmt: skip
     body = [*controllers_section(results), *runtime_section(results), *admission_section(results),
-            *limit_section(results), *targets.section(results), *failures_section(results)]  # fmt: skip
+            *limit_section(results), *loader_section(results), *serving_section(results), *targets.section(results),
+            *failures_section(results)]  # fmt: skip
     text = "\n".join([*header, *body]) + "\n"
     (out / "summary.md").write_text(text)
     images = plots.draw(results, out)

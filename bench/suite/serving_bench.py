@@ -1,0 +1,139 @@
+"""Serving scenarios: how fast a model answers after apply, and how fast the model loader downloads.
+
+- `serving` (needs root and the node tier: `make node-bins image-build`): one real node with llmaz installed by
+  `make deploy`; the tiny llama is applied `repeats` times (deleted in between) and each run is timed from apply
+  to pod scheduled, model loaded (init containers done), engine Ready and the first chat completion through the
+  `-lb` Service.
+- `loader`: a random object of BENCH_LOADER_MB on the local S3-compatible store (moto on loopback), downloaded
+  by `llmaz-loader` and by a plain boto3 `download_file`, alternating which goes first; the ratio is the loader's
+  throughput over boto3's, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from llmaz.envtest._process import free_loopback_ports
+from llmaz.envtest.images import find_images
+from llmaz.envtest.node import NodeCluster
+from llmaz.envtest.node.demo import DEMO_NAME, serve_demo, upload_tiny_model
+from llmaz.envtest.node.install import install_llmaz
+from llmaz.envtest.objectstore import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, ObjectStore
+from suite.settings import REPO
+
+_BUCKET = "bench"
+_CHUNK = 1 << 20
+
+
+def serving_run(repeats: int, log_dir: Path) -> dict[str, Any]:
+    images = find_images(["pause", "manager", "loader", "llama-server"])
+    with tempfile.TemporaryDirectory(prefix="llmaz-bench-node-") as scratch:
+        started = time.monotonic()
+        cluster = NodeCluster(
+            sandbox_image=images["pause"],
+            images=list(images.values()),
+            crd_paths=[REPO / "config" / "crd" / "bases"],
+            work_dir=Path(scratch) / "cluster",
+        )
+        with cluster:
+            node_up = time.monotonic() - started
+            install_llmaz(cluster, images["manager"].image)
+            installed = time.monotonic() - started
+            layout = cluster.layout
+            with ObjectStore(layout.host_ip, layout.ports.object_store, log_dir / "serving-s3.log") as store:
+                upload_tiny_model(store)
+                phases = []
+                for _ in range(repeats):
+                    _, _, timings = serve_demo(cluster, "default", lambda _line: None)
+                    phases.append(timings.seconds)
+                    cluster.kubectl("delete", "playground", DEMO_NAME, "-n", "default", "--wait=true")
+                    _wait_no_pods(cluster)
+    return {"node_up_seconds": node_up, "installed_seconds": installed, "phases": phases}
+
+
+def _wait_no_pods(cluster: NodeCluster, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    selector = f"leaderworkerset.sigs.k8s.io/name={DEMO_NAME}"
+    while cluster.kubectl("get", "pods", "-n", "default", "-l", selector, "-o", "name").strip():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the demo's pods were not gone after {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+def loader_run(megabytes: int, log_dir: Path) -> dict[str, Any]:
+    (port,) = free_loopback_ports(1)
+    with tempfile.TemporaryDirectory(prefix="llmaz-bench-loader-") as scratch:
+        work = Path(scratch)
+        blob = work / "weights.safetensors"
+        _random_file(blob, megabytes)
+        with ObjectStore("127.0.0.1", port, log_dir / "loader-s3.log") as store:
+            key = f"models/{blob.name}"
+            store.upload(_BUCKET, key, blob)
+            blob.unlink()
+            seconds: dict[str, list[float]] = {"loader": [], "boto3": []}
+            for order in (("loader", "boto3"), ("boto3", "loader")):
+                for who in order:
+                    target = work / who
+                    shutil.rmtree(target, ignore_errors=True)
+                    target.mkdir()
+                    runner = _loader_seconds if who == "loader" else _boto3_seconds
+                    seconds[who].append(runner(store, key, target))
+                    landed = target / blob.name
+                    if landed.stat().st_size != megabytes * _CHUNK:  # a fast wrong answer is no answer
+                        raise RuntimeError(f"{who} wrote {landed.stat().st_size} bytes, not {megabytes} MiB")
+            shutil.rmtree(work / "loader", ignore_errors=True)
+    size = megabytes * _CHUNK
+    loader, boto3 = min(seconds["loader"]), min(seconds["boto3"])
+    return {
+        "megabytes": megabytes,
+        "loader_seconds": seconds["loader"],
+        "boto3_seconds": seconds["boto3"],
+        "loader_mb_per_s": size / loader / _CHUNK,
+        "boto3_mb_per_s": size / boto3 / _CHUNK,
+        "ratio": boto3 / loader,
+    }
+
+
+def _random_file(path: Path, megabytes: int) -> None:
+    generator = random.Random(20261124)
+    with path.open("wb") as out:
+        for _ in range(megabytes):
+            out.write(generator.randbytes(_CHUNK))
+
+
+def _loader_seconds(store: ObjectStore, key: str, target: Path) -> float:
+    env = {
+        **os.environ,
+        "MODEL_SOURCE_TYPE": "objstore",
+        "PROVIDER": "S3",
+        "BUCKET": _BUCKET,
+        "MODEL_PATH": key,
+        "AWS_ENDPOINT_URL": store.url,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+        "AWS_REGION": REGION,
+        "MODEL_DIR": str(target),
+        "LOADER_TERMINATION_LOG": str(target / "termination-log"),
+    }
+    loader = Path(sys.executable).with_name("llmaz-loader")
+    started = time.monotonic()
+    result = subprocess.run([str(loader)], env=env, capture_output=True, text=True, check=False, timeout=600)
+    elapsed = time.monotonic() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"llmaz-loader exited {result.returncode}: {result.stderr[-2000:]}")
+    return elapsed
+
+
+def _boto3_seconds(store: ObjectStore, key: str, target: Path) -> float:
+    client = store.client()
+    started = time.monotonic()
+    client.download_file(_BUCKET, key, str(target / Path(key).name))
+    return time.monotonic() - started
