@@ -83,6 +83,15 @@ def credentials() -> dict[str, Any]:
     }
 
 
+def serve_chat(e2e: Environment, namespace: str, models: ModelNames, store: ObjectStore) -> str:
+    """The tiny model from S3 served by Playground `chat`, Ready with one replica; returns the model's name."""
+    model = models.new("tiny")
+    e2e.apply([credentials()], namespace)
+    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("chat", model, store)], namespace)
+    wait_playground_ready(e2e, namespace, "chat", replicas=1)
+    return model
+
+
 def lb_url(e2e: Environment, namespace: str, name: str) -> str:
     ip = e2e.must_get("services", f"{name}-lb", namespace)["spec"]["clusterIP"]
     return f"http://{ip}:8080"
@@ -127,10 +136,8 @@ def assert_completion(status: int, body: bytes, model: str) -> dict[str, Any]:
 def test_a_playground_loads_its_model_from_s3_and_answers_chat_completions(
     e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
 ) -> None:
-    model = models.new("tiny")
-    e2e.apply([credentials()], namespace)
-    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("chat", model, object_store)], namespace)
-    found = wait_playground_ready(e2e, namespace, "chat", replicas=1)
+    model = serve_chat(e2e, namespace, models, object_store)
+    found = e2e.must_get("playgrounds", "chat", namespace)
     assert conditions(found)["Available"] == ("True", "PlaygroundReady")
 
     (pod,) = e2e.ready_pods_of(namespace, "chat")
@@ -160,10 +167,7 @@ def test_a_playground_loads_its_model_from_s3_and_answers_chat_completions(
 def test_the_lb_service_answers_from_a_pod_and_through_port_forward(
     e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
 ) -> None:
-    model = models.new("tiny")
-    e2e.apply([credentials()], namespace)
-    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("chat", model, object_store)], namespace)
-    wait_playground_ready(e2e, namespace, "chat", replicas=1)
+    model = serve_chat(e2e, namespace, models, object_store)
     first_answer(lb_url(e2e, namespace, "chat"), model)
 
     script = f"""
@@ -183,10 +187,7 @@ print(json.dumps(json.load(urllib.request.urlopen(request, timeout=30))))
 def test_scaling_a_playground_to_two_gives_two_serving_pods_behind_the_lb_service(
     e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
 ) -> None:
-    model = models.new("tiny")
-    e2e.apply([credentials()], namespace)
-    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("chat", model, object_store)], namespace)
-    wait_playground_ready(e2e, namespace, "chat", replicas=1)
+    model = serve_chat(e2e, namespace, models, object_store)
 
     e2e.kubectl("scale", "playground", "chat", "-n", namespace, "--replicas=2")
     wait_playground_ready(e2e, namespace, "chat", replicas=2)
@@ -207,10 +208,7 @@ def test_scaling_a_playground_to_two_gives_two_serving_pods_behind_the_lb_servic
 def test_a_killed_engine_restarts_and_the_playground_goes_unavailable_then_available(
     e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
 ) -> None:
-    model = models.new("tiny")
-    e2e.apply([credentials()], namespace)
-    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("chat", model, object_store)], namespace)
-    wait_playground_ready(e2e, namespace, "chat", replicas=1)
+    model = serve_chat(e2e, namespace, models, object_store)
     (pod,) = e2e.ready_pods_of(namespace, "chat")
     (engine,) = pod["status"]["containerStatuses"]
     first_answer(lb_url(e2e, namespace, "chat"), model)
@@ -320,10 +318,7 @@ def test_a_multi_host_service_starts_leader_and_worker_and_the_worker_finds_the_
 def test_deleting_a_playground_removes_everything_it_made(
     e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
 ) -> None:
-    model = models.new("tiny")
-    e2e.apply([credentials()], namespace)
-    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("chat", model, object_store)], namespace)
-    wait_playground_ready(e2e, namespace, "chat", replicas=1)
+    serve_chat(e2e, namespace, models, object_store)
 
     e2e.kubectl("delete", "playground", "chat", "-n", namespace, "--wait=false")
 
