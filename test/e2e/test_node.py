@@ -7,6 +7,7 @@ made, and every request goes through kube-proxy's rules, CoreDNS and the API ser
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from typing import Any
 
@@ -136,6 +137,20 @@ except urllib.error.HTTPError as error:
     assert lines["webhook"] == webhook_ip, log
     assert lines["apiserver"] == "200", log
     assert lines["webhook-http"] == "404", log  # the webhook server answered, through its Service
+
+
+def test_nothing_a_pod_sends_can_leave_the_machine(e2e: Environment) -> None:
+    assert isinstance(e2e.cluster, NodeCluster)
+    layout = e2e.cluster.layout
+    (conflist,) = layout.cni_conf_dir.glob("*.conflist")
+    (bridge,) = json.loads(conflist.read_text())["plugins"]
+    assert bridge["ipMasq"] is False
+    guard = subprocess.run(["nft", "list", "table", "inet", "llmaz-node"], capture_output=True, text=True, check=True)
+    assert f'iifname "{layout.bridge}" oifname != "{layout.bridge}" drop' in guard.stdout, guard.stdout
+    nat = subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True, check=True).stdout
+    # kube-proxy masquerades only packets it marked (hairpin and host-to-Service traffic, all on the bridge).
+    masquerades = {line.strip() for line in nat.splitlines() if "masquerade" in line}
+    assert masquerades <= {"masquerade fully-random"}, masquerades
 
 
 def test_the_manager_is_never_refused_by_rbac(e2e: Environment) -> None:

@@ -12,6 +12,7 @@ import json
 import selectors
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -426,3 +427,26 @@ def wait_playground_ready_within(e2e: Environment, namespace: str, name: str, wi
         return True
 
     eventually(ready, within=within, what=f"Playground {namespace}/{name} Available")
+
+
+def test_a_corrupt_model_file_is_reported_as_the_engine_failing(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF" + bytes(range(256)) * 64)  # the magic, then nonsense
+    key = f"corrupt/{namespace}/corrupt.gguf"
+    object_store.upload(BUCKET, key, corrupt)
+    model = models.new("tiny-corrupt")
+    e2e.apply([credentials()], namespace)
+    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{key}"), served("chat", model, object_store)], namespace)
+
+    def reported() -> str:
+        playground = e2e.must_get("playgrounds", "chat", namespace)
+        progressing = next(c for c in playground["status"]["conditions"] if c["type"] == "Progressing")
+        assert "ContainerCrashLooping" in progressing["message"], progressing
+        return str(progressing["message"])
+
+    message = eventually(reported, within=120, what="the engine's failure in the Playground's Progressing condition")
+    assert "model-runner" in message, message
+    assert "exited with code" in message, message
+    assert conditions(e2e.get("playgrounds", "chat", namespace)).get("Available", ("False",))[0] != "True"
