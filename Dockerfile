@@ -1,4 +1,5 @@
-# The llmaz manager image: controllers, admission webhooks and metrics (`llmaz-manager`).
+# The llmaz manager image: controllers, admission webhooks and metrics (`llmaz-manager`); the same image runs the
+# OpenAI-compatible gateway with the `llmaz-gateway` command (config/gateway).
 #   make docker-build IMG=<registry>/llmaz:<tag>
 #   hack/images/build.sh manager      # buildah, no Docker engine: PYTHON_IMAGE is a local Debian base
 # Runs as a non-root user with a read-only root filesystem: everything it writes (webhook and metrics
@@ -39,7 +40,8 @@ COPY src ./src
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/wheel . \
     && /opt/llmaz/bin/pip install --no-deps --target /opt/llmaz/app /tmp/wheel/*.whl \
     && /opt/llmaz/bin/pip check \
-    && /opt/llmaz/app/bin/llmaz-manager --help > /dev/null
+    && /opt/llmaz/app/bin/llmaz-manager --help > /dev/null \
+    && /opt/llmaz/app/bin/llmaz-gateway --help > /dev/null
 
 FROM ${PYTHON_IMAGE}
 COPY --from=deps /opt/llmaz /opt/llmaz

@@ -1,11 +1,14 @@
-"""Generate the RBAC roles in `config/rbac` from the rules declared next to the code: `python -m llmaz.rbacgen DIR`.
+"""Generate the RBAC roles in `config/` from the rules declared next to the code: `python -m llmaz.rbacgen DIR`.
+
+DIR is the manager's `config/rbac`; roles of other components go to their sibling directories (the gateway's
+to `config/gateway`), so `make manifests` writes them all with the one command.
 
 Each role file lists, explicitly, the modules whose rules it collects, so adding an API call means adding its
 rule beside it and (for a new module) its module here; a unit test fails when a module declaring
 `RBAC_RULES` is missing below, or when the committed files differ from what this renders.
 
 Names are kustomize's pre-prefix names (`config/default` adds `llmaz-` and the namespace). Bindings and the
-ServiceAccount are plain manifests in the same directory.
+ServiceAccounts are plain manifests in the same directories.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import yaml
 
 from llmaz.certs import rotator
 from llmaz.controllers import playground, readiness, service, setup
+from llmaz.gateway import catalog
 from llmaz.runtime import authn, events, leaderelection, metrics_server
 from llmaz.runtime.rbac import PolicyRule, role_manifests
 from llmaz.webhooks import cachelookup
@@ -34,6 +38,8 @@ class RoleFile:
     purpose: str
     sources: tuple[ModuleType, ...]
     attribute: str = "RBAC_RULES"
+    directory: str = "."
+    """Where the file goes, relative to DIR (`config/rbac`)."""
 
     def rules(self) -> list[PolicyRule]:
         collected: list[PolicyRule] = []
@@ -66,6 +72,13 @@ ROLE_FILES = (
         (metrics_server,),
         attribute="SCRAPER_RBAC_RULES",
     ),
+    RoleFile(
+        "role.yaml",
+        "gateway-role",
+        "What llmaz-gateway reads to route: the objects that serve models and the endpoints behind them.",
+        (catalog,),
+        directory="../gateway",
+    ),
 )
 
 
@@ -80,9 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m llmaz.rbacgen DIR", file=sys.stderr)
         return 2
-    out = Path(args[0])
-    out.mkdir(parents=True, exist_ok=True)
     for role_file in ROLE_FILES:
+        out = Path(args[0]) / role_file.directory
+        out.mkdir(parents=True, exist_ok=True)
         (out / role_file.filename).write_text(render(role_file))
     return 0
 

@@ -1,4 +1,5 @@
-"""Imports point one way: runtime knows nothing of llmaz, apis nothing but itself, builders only apis.
+"""Imports point one way: runtime knows nothing of llmaz, apis nothing but itself, builders only apis, and the
+gateway only apis and runtime (it reads the same objects as the controllers but never calls into them).
 
 The rules are checked on the source text (every `import` and `from ... import`, including ones inside functions),
 so a wrong-way import fails here before it becomes a tangle.
@@ -20,6 +21,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "llmaz.controllers.builders": ("llmaz.apis",),
     "llmaz.settings": ("llmaz.apis",),
     "llmaz.loader": ("llmaz.apis.constants", "llmaz.apis.modelpath", "llmaz.apis.uri"),
+    "llmaz.gateway": ("llmaz.apis", "llmaz.runtime"),
 }
 TEST_ONLY = ("llmaz.envtest", "llmaz.testing")
 
@@ -65,3 +67,4 @@ def test_the_rules_see_the_packages_they_guard() -> None:
     names = {m for m, _ in MODULES}
     assert any(_within(n, "llmaz.runtime") for n in names)
     assert any(_within(n, "llmaz.apis") for n in names)
+    assert any(_within(n, "llmaz.gateway") for n in names)

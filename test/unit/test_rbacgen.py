@@ -9,7 +9,7 @@ import pytest
 
 from llmaz.controllers import setup
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
-from llmaz.rbacgen import ROLE_FILES, render
+from llmaz.rbacgen import ROLE_FILES, main, render
 from llmaz.runtime import rbac
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import RestConfig
@@ -21,10 +21,22 @@ SRC = REPO / "src"
 MANAGER_ROLE = next(f for f in ROLE_FILES if f.role == "manager-role")
 
 
-@pytest.mark.parametrize("role_file", ROLE_FILES, ids=[f.filename for f in ROLE_FILES])
+@pytest.mark.parametrize("role_file", ROLE_FILES, ids=[f.role for f in ROLE_FILES])
 def test_committed_role_files_match_the_declared_rules(role_file: object) -> None:
-    committed = (REPO / "config" / "rbac" / role_file.filename).read_text()  # type: ignore[attr-defined]
-    assert committed == render(role_file), "config/rbac is stale: run `make manifests`"  # type: ignore[arg-type]
+    path = REPO / "config" / "rbac" / role_file.directory / role_file.filename  # type: ignore[attr-defined]
+    assert path.read_text() == render(role_file), f"{path} is stale: run `make manifests`"  # type: ignore[arg-type]
+
+
+def test_the_generator_writes_the_managers_roles_to_dir_and_the_gateways_beside_it(tmp_path: Path) -> None:
+    assert main([str(tmp_path / "rbac")]) == 0
+    written = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.yaml")}
+    assert written == {
+        "rbac/role.yaml",
+        "rbac/leader_election_role.yaml",
+        "rbac/metrics_auth_role.yaml",
+        "rbac/metrics_reader_role.yaml",
+        "gateway/role.yaml",
+    }
 
 
 def _modules_declaring(name: str) -> set[str]:

@@ -21,6 +21,7 @@ class Recorder:
 
     def __init__(self, informer: SharedInformer | None = None) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.objects: list[Any] = []
         self._informer = informer
         self.seen_in_store: list[bool] = []
 
@@ -30,15 +31,18 @@ class Recorder:
             self.seen_in_store.append((self._informer.store.get(key) is not None) == present)
 
     def on_add(self, o: dict[str, Any], is_initial_list: bool) -> None:
+        self.objects.append(o)
         self._check_store(o, True)
         self.calls.append(("add", o["metadata"]["name"], o["metadata"]["resourceVersion"], is_initial_list))
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self.objects.append(new)
         self._check_store(new, True)
         self.calls.append(("update", new["metadata"]["name"], old["metadata"]["resourceVersion"],
                            new["metadata"]["resourceVersion"]))  # fmt: skip
 
     def on_delete(self, o: dict[str, Any] | DeletedFinalStateUnknown) -> None:
+        self.objects.append(o)
         if isinstance(o, DeletedFinalStateUnknown):
             self.calls.append(("tombstone", o.key, o.obj["metadata"]["resourceVersion"]))
         else:
@@ -117,6 +121,27 @@ async def test_a_handler_added_after_sync_first_gets_synthetic_adds_for_cached_o
         late = Recorder()
         informer.add_event_handler(late)
         assert late.calls == [("add", "a", "1", True)]
+
+
+async def test_a_transform_shapes_what_the_store_and_the_handlers_see_from_lists_and_watches() -> None:
+    clock = FakeClock()
+    lw = ScriptedListWatch(clock).add_list([obj("a", "1", data={"big": "x"})], "5")
+    lw.add_watch(event("ADDED", "b", "6", data={"big": "y"}), event("DELETED", "a", "7", data={"big": "x"}))
+    informer = make(lw, clock)
+
+    def slim(o: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": o["metadata"], "slim": True}
+
+    informer.set_transform(slim)
+    recorder = Recorder(informer)
+    informer.add_event_handler(recorder)
+    async with running(informer, lw, clock):
+        pass
+    assert recorder.calls == [("add", "a", "1", True), ("add", "b", "6", False), ("delete", "a", "7")]
+    assert all(o == {"metadata": o["metadata"], "slim": True} for o in recorder.objects)
+    assert informer.store.list() == [{"metadata": obj("b", "6")["metadata"], "slim": True}]
+    with pytest.raises(RuntimeError, match="before it starts"):
+        informer.set_transform(slim)
 
 
 async def test_a_relist_after_expiry_emits_the_difference_with_tombstones_for_missed_deletes() -> None:

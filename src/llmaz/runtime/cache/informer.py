@@ -12,6 +12,8 @@ Invariants (the eventual-consistency contract):
 - A handler added after that point first receives a synthetic `on_add(obj, is_initial_list=True)` for each
   object already cached.
 - Objects are shared, read-only dicts (see `interfaces`).
+- With a transform (`set_transform`), the store and every handler see only transformed objects: the reflector's
+  objects are passed through it once, on arrival, before anything else happens to them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from llmaz.runtime.cache.interfaces import DeletedFinalStateUnknown, IndexFunc, Obj, ResourceEventHandler
 from llmaz.runtime.cache.reflector import ListFunc, Reflector, WatchFunc
@@ -99,6 +101,8 @@ class SharedInformer:
         self._resync_period = resync_period
         self._reflector = Reflector(list_fn, watch_fn, self, name=name, clock=clock, rng=rng)
         self._log = get_logger("llmaz.runtime.informer").bind(informer=name)
+        self._transform: Callable[[Obj], Obj] | None = None
+        self._started = False
 
     @classmethod
     def for_resource(
@@ -129,6 +133,16 @@ class SharedInformer:
     def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
         self._store.add_indexers(indexers)
 
+    def set_transform(self, transform: Callable[[Obj], Obj]) -> None:
+        """Cache `transform(obj)` instead of each object (client-go's SetTransform), e.g. to drop fields nobody
+        reads from a large, cluster-wide resource. It must keep `metadata.name` and `metadata.namespace` (the key)
+        and return a new dict rather than change its argument. Only before the informer runs: objects already
+        cached would otherwise keep their old shape.
+        """
+        if self._started:
+            raise RuntimeError(f"informer {self.name} is running: set its transform before it starts")
+        self._transform = transform
+
     def has_synced(self) -> bool:
         return self._synced.is_set()
 
@@ -141,6 +155,7 @@ class SharedInformer:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Run the reflector (and resync timer) until `stopping` is set."""
+        self._started = True
         tasks = [asyncio.create_task(self._reflector.run(), name=f"reflector {self.name}")]
         if self._resync_period:
             tasks.append(asyncio.create_task(self._resync_loop(self._resync_period)))
@@ -157,6 +172,8 @@ class SharedInformer:
 
     def replace(self, items: list[Obj], resource_version: str) -> None:
         initial = not self.has_synced()
+        if self._transform is not None:
+            items = [self._transform(item) for item in items]
         diff = self._store.replace(items)
         for tombstone in diff.deleted:
             self._dispatch_delete(tombstone)
@@ -167,6 +184,8 @@ class SharedInformer:
         self._synced.set()
 
     def add(self, obj: Obj) -> None:
+        if self._transform is not None:
+            obj = self._transform(obj)
         old = self._store.upsert(obj)
         if old is None:
             self._dispatch_add(obj, False)
@@ -177,6 +196,8 @@ class SharedInformer:
 
     def delete(self, obj: Obj) -> None:
         # A delete for an object never cached (e.g. created and deleted between list and watch) is dropped.
+        if self._transform is not None:
+            obj = self._transform(obj)
         if self._store.delete(object_key(obj)) is not None:
             self._dispatch_delete(obj)
 

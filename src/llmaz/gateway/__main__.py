@@ -1,0 +1,155 @@
+"""llmaz-gateway: the composition root. Flags, logging, client, informers and the three servers.
+
+Nothing imports this module. The runtime's Manager runs it all: probes (`--health-probe-bind-address`), the
+metrics endpoint and the API first, then the informers (readiness waits for their first list), with no
+leader election (every replica serves). On SIGTERM or SIGINT the API stops accepting at once, readiness
+fails, and requests in flight get `--drain-timeout` seconds to finish (streams included) before the process
+exits; the Manager's own shutdown bound leaves a margin above that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from llmaz.gateway.auth import ApiKeys
+from llmaz.gateway.body import DEFAULT_MAX_BODY_BYTES
+from llmaz.gateway.catalog import Catalog
+from llmaz.gateway.metrics import GatewayMetrics
+from llmaz.gateway.proxy import ProxyOptions
+from llmaz.gateway.server import Gateway, GatewayOptions
+from llmaz.runtime import log
+from llmaz.runtime.client import Client
+from llmaz.runtime.client.config import load
+from llmaz.runtime.client.credentials import ConfigError
+from llmaz.runtime.manager import Manager, ManagerOptions
+from llmaz.runtime.metrics_server import MetricsServer
+
+# Time the stop sequence gets beyond the drain: informers and servers winding down.
+SHUTDOWN_MARGIN = 5.0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _address_pair(text: str) -> tuple[str, str]:
+    address, sep, target = text.partition("=")
+    if not sep or not address or not target:
+        raise argparse.ArgumentTypeError(f"expected ADDRESS=TARGET, got {text!r}")
+    return address, target
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="llmaz-gateway", description="One OpenAI-compatible endpoint for every model llmaz serves."
+    )
+    add = parser.add_argument
+    add("--bind-address", default=":8000", help="OpenAI API address (default :8000)")
+    add("--metrics-bind-address", default=":8080", help="/metrics address, plain HTTP; 0 disables it (default :8080)")
+    add("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address (default :8081)")
+    add("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or $KUBECONFIG)")
+    add("--api-keys-file", type=Path, default=None, help="file of accepted API keys, one per line (default: none)")
+    add("--max-request-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES, help="largest request body")
+    add("--header-timeout", type=_positive_float, default=30.0, help="seconds to receive request headers")
+    add("--body-timeout", type=_positive_float, default=60.0, help="seconds to receive a request body")
+    add("--upstream-connect-timeout", type=_positive_float, default=5.0, help="seconds to connect to an engine")
+    add("--upstream-timeout", type=_positive_float, default=300.0, help="seconds to wait for each engine read")
+    add("--upstream-retries", type=int, default=2, choices=range(10), metavar="{0..9}", help="default 2")
+    add("--drain-timeout", type=_positive_float, default=30.0, help="seconds in-flight requests get on stop")
+    add(
+        "--resolve",
+        type=_address_pair,
+        action="append",
+        default=[],
+        metavar="ADDRESS=TARGET",
+        help="connect to TARGET for endpoints at ADDRESS, like curl's --resolve (repeatable; for debugging)",
+    )
+    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add("--log-format", default="auto", choices=["auto", "json", "console"])
+    return parser.parse_args(argv)
+
+
+def gateway_options(args: argparse.Namespace) -> GatewayOptions:
+    return GatewayOptions(
+        bind_address=args.bind_address,
+        max_body_bytes=args.max_request_bytes,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        drain_timeout=args.drain_timeout,
+        proxy=ProxyOptions(
+            connect_timeout=args.upstream_connect_timeout,
+            read_timeout=args.upstream_timeout,
+            retries=args.upstream_retries,
+            resolve=dict(args.resolve),
+        ),
+    )
+
+
+def load_api_keys(path: Path | None) -> ApiKeys | None:
+    """The API keys, read once now so that a missing or unreadable file stops the start (OSError)."""
+    if path is None:
+        return None
+    keys = ApiKeys(path)
+    count = keys.load()
+    log.get_logger("llmaz.gateway").info("API keys loaded", path=str(path), keys=count)
+    return keys
+
+
+async def run(args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
+    client = Client(await load(args.kubeconfig))
+    try:
+        manager = Manager(
+            client,
+            ManagerOptions(
+                health_probe_bind_address=args.health_probe_bind_address,
+                graceful_shutdown_timeout=args.drain_timeout + SHUTDOWN_MARGIN,
+            ),
+        )
+        metrics = GatewayMetrics()
+        gateway = Gateway(Catalog.watch(manager.informers), gateway_options(args), api_keys=api_keys, metrics=metrics)
+        manager.add(gateway)
+        manager.add_readyz_check("gateway", gateway.serving)
+        if args.metrics_bind_address != "0":
+            manager.add(MetricsServer(args.metrics_bind_address, secure=False, registry=metrics.registry))
+        await manager.start()
+    finally:
+        await client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    log.configure(args.log_level, args.log_format)
+    logger = log.get_logger("llmaz.gateway")
+    try:
+        api_keys = load_api_keys(args.api_keys_file)
+    except (OSError, UnicodeDecodeError) as err:
+        logger.error("cannot read the API keys file", path=str(args.api_keys_file), error=str(err))
+        return 1
+    logger.info("starting gateway", bind_address=args.bind_address, api_keys=api_keys is not None)
+    try:
+        asyncio.run(run(args, api_keys))
+    except ConfigError as err:
+        logger.error("cannot load the API server configuration", error=str(err))
+        return 1
+    except Exception as err:
+        logger.error("gateway exited", error=str(err), exc_info=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

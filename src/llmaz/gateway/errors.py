@@ -1,0 +1,150 @@
+"""Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`, so OpenAI clients and SDKs
+report the gateway's refusals the way they report OpenAI's (the `openai` SDK raises `NotFoundError`,
+`AuthenticationError`, ... with `.code` and `.param` filled in).
+
+Every answer the gateway itself makes (not one relayed from an engine) goes through here. Types follow
+OpenAI: `invalid_request_error` for the client's mistakes (4xx), `server_error` for 5xx. Messages may quote
+what the client sent; JSON encoding makes that harmless, and a model name is checked before it is quoted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import orjson
+from aiohttp import web
+
+INVALID_REQUEST = "invalid_request_error"
+SERVER_ERROR = "server_error"
+# How many available models a 404 names before it says "and N more".
+LISTED_MODELS = 20
+# How much of something the client sent a message quotes.
+QUOTED_CHARS = 120
+
+
+def _quote(text: str) -> str:
+    return text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "..."
+
+
+class OpenAIError(Exception):
+    """A gateway answer: the HTTP status and OpenAI's error object."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = INVALID_REQUEST,
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+        self.headers = dict(headers or {})
+        self.close = close
+        """Close the connection after answering: the rest of the request was not (and will not be) read."""
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> web.Response:
+        resp = web.Response(
+            status=self.status, body=orjson.dumps(self.body()), content_type="application/json", headers=self.headers
+        )
+        if self.close:
+            resp.force_close()
+        return resp
+
+
+def invalid_request(message: str, code: str, param: str | None = None) -> OpenAIError:
+    return OpenAIError(400, message, code=code, param=param)
+
+
+def missing_api_key() -> OpenAIError:
+    return OpenAIError(
+        401,
+        "You didn't provide an API key. Send it in the Authorization header: `Authorization: Bearer <key>`.",
+        code="missing_api_key",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def invalid_api_key() -> OpenAIError:
+    return OpenAIError(
+        401, "Incorrect API key provided.", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def model_not_found(model: str, available: Iterable[str]) -> OpenAIError:
+    names = list(available)
+    listed = ", ".join(names[:LISTED_MODELS]) or "none"
+    if len(names) > LISTED_MODELS:
+        listed += f" and {len(names) - LISTED_MODELS} more"
+    return OpenAIError(
+        404,
+        f"The model `{_quote(model)}` does not exist. Available models: {listed}.",
+        code="model_not_found",
+        param="model",
+    )
+
+
+def not_found(path: str) -> OpenAIError:
+    return OpenAIError(404, f"Unknown request URL: {_quote(path)}.", code="unknown_url")
+
+
+def method_not_allowed(method: str, path: str) -> OpenAIError:
+    return OpenAIError(405, f"Method {_quote(method)} is not allowed on {_quote(path)}.", code="method_not_allowed")
+
+
+def request_timeout() -> OpenAIError:
+    return OpenAIError(408, "The request body was not received in time.", code="request_timeout", close=True)
+
+
+def request_too_large(limit: int) -> OpenAIError:
+    return OpenAIError(413, f"The request body is larger than {limit} bytes.", code="request_too_large", close=True)
+
+
+def bad_gateway(model: str) -> OpenAIError:
+    return OpenAIError(
+        502, f"No endpoint of model `{model}` could be reached.", type=SERVER_ERROR, code="upstream_unreachable"
+    )
+
+
+def no_ready_endpoint(model: str) -> OpenAIError:
+    return OpenAIError(
+        503,
+        f"The model `{model}` has no ready endpoint; it may be starting or scaled to zero. Retry later.",
+        type=SERVER_ERROR,
+        code="model_not_ready",
+        headers={"Retry-After": "5"},
+    )
+
+
+def not_ready() -> OpenAIError:
+    return OpenAIError(503, "The gateway is starting: its caches are not synced yet.", type=SERVER_ERROR)
+
+
+def upstream_timeout(model: str) -> OpenAIError:
+    return OpenAIError(
+        504, f"The endpoint of model `{model}` did not answer in time.", type=SERVER_ERROR, code="upstream_timeout"
+    )
+
+
+def internal_error() -> OpenAIError:
+    return OpenAIError(500, "The gateway failed to handle the request.", type=SERVER_ERROR, code="internal_error")
+
+
+def from_http_exception(exc: web.HTTPException, method: str, path: str) -> OpenAIError:
+    """aiohttp's own refusals (unknown path, wrong method, ...) in OpenAI's shape."""
+    if exc.status == 404:
+        return not_found(path)
+    if exc.status == 405:
+        return method_not_allowed(method, path)
+    kind = SERVER_ERROR if exc.status >= 500 else INVALID_REQUEST
+    return OpenAIError(exc.status, exc.reason or "Request failed.", type=kind)

@@ -1,0 +1,79 @@
+"""The gateway's Prometheus metrics, in a registry of its own (served on the metrics port at `/metrics`).
+
+Label `model` is a model the gateway routes (one a Playground or inference Service serves), or "" for a
+request that named none it knows (invalid, unknown, unauthenticated): client input never becomes a label
+value, so label cardinality is bounded by the cluster's objects, not by what clients send. Label `code` is the
+HTTP status sent, or 499 when the client went away before the answer was complete (nginx's convention).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from llmaz.gateway.usage import Usage
+
+CLIENT_CLOSED = 499
+# LLM requests run from milliseconds (a cached short answer) to minutes (a long generation).
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)
+TTFB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60)
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None, *, process_collectors: bool = True) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "llmaz_gateway_requests", "Inference requests answered, by model and HTTP status.", ["model", "code"],
+            registry=r,
+        )  # fmt: skip
+        self.duration = Histogram(
+            "llmaz_gateway_request_duration_seconds",
+            "Time from a request's arrival to the end of its answer.",
+            ["model"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.time_to_first_byte = Histogram(
+            "llmaz_gateway_time_to_first_byte_seconds",
+            "Time from a request's arrival to the first body byte relayed from the engine (for a stream, about the "
+            "time to the first token).",
+            ["model"],
+            buckets=TTFB_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "llmaz_gateway_requests_in_flight", "Inference requests being handled, by model.", ["model"], registry=r
+        )
+        self.prompt_tokens = Counter(
+            "llmaz_gateway_prompt_tokens", "Prompt tokens reported in responses' usage.", ["model"], registry=r
+        )
+        self.completion_tokens = Counter(
+            "llmaz_gateway_completion_tokens", "Completion tokens reported in responses' usage.", ["model"], registry=r
+        )
+        self.upstream_retries = Counter(
+            "llmaz_gateway_upstream_retries",
+            "Requests sent to another endpoint, by why the previous one failed (connect_error, unavailable).",
+            ["model", "reason"],
+            registry=r,
+        )
+        if process_collectors:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            GCCollector(registry=r)
+
+    def answered(self, model: str, code: int, seconds: float) -> None:
+        self.requests.labels(model=model, code=str(code)).inc()
+        self.duration.labels(model=model).observe(seconds)
+
+    def first_byte(self, model: str, seconds: float) -> None:
+        self.time_to_first_byte.labels(model=model).observe(seconds)
+
+    def tokens(self, model: str, usage: Usage) -> None:
+        self.prompt_tokens.labels(model=model).inc(usage.prompt_tokens)
+        self.completion_tokens.labels(model=model).inc(usage.completion_tokens)
+
+    def retried(self, model: str, reason: str) -> None:
+        self.upstream_retries.labels(model=model, reason=reason).inc()

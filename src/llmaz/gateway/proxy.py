@@ -1,0 +1,256 @@
+"""Forwarding one inference request to an engine endpoint and relaying the answer as it arrives.
+
+Invariants:
+- Nothing is buffered on the way back: each chunk read from the engine is written to the client at once
+  (aiohttp writes straight to the socket and waits only when the socket's buffer is full), so a stream's
+  events reach the client as the engine produces them, and a slow client slows the engine's stream down
+  instead of growing the gateway's memory.
+- A retry happens only before the client was sent anything, and only when the engine cannot have started on
+  the request or refused it: a failed or timed-out connect, a connection closed before the response (also a
+  pooled keep-alive connection the engine had just closed), or a 503. Each retry goes to an endpoint not yet
+  tried, at most `retries` times. A read timeout before the response is a 504 and is not retried: the engine
+  may still be working on it, and sending it again would double the load exactly when an engine is slow.
+- When every attempt failed to connect: 502 (504 when the last one timed out). When the last attempt got a
+  503, that answer is relayed as it is (it is the engine's).
+- Once the status line went out, an engine failure or timeout mid-answer closes the client's connection, so
+  the client sees a truncated answer (an incomplete chunked body, or fewer bytes than Content-Length), never
+  a complete-looking one; nothing is retried.
+- A client that goes away ends the request: the handler is cancelled (the server runs with handler
+  cancellation) or its next write fails, and leaving the upstream response's context closes the engine
+  connection, which is how the engine learns to stop generating.
+- Outstanding-request counts are released however the request ends (`try`/`finally`).
+- The request body is sent as received. Hop-by-hop headers, Host, Content-Length and Content-Encoding (aiohttp
+  has decoded a compressed body) are not forwarded; Authorization is not forwarded when the gateway checks
+  API keys (it carries the gateway's key, not the engine's). Engine responses are relayed with their status
+  and headers, minus hop-by-hop ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import hdrs, web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from llmaz.gateway import errors
+from llmaz.gateway.balancer import LeastOutstanding
+from llmaz.gateway.body import InferenceRequest
+from llmaz.gateway.metrics import CLIENT_CLOSED, GatewayMetrics
+from llmaz.gateway.routes import Endpoint
+from llmaz.gateway.usage import Usage, meter_for
+from llmaz.runtime.log import get_logger
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+_NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "content-encoding", "expect"}
+_NOT_RELAYED = HOP_BY_HOP | {"content-length"}
+# Failures that happen before an engine can have started on a request (see the module invariants).
+RETRYABLE = (
+    aiohttp.ClientOSError,  # connection refused, reset, unreachable (ClientConnectorError is one)
+    aiohttp.ClientConnectionResetError,
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ConnectionTimeoutError,
+)
+# Below the 5 s keep-alive timeout of uvicorn (vLLM, SGLang) so a pooled connection is not reused just as the
+# engine closes it; a reuse that loses the race anyway is retried (ServerDisconnectedError).
+UPSTREAM_KEEPALIVE_SECONDS = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyOptions:
+    connect_timeout: float = 5.0
+    """Seconds to connect to an engine endpoint before trying another one. Default 5."""
+    read_timeout: float = 300.0
+    """Seconds to wait for the engine's response, and then for each chunk of it. Default 300."""
+    retries: int = 2
+    """Further endpoints to try after a retryable failure (see the module invariants). Default 2."""
+    forward_authorization: bool = True
+    """Pass the client's Authorization header to the engine; off when the gateway checks API keys."""
+    resolve: Mapping[str, str] = field(default_factory=dict)
+    """Connect to `resolve[address]` for an endpoint whose address is `address` (curl's `--resolve`), e.g. to
+    reach an engine through a port-forward when debugging. Balancing, logs and metrics keep the endpoint's own
+    address. Default: none."""
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What happened to one request, for the server's metrics and log line."""
+
+    model: str
+    started: float = field(default_factory=time.monotonic)
+    status: int = 0
+    endpoint: Endpoint | None = None
+    attempts: int = 0
+    first_byte: float | None = None
+    usage: Usage | None = None
+    truncated: bool = False
+
+
+def _listed_in_connection(headers: CIMultiDictProxy[str]) -> set[str]:
+    return {token.strip().lower() for value in headers.getall(hdrs.CONNECTION, []) for token in value.split(",")}
+
+
+def upstream_headers(
+    headers: CIMultiDictProxy[str], remote: str | None, *, forward_authorization: bool
+) -> CIMultiDict[str]:
+    skip = _NOT_FORWARDED | _listed_in_connection(headers)
+    if not forward_authorization:
+        skip = skip | {"authorization"}
+    out = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in skip)
+    if hdrs.CONTENT_TYPE not in out:
+        out[hdrs.CONTENT_TYPE] = "application/json"  # the body was parsed as JSON; engines may insist on it
+    if remote:
+        forwarded = out.get(hdrs.X_FORWARDED_FOR)
+        out[hdrs.X_FORWARDED_FOR] = f"{forwarded}, {remote}" if forwarded else remote
+    return out
+
+
+def relayed_headers(headers: CIMultiDictProxy[str]) -> Iterable[tuple[str, str]]:
+    skip = _NOT_RELAYED | _listed_in_connection(headers)
+    return [(k, v) for k, v in headers.items() if k.lower() not in skip]
+
+
+class Proxy:
+    def __init__(self, balancer: LeastOutstanding, metrics: GatewayMetrics, options: ProxyOptions) -> None:
+        self.balancer = balancer
+        self._metrics = metrics
+        self._options = options
+        self._session: aiohttp.ClientSession | None = None
+        self._log = get_logger("llmaz.gateway.proxy")
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_SECONDS)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=self._options.connect_timeout, sock_read=self._options.read_timeout
+            ),
+            auto_decompress=False,  # relay bytes as the engine sent them, Content-Encoding and all
+            skip_auto_headers=(hdrs.USER_AGENT, hdrs.ACCEPT_ENCODING, hdrs.ACCEPT),
+            cookie_jar=aiohttp.DummyCookieJar(),  # one client's cookies must never reach another's request
+            trust_env=False,  # engine traffic stays in the cluster, whatever proxy the environment names
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def forward(
+        self, request: web.Request, inference: InferenceRequest, endpoints: Sequence[Endpoint], exchange: Exchange
+    ) -> web.StreamResponse:
+        """Send `inference` to the least loaded of `endpoints`, retrying as the module invariants say."""
+        headers = upstream_headers(
+            request.headers, request.remote, forward_authorization=self._options.forward_authorization
+        )
+        attempts = 1 + max(0, self._options.retries)
+        tried: set[Endpoint] = set()
+        failure: errors.OpenAIError | None = None
+        while len(tried) < attempts and (endpoint := self.balancer.pick(endpoints, tried)) is not None:
+            tried.add(endpoint)
+            last = len(tried) == attempts or len(tried) == len(set(endpoints))
+            exchange.endpoint, exchange.attempts = endpoint, len(tried)
+            self.balancer.acquire(endpoint)
+            try:
+                outcome = await self._attempt(request, inference.body, headers, endpoint, exchange, last)
+            finally:
+                self.balancer.release(endpoint)
+            if isinstance(outcome, web.StreamResponse):
+                return outcome
+            failure = outcome
+        raise failure or errors.no_ready_endpoint(exchange.model)
+
+    async def _attempt(
+        self,
+        request: web.Request,
+        body: bytes,
+        headers: CIMultiDict[str],
+        endpoint: Endpoint,
+        exchange: Exchange,
+        last: bool,
+    ) -> web.StreamResponse | errors.OpenAIError:
+        """The engine's answer, relayed; or, when another endpoint may be tried, why this one could not answer."""
+        assert self._session is not None, "Proxy.start() first"
+        url = URL(self._base_url(endpoint) + request.rel_url.raw_path_qs, encoded=True)
+        model = exchange.model
+        try:
+            upstream = await self._session.request(
+                request.method, url, data=body, headers=headers, allow_redirects=False
+            )
+        except RETRYABLE as exc:
+            self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=repr(exc))
+            if not last:
+                self._metrics.retried(model, "connect_error")
+            timed_out = isinstance(exc, aiohttp.ConnectionTimeoutError)
+            return (errors.upstream_timeout if timed_out else errors.bad_gateway)(model)
+        except (aiohttp.ServerTimeoutError, TimeoutError):
+            raise errors.upstream_timeout(model) from None
+        except aiohttp.ClientError as exc:
+            self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=repr(exc))
+            raise errors.bad_gateway(model) from None
+        async with upstream:
+            if upstream.status == 503 and not last:
+                self._metrics.retried(model, "unavailable")
+                return errors.no_ready_endpoint(model)
+            return await self._relay(request, upstream, exchange)
+
+    def _base_url(self, endpoint: Endpoint) -> str:
+        target = self._options.resolve.get(endpoint.address)
+        return endpoint.base_url if target is None else Endpoint(target, endpoint.port).base_url
+
+    async def _relay(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, exchange: Exchange
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        resp.headers.extend(relayed_headers(upstream.headers))
+        if upstream.content_length is not None and hdrs.TRANSFER_ENCODING not in upstream.headers:
+            resp.content_length = upstream.content_length
+        meter = meter_for(upstream.headers.get(hdrs.CONTENT_TYPE, ""), upstream.headers.get(hdrs.CONTENT_ENCODING, ""))
+        exchange.status = upstream.status
+        try:
+            await resp.prepare(request)
+            while True:
+                try:
+                    chunk = await upstream.content.readany()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    self._abort(request, exchange, exc)
+                    return resp
+                if not chunk:
+                    break
+                if exchange.first_byte is None:
+                    exchange.first_byte = time.monotonic()
+                await resp.write(chunk)
+                meter.feed(chunk)
+            await resp.write_eof()
+        except ConnectionResetError:  # the client went away (aiohttp's ClientConnectionResetError is one)
+            exchange.status = CLIENT_CLOSED
+            return resp
+        exchange.usage = meter.result()
+        return resp
+
+    def _abort(self, request: web.Request, exchange: Exchange, exc: BaseException) -> None:
+        exchange.truncated = True
+        self._log.warning(
+            "engine failed mid-answer, closing the client connection",
+            model=exchange.model,
+            endpoint=str(exchange.endpoint),
+            error=repr(exc),
+        )
+        if request.transport is not None:
+            request.transport.close()

@@ -1,0 +1,196 @@
+"""Pure routing: which models llmaz serves, behind which `-lb` Services, on which ready endpoints.
+
+Inputs are cached objects (plain dicts, read-only); nothing here does I/O, keeps state or reads a clock.
+
+Rules:
+- A Playground serves its main model: `spec.modelClaim.modelName`, else the first of `spec.modelClaims.models`.
+  It owns an inference Service of its own name, so its backend is the core Service `<name>-lb` beside it.
+- An inference Service serves the first of `spec.modelClaims.models` behind `<name>-lb`.
+- A Playground and the Service it owns name the same backend, which is counted once. Several backends may
+  serve one model (several Playgrounds, or several namespaces): a request may go to any of their endpoints.
+- An endpoint is ready when it has an address, `conditions.ready` is not false and `conditions.terminating` is
+  not true. An absent `ready` means "unknown", which the EndpointSlice API asks consumers to treat as ready
+  (the EndpointSlice controller always sets it). Its port is the slice's TCP port named `http` (the `-lb`
+  Service's), else the slice's only TCP port; a slice without such a port has no usable endpoint.
+- `/v1/models` lists every served model once, sorted, with `owned_by` and `created` from its OpenModel
+  (`spec.ownedBy`, default "llmaz"; `spec.createdAt`, else the OpenModel's creationTimestamp, else 0). A
+  model whose OpenModel is missing is listed too: it is routed (and answers 503 until it has endpoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from llmaz.apis import constants as c
+
+Obj = dict[str, Any]
+
+# Must match the Service builder (llmaz.controllers.builders.service); a unit test compares them.
+LB_SERVICE_SUFFIX = "-lb"
+# Set by the EndpointSlice controller on every slice of a Service (the informer selects on it).
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Backend:
+    """The core `-lb` Service in front of one inference Service's group leaders."""
+
+    namespace: str
+    service: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.service}"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Endpoint:
+    address: str
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.base_url.removeprefix("http://")
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _metadata(obj: Obj) -> tuple[str, str]:
+    meta = _mapping(obj.get("metadata"))
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def main_model(obj: Obj) -> str | None:
+    """The main model a Playground or inference Service serves, or None when it claims none."""
+    spec = _mapping(obj.get("spec"))
+    claimed = _mapping(spec.get("modelClaim")).get("modelName")
+    if isinstance(claimed, str) and claimed:
+        return claimed
+    models = _mapping(spec.get("modelClaims")).get("models")
+    if isinstance(models, list) and models:
+        name = _mapping(models[0]).get("name")
+        if isinstance(name, str) and name:
+            return name
+    return None
+
+
+def lb_backend(obj: Obj) -> Backend | None:
+    namespace, name = _metadata(obj)
+    return Backend(namespace, name + LB_SERVICE_SUFFIX) if namespace and name else None
+
+
+def route_table(playgrounds: Iterable[Obj], services: Iterable[Obj]) -> dict[str, tuple[Backend, ...]]:
+    """model name -> its backends (sorted, each once)."""
+    found: dict[str, set[Backend]] = {}
+    for obj in (*playgrounds, *services):
+        model = main_model(obj)
+        backend = lb_backend(obj)
+        if model is not None and backend is not None:
+            found.setdefault(model, set()).add(backend)
+    return {model: tuple(sorted(backends)) for model, backends in found.items()}
+
+
+def slice_backend_key(obj: Obj) -> list[str]:
+    """Index function: the "namespace/service" an EndpointSlice belongs to (none without the label)."""
+    meta = _mapping(obj.get("metadata"))
+    service = _mapping(meta.get("labels")).get(SERVICE_NAME_LABEL)
+    namespace = meta.get("namespace")
+    return [f"{namespace}/{service}"] if isinstance(service, str) and isinstance(namespace, str) else []
+
+
+def compact_endpoint_slice(obj: Obj) -> Obj:
+    """An EndpointSlice reduced to what routing reads; slices of Services other than `-lb` keep only their key.
+
+    Used as the informer's transform: the gateway watches every Service's slices cluster-wide, and most of
+    them never matter to it.
+    """
+    meta = _mapping(obj.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    service = labels.get(SERVICE_NAME_LABEL)
+    compact_meta: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+    if isinstance(service, str):
+        compact_meta["labels"] = {SERVICE_NAME_LABEL: service}
+    compact: Obj = {"metadata": compact_meta}
+    if not isinstance(service, str) or not service.endswith(LB_SERVICE_SUFFIX):
+        return compact
+    compact["ports"] = [
+        {key: port[key] for key in ("name", "port", "protocol") if key in port}
+        for port in obj.get("ports") or []
+        if isinstance(port, Mapping)
+    ]
+    compact["endpoints"] = [
+        {"addresses": list(ep.get("addresses") or []), "conditions": dict(_mapping(ep.get("conditions")))}
+        for ep in obj.get("endpoints") or []
+        if isinstance(ep, Mapping)
+    ]
+    return compact
+
+
+def _serving_port(slice_: Obj) -> int | None:
+    ports = [
+        p
+        for p in slice_.get("ports") or []
+        if isinstance(p, Mapping) and isinstance(p.get("port"), int) and p.get("protocol", "TCP") == "TCP"
+    ]
+    named = [p for p in ports if p.get("name") == c.HTTP_PORT_NAME]
+    chosen = named or (ports if len(ports) == 1 else [])
+    return int(chosen[0]["port"]) if chosen else None
+
+
+def _is_ready(endpoint: Mapping[str, Any]) -> bool:
+    conditions = _mapping(endpoint.get("conditions"))
+    return conditions.get("ready") is not False and conditions.get("terminating") is not True
+
+
+def ready_endpoints(slices: Iterable[Obj]) -> list[Endpoint]:
+    """The ready endpoints of a Service's slices, each once, sorted."""
+    found: set[Endpoint] = set()
+    for slice_ in slices:
+        port = _serving_port(slice_)
+        if port is None:
+            continue
+        for endpoint in slice_.get("endpoints") or []:
+            if not isinstance(endpoint, Mapping) or not _is_ready(endpoint):
+                continue
+            # Every address of one endpoint is the same pod (dual-stack slices are per family): take the first.
+            addresses = [a for a in endpoint.get("addresses") or [] if isinstance(a, str) and a]
+            if addresses:
+                found.add(Endpoint(addresses[0], port))
+    return sorted(found)
+
+
+def _unix_time(value: Any) -> int | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return int(datetime.fromisoformat(value).timestamp())
+    except ValueError:
+        return None
+
+
+def model_card(model: str, open_model: Obj | None) -> dict[str, Any]:
+    """OpenAI's model object for `model`, from its OpenModel when there is one."""
+    spec = _mapping((open_model or {}).get("spec"))
+    meta = _mapping((open_model or {}).get("metadata"))
+    created = _unix_time(spec.get("createdAt")) or _unix_time(meta.get("creationTimestamp")) or 0
+    owned_by = spec.get("ownedBy")
+    return {
+        "id": model,
+        "object": "model",
+        "created": created,
+        "owned_by": owned_by if isinstance(owned_by, str) and owned_by else c.DEFAULT_OWNED_BY,
+    }
+
+
+def model_list(models: Iterable[str], open_model: Callable[[str], Obj | None]) -> dict[str, Any]:
+    """OpenAI's list of models, sorted by id; `open_model(name)` finds a model's OpenModel."""
+    return {"object": "list", "data": [model_card(m, open_model(m)) for m in sorted(set(models))]}

@@ -1,0 +1,227 @@
+"""The gateway's HTTP server: OpenAI's `/v1` API in front of every model llmaz serves.
+
+Routes: `GET /v1/models`; `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings` (routed by model,
+see `body` and `routes`). Probes and metrics are served on their own ports (see `__main__`).
+
+Invariants:
+- Every answer the gateway makes itself is an OpenAI error object (`errors`), whatever went wrong: a bad
+  request, an unknown path or method, a failure of the gateway itself (500, logged). Only cancellation escapes.
+- Authentication (when API keys are configured) comes first: nothing about models is revealed without a key.
+- Until the caches have synced, requests are refused with 503 rather than answered from an empty view.
+- Slow clients are bounded: the request line and headers must arrive within `header_timeout` of the
+  connection opening or of the previous response (aiohttp's keep-alive timer, which is also the idle
+  timeout), the body within `body_timeout` (408); header sizes are capped by aiohttp (8 KiB lines and fields,
+  128 headers), the body by `max_body_bytes` (413). A refused body is drained for at most LINGER_SECONDS.
+- Requests that are not HTTP (a malformed request line, header or chunked framing) are refused by aiohttp's
+  parser before they reach the API: a plain-text 400 and a closed connection, never a 5xx.
+- Every request is counted once in `llmaz_gateway_requests_total` with the status the client got (499 if it
+  went away first), and an in-flight request is in the per-model gauge from routing to its end.
+- Graceful stop: once `stopping` is set, readiness fails and the listener closes at once; requests already in
+  flight (streams included) may finish within `drain_timeout`, then whatever is left is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from llmaz.gateway import body, errors
+from llmaz.gateway.auth import ApiKeys
+from llmaz.gateway.balancer import LeastOutstanding
+from llmaz.gateway.catalog import Catalog
+from llmaz.gateway.metrics import CLIENT_CLOSED, GatewayMetrics
+from llmaz.gateway.proxy import Exchange, Proxy, ProxyOptions
+from llmaz.runtime.healthz import parse_bind_address
+from llmaz.runtime.log import get_logger
+
+INFERENCE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# The middleware's record of the request being handled, for the handler (both run in the request's task).
+_EXCHANGE: contextvars.ContextVar[Exchange] = contextvars.ContextVar("llmaz_gateway_exchange")
+# How much of an unknown path a log line keeps.
+_LOGGED_PATH_CHARS = 200
+# After refusing a request whose body was not read (413, 408, 401), how long the rest of the body is read and
+# dropped before the connection closes: long enough for a client still sending to reach its read and see the
+# answer (closing on unread data resets the connection, which can discard the answer), short enough that a
+# hostile client gains nothing (aiohttp's default is 10 s).
+LINGER_SECONDS = 2.0
+
+
+class _DropClientProtocolErrors(logging.Filter):
+    """aiohttp logs every request its parser rejects as an error with a traceback; those are the client's
+    mistakes (anything that connects to the port can send them), answered with a 400, so they are dropped.
+    Anything else it logs (a fault in the server itself) stays an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], HttpProcessingError))
+
+
+_HTTP_LOG = logging.getLogger("llmaz.gateway.http")
+_HTTP_LOG.addFilter(_DropClientProtocolErrors())
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOptions:
+    bind_address: str = ":8000"
+    """Where the API listens. Default ":8000"."""
+    max_body_bytes: int = body.DEFAULT_MAX_BODY_BYTES
+    """Largest request body accepted (413 above). Default 10 MiB."""
+    header_timeout: float = 30.0
+    """Seconds for a request's line and headers to arrive; also the idle keep-alive timeout. Default 30."""
+    body_timeout: float = 60.0
+    """Seconds for a request's whole body to arrive (408 after). Default 60."""
+    drain_timeout: float = 30.0
+    """Seconds in-flight requests may take to finish once the gateway is stopping. Default 30."""
+    proxy: ProxyOptions = field(default_factory=ProxyOptions)
+    """How engines are called (timeouts, retries)."""
+
+
+class Gateway:
+    """A Runnable serving the API (it needs no leader election: every replica serves)."""
+
+    needs_leader_election = False
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        options: GatewayOptions | None = None,
+        *,
+        api_keys: ApiKeys | None = None,
+        metrics: GatewayMetrics | None = None,
+        balancer: LeastOutstanding | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.options = opts = options or GatewayOptions()
+        self.api_keys = api_keys
+        self.metrics = metrics or GatewayMetrics()
+        proxy_options = opts.proxy
+        if api_keys is not None:
+            proxy_options = dataclasses.replace(proxy_options, forward_authorization=False)
+        self.proxy = Proxy(balancer or LeastOutstanding(), self.metrics, proxy_options)
+        self.port: int | None = None
+        self._serving = asyncio.Event()
+        self._log = get_logger("llmaz.gateway")
+
+    def serving(self) -> bool:
+        """Readiness: listening, and not stopping."""
+        return self._serving.is_set()
+
+    async def wait_serving(self) -> None:
+        await self._serving.wait()
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._observe], client_max_size=self.options.max_body_bytes + 1)
+        app.router.add_get("/v1/models", self._models, allow_head=False)
+        for path in INFERENCE_PATHS:
+            app.router.add_post(path, self._inference)
+        return app
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        await self.proxy.start()
+        runner = web.AppRunner(
+            self.app(),
+            access_log=None,
+            handler_cancellation=True,  # a client that disconnects cancels its request, and so its engine request
+            keepalive_timeout=self.options.header_timeout,
+            shutdown_timeout=self.options.drain_timeout,
+            lingering_time=LINGER_SECONDS,
+            logger=_HTTP_LOG,
+        )
+        try:
+            await runner.setup()
+            host, port = parse_bind_address(self.options.bind_address)
+            await web.TCPSite(runner, host, port).start()
+            self.port = runner.addresses[0][1]
+            self._serving.set()
+            self._log.info("gateway serving", port=self.port, api_keys=self.api_keys is not None)
+            await stopping.wait()
+            self._serving.clear()
+            self._log.info("gateway draining", drain_timeout=self.options.drain_timeout)
+        finally:
+            self._serving.clear()
+            await runner.cleanup()
+            await self.proxy.close()
+            self._log.info("gateway stopped")
+
+    # Handlers
+
+    async def _models(self, _: web.Request) -> web.Response:
+        if not self.catalog.has_synced():
+            raise errors.not_ready()
+        return web.json_response(self.catalog.model_list())
+
+    async def _inference(self, request: web.Request) -> web.StreamResponse:
+        exchange = _EXCHANGE.get()
+        raw = await body.read_body(request, self.options.max_body_bytes, self.options.body_timeout)
+        inference = body.parse(raw, request.headers.get(body.MODEL_HEADER))
+        if not self.catalog.has_synced():
+            raise errors.not_ready()
+        if not self.catalog.serves(inference.model):
+            raise errors.model_not_found(inference.model, self.catalog.models())
+        exchange.model = inference.model
+        gauge = self.metrics.in_flight.labels(model=inference.model)
+        gauge.inc()
+        try:
+            endpoints = self.catalog.endpoints(inference.model)
+            if not endpoints:
+                raise errors.no_ready_endpoint(inference.model)
+            return await self.proxy.forward(request, inference, endpoints, exchange)
+        finally:
+            gauge.dec()
+
+    # Middleware: authentication, errors in OpenAI's shape, metrics and one log line per request
+
+    @web.middleware
+    async def _observe(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        exchange = Exchange(model="")
+        _EXCHANGE.set(exchange)
+        try:
+            resp = await self._answer(request, handler)
+            exchange.status = exchange.status or resp.status
+            return resp
+        except asyncio.CancelledError:
+            exchange.status = CLIENT_CLOSED
+            raise
+        finally:
+            self._record(request, exchange)
+
+    async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            if self.api_keys is not None:
+                self.api_keys.check(request.headers.get(hdrs.AUTHORIZATION))
+            return await handler(request)
+        except errors.OpenAIError as exc:
+            return exc.response()
+        except web.HTTPException as exc:
+            return errors.from_http_exception(exc, request.method, request.path).response()
+        except Exception:
+            self._log.exception("request failed", path=request.path[:_LOGGED_PATH_CHARS])
+            return errors.internal_error().response()
+
+    def _record(self, request: web.Request, exchange: Exchange) -> None:
+        now = time.monotonic()
+        model, code = exchange.model, exchange.status
+        self.metrics.answered(model, code, now - exchange.started)
+        if exchange.first_byte is not None:
+            self.metrics.first_byte(model, exchange.first_byte - exchange.started)
+        if exchange.usage is not None:
+            self.metrics.tokens(model, exchange.usage)
+        log = self._log.warning if code >= 500 or exchange.truncated else self._log.debug
+        log(
+            "request",
+            method=request.method,
+            path=request.path[:_LOGGED_PATH_CHARS],
+            model=model,
+            code=code,
+            endpoint=str(exchange.endpoint) if exchange.endpoint else None,
+            attempts=exchange.attempts,
+            seconds=round(now - exchange.started, 6),
+        )

@@ -1,0 +1,149 @@
+"""llmaz-gateway as a process (`python -m llmaz.gateway`) against the envtest API server, as its own
+ServiceAccount bound to nothing but the generated config/gateway role, routing to a fake engine on 127.0.0.1.
+
+No controller runs: the test creates the objects the controllers would have made (here only the `-lb`
+Service's EndpointSlice, written by hand) and the gateway reads them as it would in a cluster. The API server
+refuses loopback IPs in EndpointSlices, so the slice names the engine by a documentation address that routes
+nowhere (ENGINE_ADDRESS, TEST-NET-1) and the gateway is started with `--resolve ENGINE_ADDRESS=127.0.0.1`,
+its curl-like address override: everything else on the path is what runs in a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+import pytest_asyncio
+import yaml
+from aiohttp import web
+
+from llmaz.envtest import Cluster
+from llmaz.envtest._process import ManagedProcess, free_loopback_ports
+from llmaz.testing.waiting import eventually
+
+REPO = Path(__file__).resolve().parents[3]
+SERVICE_ACCOUNT = "gateway"
+ENGINE_ADDRESS = "192.0.2.10"
+
+
+@dataclass
+class Engine:
+    """A fake OpenAI engine on 127.0.0.1: a chat completion, or an SSE stream that waits for `release`."""
+
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    port: int = 0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self.bodies.append(body)
+        if not body.get("stream"):
+            usage = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+            return web.json_response({"object": "chat.completion", "model": body["model"], "usage": usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n')
+        await self.release.wait()
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+@pytest_asyncio.fixture
+async def engine() -> AsyncIterator[Engine]:
+    fake = Engine()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.handle)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    fake.port = runner.addresses[0][1]
+    try:
+        yield fake
+    finally:
+        fake.release.set()
+        await runner.cleanup()
+
+
+def _gateway_rbac(namespace: str) -> list[dict[str, Any]]:
+    """The generated ClusterRole (renamed per test) and a binding of it to the test's ServiceAccount."""
+    (role,) = [d for d in yaml.safe_load_all((REPO / "config" / "gateway" / "role.yaml").read_text()) if d]
+    role["metadata"]["name"] = f"gateway-role-{namespace}"
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"gateway-rolebinding-{namespace}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]},
+        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
+    }
+    return [role, binding]
+
+
+@dataclass(frozen=True)
+class GatewayProcess:
+    process: ManagedProcess
+    api: str
+    probe: str
+    metrics: str
+
+
+async def _ready(gateway: GatewayProcess, session: aiohttp.ClientSession) -> bool:
+    if (code := gateway.process.exit_code()) is not None:
+        raise RuntimeError(f"llmaz-gateway exited ({code}):\n{gateway.process.log_tail()}")
+    try:
+        async with session.get(gateway.probe + "/readyz") as resp:
+            return resp.status == 200
+    except aiohttp.ClientConnectionError:
+        return False
+
+
+@pytest.fixture
+def gateway_kubeconfig(control_plane: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig with a token of the test's `gateway` ServiceAccount, which has the gateway's role only."""
+    admin = control_plane.admin_client()
+    rbac = _gateway_rbac(namespace)
+    role, binding = rbac
+    admin.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    admin.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    token = control_plane.service_account_token(namespace, SERVICE_ACCOUNT)
+    try:
+        yield control_plane.write_kubeconfig(tmp_path / "kubeconfig", {"token": token})
+    finally:
+        admin.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding['metadata']['name']}")
+        admin.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}")
+
+
+@pytest_asyncio.fixture
+async def gateway(gateway_kubeconfig: Path, tmp_path: Path) -> AsyncIterator[GatewayProcess]:
+    api, metrics, probe = free_loopback_ports(3)
+    argv = [
+        sys.executable,
+        "-m",
+        "llmaz.gateway",
+        f"--kubeconfig={gateway_kubeconfig}",
+        f"--bind-address=127.0.0.1:{api}",
+        f"--metrics-bind-address=127.0.0.1:{metrics}",
+        f"--health-probe-bind-address=127.0.0.1:{probe}",
+        "--drain-timeout=20",
+        f"--resolve={ENGINE_ADDRESS}=127.0.0.1",
+        "--log-format=json",
+        "--log-level=debug",
+    ]
+    process = ManagedProcess("llmaz-gateway", argv, tmp_path / "gateway.log")
+    process.start()
+    running = GatewayProcess(
+        process, f"http://127.0.0.1:{api}", f"http://127.0.0.1:{probe}", f"http://127.0.0.1:{metrics}"
+    )
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            await eventually(lambda: _ready(running, session), within=60, what="llmaz-gateway /readyz")
+        yield running
+    finally:
+        process.stop()

@@ -1,0 +1,150 @@
+"""The gateway process routes by what the API server holds: models listed from OpenModels and Playgrounds,
+requests sent to the ready endpoints of the Playground's `-lb` EndpointSlice, and it stops gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import aiohttp
+import orjson
+
+from llmaz.envtest import Cluster
+from llmaz.testing.waiting import eventually
+
+from .conftest import ENGINE_ADDRESS, Engine, GatewayProcess
+
+WAIT = 30.0
+CHAT = "/v1/chat/completions"
+
+
+def _objects(namespace: str, model: str, engine_port: int) -> tuple[dict[str, Any], ...]:
+    open_model = {
+        "apiVersion": "llmaz.io/v1alpha1",
+        "kind": "OpenModel",
+        "metadata": {"name": model},
+        "spec": {
+            "familyName": "tiny",
+            "source": {"modelHub": {"modelID": "x/tiny"}},
+            "ownedBy": "acme",
+            "createdAt": "2024-01-01T00:00:00Z",
+        },
+    }
+    playground = {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Playground",
+        "metadata": {"name": "pg", "namespace": namespace},
+        "spec": {"modelClaim": {"modelName": model}},
+    }
+    # What the EndpointSlice controller writes for the `pg-lb` Service once the engine's pod is ready. The pod IP
+    # is ENGINE_ADDRESS, which the gateway is told to reach at 127.0.0.1 (see conftest).
+    endpoint_slice = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "pg-lb-abcde", "namespace": namespace, "labels": {"kubernetes.io/service-name": "pg-lb"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": engine_port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ENGINE_ADDRESS], "conditions": {"ready": True, "serving": True}}],
+    }
+    return open_model, playground, endpoint_slice
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async with session.post(url, data=orjson.dumps(body)) as resp:
+        return resp.status, await resp.json()
+
+
+async def test_models_are_listed_and_requests_routed_to_the_playgrounds_ready_endpoints(
+    control_plane: Cluster, namespace: str, engine: Engine, gateway: GatewayProcess
+) -> None:
+    admin = control_plane.admin_client()
+    model = f"gw-{namespace}"
+    open_model, playground, endpoint_slice = _objects(namespace, model, engine.port)
+    admin.request("POST", "/apis/llmaz.io/v1alpha1/openmodels", open_model)
+    try:
+        admin.request("POST", f"/apis/inference.llmaz.io/v1alpha1/namespaces/{namespace}/playgrounds", playground)
+        slices = f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+        admin.request("POST", slices, endpoint_slice)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT)) as session:
+
+            async def listed() -> list[dict[str, Any]]:
+                async with session.get(gateway.api + "/v1/models") as resp:
+                    return [m for m in (await resp.json())["data"] if m["id"] == model]
+
+            card = await eventually(listed, within=WAIT, what="the model in /v1/models")
+            assert card == [{"id": model, "object": "model", "created": 1704067200, "owned_by": "acme"}]
+
+            status, answer = await _post(session, gateway.api + CHAT, {"model": model, "messages": []})
+            assert (status, answer["object"]) == (200, "chat.completion")
+            assert engine.bodies == [{"model": model, "messages": []}]
+
+            async with session.get(gateway.metrics + "/metrics") as resp:
+                text = await resp.text()
+            assert f'llmaz_gateway_requests_total{{code="200",model="{model}"}} 1.0' in text
+            assert f'llmaz_gateway_completion_tokens_total{{model="{model}"}} 3.0' in text
+
+            # The endpoint turns unready: the model stays listed but has nowhere to go.
+            endpoint_slice["endpoints"][0]["conditions"]["ready"] = False
+            admin.request("PUT", f"{slices}/pg-lb-abcde", {**endpoint_slice, "metadata": _current(admin, slices)})
+
+            async def unready() -> bool:
+                return (await _post(session, gateway.api + CHAT, {"model": model}))[0] == 503
+
+            await eventually(unready, within=WAIT, what="503 once the endpoint is unready")
+
+            admin.request("DELETE", f"/apis/inference.llmaz.io/v1alpha1/namespaces/{namespace}/playgrounds/pg")
+
+            async def gone() -> bool:
+                status, answer = await _post(session, gateway.api + CHAT, {"model": model})
+                return status == 404 and answer["error"]["code"] == "model_not_found"
+
+            await eventually(gone, within=WAIT, what="404 once the Playground is deleted")
+    finally:
+        admin.request("DELETE", f"/apis/llmaz.io/v1alpha1/openmodels/{model}")
+
+
+def _current(admin: Any, slices: str) -> dict[str, Any]:
+    meta: dict[str, Any] = admin.request("GET", f"{slices}/pg-lb-abcde")["metadata"]
+    return meta
+
+
+async def test_sigterm_stops_accepting_and_lets_an_in_flight_stream_finish_before_exiting(
+    control_plane: Cluster, namespace: str, engine: Engine, gateway: GatewayProcess
+) -> None:
+    admin = control_plane.admin_client()
+    model = f"gw-{namespace}"
+    open_model, playground, endpoint_slice = _objects(namespace, model, engine.port)
+    admin.request("POST", "/apis/llmaz.io/v1alpha1/openmodels", open_model)
+    try:
+        admin.request("POST", f"/apis/inference.llmaz.io/v1alpha1/namespaces/{namespace}/playgrounds", playground)
+        admin.request("POST", f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices", endpoint_slice)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT)) as session:
+
+            async def routed() -> bool:
+                async with session.post(gateway.api + CHAT, data=orjson.dumps({"model": model})) as resp:
+                    return resp.status == 200
+
+            await eventually(routed, within=WAIT, what="the model routed")
+            body = orjson.dumps({"model": model, "stream": True})
+            async with session.post(gateway.api + CHAT, data=body) as stream:
+                first = await asyncio.wait_for(stream.content.readuntil(b"\n\n"), WAIT)
+                assert first.startswith(b"data: ")
+                os.kill(gateway.process.pid, signal.SIGTERM)
+
+                async def refused() -> bool:
+                    try:
+                        async with aiohttp.ClientSession() as fresh, fresh.get(gateway.api + "/v1/models"):
+                            return False
+                    except aiohttp.ClientConnectionError:
+                        return True
+
+                await eventually(refused, within=WAIT, what="the listener closed after SIGTERM")
+                assert gateway.process.exit_code() is None  # still draining the stream
+                engine.release.set()
+                assert await asyncio.wait_for(stream.content.read(), WAIT) == b"data: [DONE]\n\n"
+        assert await eventually(lambda: gateway.process.exit_code() is not None, within=WAIT, what="exit")
+        assert gateway.process.exit_code() == 0, gateway.process.log_tail()
+    finally:
+        admin.request("DELETE", f"/apis/llmaz.io/v1alpha1/openmodels/{model}")

@@ -1,0 +1,293 @@
+"""Test support for the gateway: cluster objects, a scriptable fake engine and a running gateway, all on loopback.
+
+The fake engine is an aiohttp server on 127.0.0.1 whose answer each test picks (`FakeEngine.handler`). It
+runs with handler cancellation, as the gateway does, so a request the gateway abandons shows up as a
+cancelled handler (`FakeEngine.cancelled`). Where a test needs one step of the engine to wait for the client,
+the engine waits on an asyncio.Event the test sets (`FakeEngine.release`); nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from llmaz.gateway.auth import ApiKeys
+from llmaz.gateway.balancer import LeastOutstanding
+from llmaz.gateway.catalog import Catalog
+from llmaz.gateway.metrics import GatewayMetrics
+from llmaz.gateway.routes import Endpoint
+from llmaz.gateway.server import Gateway, GatewayOptions
+from llmaz.testing.informer import FakeInformer
+
+NAMESPACE = "ns"
+Obj = dict[str, Any]
+EngineHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Bounds every wait in these tests; reached only when something is broken.
+WAIT = 10.0
+
+
+def open_model(name: str, **spec: Any) -> Obj:
+    return {
+        "apiVersion": "llmaz.io/v1alpha1",
+        "kind": "OpenModel",
+        "metadata": {"name": name, "creationTimestamp": "2024-05-01T00:00:00Z"},
+        "spec": {"familyName": "llama3", "source": {"modelHub": {"modelID": "x/y"}}, **spec},
+    }
+
+
+def playground(name: str, model: str, namespace: str = NAMESPACE) -> Obj:
+    return {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Playground",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"modelClaim": {"modelName": model}},
+    }
+
+
+def inference_service(name: str, *models: str, namespace: str = NAMESPACE) -> Obj:
+    return {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"modelClaims": {"models": [{"name": m} for m in models]}, "workloadTemplate": {}},
+    }
+
+
+def endpoint_slice(
+    name: str,
+    service: str,
+    port: int,
+    *endpoints: tuple[str, bool | None, bool | None],
+    namespace: str = NAMESPACE,
+    port_name: str = "http",
+) -> Obj:
+    """A slice of `service`: each endpoint is (address, ready, terminating); None leaves a condition unset."""
+
+    def conditions(ready: bool | None, terminating: bool | None) -> Obj:
+        found: Obj = {}
+        if ready is not None:
+            found["ready"] = ready
+        if terminating is not None:
+            found["terminating"] = terminating
+        return found
+
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "x"},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [address], "conditions": conditions(ready, terminating), "nodeName": "n"}
+            for address, ready, terminating in endpoints
+        ],
+    }
+
+
+@dataclass
+class Seen:
+    method: str
+    path_qs: str
+    headers: dict[str, str]
+    body: bytes
+
+
+def chat_completion(model: str = "m", prompt_tokens: int = 3, completion_tokens: int = 5) -> Obj:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+FIRST_EVENT = b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'
+LAST_EVENTS = (
+    b'data: {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 11, "total_tokens": 18}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@dataclass
+class FakeEngine:
+    """An engine endpoint on 127.0.0.1; `handler` decides each answer (default: a chat completion)."""
+
+    requests: list[Seen] = field(default_factory=list)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    first_sent: asyncio.Event = field(default_factory=asyncio.Event)
+    handler: EngineHandler | None = None
+    port: int = 0
+    _runner: web.AppRunner | None = None
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint("127.0.0.1", self.port)
+
+    async def start(self) -> FakeEngine:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.requests.append(Seen(request.method, request.path_qs, dict(request.headers), body))
+        try:
+            return await (self.handler or self.ok)(request)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    async def ok(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(chat_completion(orjson.loads(self.requests[-1].body).get("model", "m")))
+
+    async def unavailable(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"error": {"message": "overloaded"}}, status=503)
+
+    async def hang(self, request: web.Request) -> web.StreamResponse:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """SSE: one event, then (after `release`) a usage chunk and [DONE]."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(FIRST_EVENT)
+        self.first_sent.set()
+        await self.release.wait()
+        await resp.write(LAST_EVENTS)
+        await resp.write_eof()
+        return resp
+
+    async def die_after_first_chunk(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(FIRST_EVENT)
+        self.first_sent.set()
+        await self.release.wait()
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
+
+
+@contextlib.contextmanager
+def refused_endpoint() -> Iterator[Endpoint]:
+    """A loopback port that refuses connections: bound (so no one else gets it) but not listening."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        yield Endpoint("127.0.0.1", sock.getsockname()[1])
+    finally:
+        sock.close()
+
+
+@dataclass
+class Cluster:
+    """The four informers the gateway reads, filled by the test."""
+
+    playgrounds: FakeInformer = field(default_factory=FakeInformer)
+    services: FakeInformer = field(default_factory=FakeInformer)
+    open_models: FakeInformer = field(default_factory=FakeInformer)
+    slices: FakeInformer = field(default_factory=FakeInformer)
+
+    def catalog(self) -> Catalog:
+        return Catalog(self.playgrounds, self.services, self.open_models, self.slices)
+
+    def synced(self) -> Cluster:
+        for informer in (self.playgrounds, self.services, self.open_models, self.slices):
+            informer.mark_synced()
+        return self
+
+    def serve(self, model: str, *endpoints: Endpoint, name: str | None = None) -> None:
+        """An OpenModel and a Playground serving it, with `endpoints` ready behind its `-lb` Service."""
+        name = name or f"pg-{model}"
+        self.open_models.add(open_model(model))
+        self.playgrounds.add(playground(name, model))
+        for i, e in enumerate(endpoints):
+            self.slices.add(endpoint_slice(f"{name}-lb-{i}", f"{name}-lb", e.port, (e.address, True, False)))
+
+
+@dataclass
+class RunningGateway:
+    gateway: Gateway
+    url: str
+    session: aiohttp.ClientSession
+
+    @property
+    def metrics(self) -> GatewayMetrics:
+        return self.gateway.metrics
+
+    def sample(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+    async def post(self, path: str, body: Any, **kwargs: Any) -> tuple[int, Any]:
+        data = body if isinstance(body, bytes) else orjson.dumps(body)
+        async with self.session.post(self.url + path, data=data, **kwargs) as resp:
+            raw = await resp.read()
+            return resp.status, orjson.loads(raw) if raw else None
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(
+    cluster: Cluster,
+    options: GatewayOptions | None = None,
+    *,
+    api_keys: ApiKeys | None = None,
+    balancer: LeastOutstanding | None = None,
+) -> AsyncIterator[RunningGateway]:
+    """A gateway on 127.0.0.1 over `cluster`, stopped (drained) on exit."""
+    opts = options or GatewayOptions()
+    gateway = Gateway(
+        cluster.catalog(),
+        dataclasses.replace(opts, bind_address="127.0.0.1:0"),
+        api_keys=api_keys,
+        metrics=GatewayMetrics(process_collectors=False),
+        balancer=balancer,
+    )
+    stopping = asyncio.Event()
+    task = asyncio.create_task(gateway.run(stopping))
+    await asyncio.wait_for(gateway.wait_serving(), WAIT)
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT))
+    try:
+        yield RunningGateway(gateway, f"http://127.0.0.1:{gateway.port}", session)
+    finally:
+        await session.close()
+        stopping.set()
+        await asyncio.wait_for(task, WAIT + opts.drain_timeout)
+
+
+@contextlib.asynccontextmanager
+async def engines(count: int = 1) -> AsyncIterator[list[FakeEngine]]:
+    started = [await FakeEngine().start() for _ in range(count)]
+    try:
+        yield started
+    finally:
+        for engine in started:
+            engine.release.set()
+            await engine.stop()

@@ -1,0 +1,91 @@
+"""The llmaz-gateway entry point: flags, the installed script, and clear failures for bad configuration."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+import structlog
+
+from llmaz.gateway.__main__ import gateway_options, main, parse_args
+
+
+@pytest.fixture(autouse=True)
+def _default_logging() -> Iterator[None]:
+    """`main` configures structlog to write to the stderr capsys captures; later tests must not inherit that."""
+    yield
+    structlog.reset_defaults()
+
+
+def error_lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
+    captured = capsys.readouterr()
+    lines = [json.loads(line) for line in (captured.out + captured.err).splitlines() if line.startswith("{")]
+    return [line for line in lines if line["level"] == "error"]
+
+
+def test_the_package_installs_the_llmaz_gateway_script() -> None:
+    installed = {e.name: e.value for e in entry_points(group="console_scripts") if e.dist and e.dist.name == "llmaz"}
+    assert installed.get("llmaz-gateway") == "llmaz.gateway.__main__:main"
+
+
+def test_flags_map_to_the_gateway_options() -> None:
+    options = gateway_options(
+        parse_args(
+            [
+                "--bind-address=127.0.0.1:9000",
+                "--max-request-bytes=2048",
+                "--header-timeout=3",
+                "--body-timeout=4",
+                "--drain-timeout=5",
+                "--upstream-connect-timeout=6",
+                "--upstream-timeout=7",
+                "--upstream-retries=0",
+                "--resolve=10.0.0.1=127.0.0.1",
+                "--resolve=fd00::1=::1",
+            ]
+        )
+    )
+    assert (options.bind_address, options.max_body_bytes, options.header_timeout) == ("127.0.0.1:9000", 2048, 3.0)
+    assert (options.body_timeout, options.drain_timeout) == (4.0, 5.0)
+    assert (options.proxy.connect_timeout, options.proxy.read_timeout, options.proxy.retries) == (6.0, 7.0, 0)
+    assert options.proxy.resolve == {"10.0.0.1": "127.0.0.1", "fd00::1": "::1"}
+    assert gateway_options(parse_args([])).proxy.resolve == {}
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--max-request-bytes=0",
+        "--body-timeout=-1",
+        "--header-timeout=inf",
+        "--upstream-retries=10",
+        "--resolve=10.0.0.1",
+        "--resolve==127.0.0.1",
+    ],
+)
+def test_nonsense_limits_are_refused_at_parse_time(flag: str) -> None:
+    with pytest.raises(SystemExit):
+        parse_args([flag])
+
+
+def test_a_missing_api_keys_file_is_one_clear_error_and_exit_code_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "keys"
+    assert main(["--api-keys-file", str(missing), "--log-format", "json"]) == 1
+    (error,) = error_lines(capsys)
+    assert error["event"] == "cannot read the API keys file"
+    assert error["path"] == str(missing)
+
+
+def test_a_missing_kubeconfig_is_one_clear_error_and_exit_code_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope" / "kubeconfig"
+    assert main(["--kubeconfig", str(missing), "--log-format", "json"]) == 1
+    (error,) = error_lines(capsys)
+    assert error["event"] == "cannot load the API server configuration"
+    assert "exception" not in error
