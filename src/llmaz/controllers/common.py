@@ -1,5 +1,6 @@
 """What every llmaz reconciler does the same way: read models from the cache, apply only real changes, write
-status only when it differs, report a new pod finding once, and tell who controls an object.
+status only when it differs, report a new pod finding once, tell who controls an object, and end quietly when
+the object was deleted under it.
 
 Writes go through server-side apply with field manager `llmaz` and `force=true` (llmaz's contract), skipped when
 `apply_is_noop` shows the live object already matches, so a steady cluster costs no API traffic. Status is written
@@ -9,7 +10,7 @@ with an update carrying the cached resourceVersion: a stale cache gets a Conflic
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -20,13 +21,16 @@ from llmaz.apis.base import ApiModel
 from llmaz.apis.core_v1alpha1 import ModelRef
 from llmaz.controllers.builders import BuildError, finding_reason, main_first, progressing_finding
 from llmaz.runtime.cache import Obj, Store
-from llmaz.runtime.client import Client
+from llmaz.runtime.client import Client, NotFound
 from llmaz.runtime.client.applycheck import apply_is_noop
-from llmaz.runtime.controller import TerminalError
+from llmaz.runtime.controller import Request, Result, TerminalError
 from llmaz.runtime.events import WARNING, EventRecorder
+from llmaz.runtime.log import get_logger
 from llmaz.runtime.resource import Resource
 
 ModelT = TypeVar("ModelT", bound=ApiModel)
+
+_log = get_logger("llmaz.controllers")
 
 
 class ModelNotFoundError(BuildError):
@@ -129,3 +133,31 @@ def record_new_finding(events: EventRecorder, live: Obj, status: dict[str, Any])
     after = progressing_finding(status)
     if after is not None and after != before:
         events.event(live, WARNING, finding_reason(after), after)
+
+
+def deleted_meanwhile(err: NotFound, resource: Resource, request: Request) -> bool:
+    """Whether `err` is the NotFound of the reconciled object itself (a `resource` named like `request`), or of
+    its namespace, as the API server names them in the Status details.
+
+    A NotFound about anything else (a missing CRD, an object the reconciler only reads) is a real failure.
+    """
+    details = err.details
+    name, kind = details.get("name"), details.get("kind")
+    if kind == "namespaces" and resource.namespaced:
+        return bool(name == request.namespace)
+    return kind == resource.plural and (details.get("group") or "") == resource.group and name == request.name
+
+
+async def unless_deleted(
+    resource: Resource, request: Request, reconcile: Callable[[Request], Awaitable[Result]]
+) -> Result:
+    """`reconcile(request)`, where the NotFound of the object itself (deleted while its key waited in the queue,
+    or during the reconcile) is success: the normal end of its life, so neither logged as an error nor counted
+    as one, and not retried. Whatever it owns is garbage-collected."""
+    try:
+        return await reconcile(request)
+    except NotFound as err:
+        if not deleted_meanwhile(err, resource, request):
+            raise
+        _log.debug("object deleted during its reconcile", kind=resource.kind, key=request.key, error=str(err))
+        return Result()

@@ -1,7 +1,8 @@
 """The Playground reconciler: Playground -> inference Service (+ HPA), and the Playground's status.
 
 One reconcile (llmaz's algorithm, with its defects fixed):
-1. Read the Playground from the cache; gone -> done (garbage collection removes what it owned).
+1. Read the Playground from the cache; gone -> done (garbage collection removes what it owned). It may also
+   vanish during the reconcile: a NotFound for the Playground itself (or its namespace) is success too.
 2. A Service of the same name that this Playground does not control -> `Progressing=False` "Playground owns the
    same name with an existing Service", and wait: the Service watch wakes us when it is deleted.
 3. Fetch the claimed OpenModels and the BackendRuntime from the cache; a missing one, or inputs the builders
@@ -37,6 +38,7 @@ from llmaz.controllers.common import (
     parse_backend_runtime,
     parse_cached,
     record_new_finding,
+    unless_deleted,
     write_status_if_changed,
 )
 from llmaz.runtime.cache import Obj
@@ -70,6 +72,9 @@ class PlaygroundReconciler:
         self._hpas = informers.informer_for(r.HORIZONTAL_POD_AUTOSCALERS).store
 
     async def reconcile(self, request: Request) -> Result:
+        return await unless_deleted(r.PLAYGROUNDS, request, self._reconcile)
+
+    async def _reconcile(self, request: Request) -> Result:
         obj = self._playgrounds.get(request.key)
         if obj is None:
             return Result()

@@ -1,7 +1,7 @@
 """The inference Service reconciler: Service -> LeaderWorkerSet + `<name>-lb` Service, and the Service's status.
 
 One reconcile:
-1. Read the Service from the cache; gone -> done.
+1. Read the Service from the cache; gone -> done, also when a write finds it deleted during the reconcile.
 2. Without valid global settings (`llmaz-global-config`) nothing can be built: fail and retry; the ConfigMap
    watch re-enqueues every Service when the settings arrive or change (llmaz waited for an unrelated event).
 3. Persist the global scheduler name into pod templates that name none (llmaz's contract), with a merge patch
@@ -36,6 +36,7 @@ from llmaz.controllers.common import (
     fetch_models,
     parse_cached,
     record_new_finding,
+    unless_deleted,
     write_status_if_changed,
 )
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Obj
@@ -86,6 +87,9 @@ class ServiceReconciler:
         self._pods = informers.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).store
 
     async def reconcile(self, request: Request) -> Result:
+        return await unless_deleted(r.INFERENCE_SERVICES, request, self._reconcile)
+
+    async def _reconcile(self, request: Request) -> Result:
         obj = self._services.get(request.key)
         if obj is None:
             return Result()

@@ -77,7 +77,9 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
         .watches(r.BACKEND_RUNTIMES, ix.users_of(playgrounds.store, ix.PLAYGROUND_BACKEND), predicates=[SPEC])
         .with_options(max_concurrent_reconciles=opts.max_concurrent_reconciles)
         .build(
-            PlaygroundReconciler(manager.client, informers, manager.event_recorder("playground-controller"), clock),
+            PlaygroundReconciler(
+                manager.leader_client, informers, manager.event_recorder("playground-controller"), clock
+            ),
             informers,
         ),
         ControllerBuilder("service")
@@ -89,15 +91,20 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
         .watches(r.PODS, ix.service_of_pod, predicates=[ix.pod_finding_changed()], scope=pod_scope)
         .with_options(max_concurrent_reconciles=opts.max_concurrent_reconciles)
         .build(
-            ServiceReconciler(manager.client, informers, manager.event_recorder("service-controller"), clock, settings),
+            ServiceReconciler(
+                manager.leader_client, informers, manager.event_recorder("service-controller"), clock, settings
+            ),
             informers,
         ),
         ControllerBuilder("openmodel")
         .for_(r.OPEN_MODELS, predicates=[SPEC])
-        .build(model_reconciler(manager.client, informers.informer_for(r.OPEN_MODELS).store, clock), informers),
+        .build(model_reconciler(manager.leader_client, informers.informer_for(r.OPEN_MODELS).store, clock), informers),
         ControllerBuilder("backendruntime")
         .for_(r.BACKEND_RUNTIMES, predicates=[SPEC])
-        .build(backend_reconciler(manager.client, informers.informer_for(r.BACKEND_RUNTIMES).store, clock), informers),
+        .build(
+            backend_reconciler(manager.leader_client, informers.informer_for(r.BACKEND_RUNTIMES).store, clock),
+            informers,
+        ),
     ]
     for controller in controllers:
         manager.add(controller)

@@ -133,9 +133,19 @@ class ControlPlane(Cluster):
 
     def restart_apiserver(self) -> None:
         """Stop kube-apiserver and start it again on the same port against the same etcd; wait for /readyz."""
+        self.stop_apiserver()
+        self.start_apiserver()
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver alone (an outage: etcd keeps running); `start_apiserver` brings it back."""
         if self._apiserver is None:
             raise ClusterOperationError("control plane is not running")
         self._apiserver.stop()
+
+    def start_apiserver(self) -> None:
+        """Start a stopped kube-apiserver on its old port against the same etcd; wait for /readyz."""
+        if self._apiserver is None:
+            raise ClusterOperationError("control plane is not running")
         self._start_apiserver()
 
     def compact_etcd(self) -> None:

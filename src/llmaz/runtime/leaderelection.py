@@ -5,14 +5,21 @@ Invariants and timing (lease 15 s > renew deadline 10 s > 1.2 x retry period 2 s
   lease duration as measured on the candidate's own monotonic clock since it last saw a change. Timestamps in
   the record are written (from `clock.wall()`) for humans and tools, never trusted for decisions, so clock
   skew between replicas does not matter (a difference in clock *rate* would).
-- The leader renews every retry period; if no renew succeeds within the renew deadline it has lost, and
-  must stop leader-only work at once. Because renew deadline < lease duration, a leader gives up before any
-  follower may take over.
+- Leadership lapses `renew_deadline` after the last successful renewal was sent, on the leader's monotonic
+  clock, whatever it is doing then: `is_leader` turns false at that instant, an attempt still in flight (with
+  the transport's retries) is cancelled, and `hold` raises. A follower waits a full lease from when it saw
+  that renewal, which is later, so with renew deadline < lease duration the old leader has given up before
+  anyone may take over. client-go bounds each renew cycle by the deadline instead; counting from the last
+  success is stricter by up to one retry period.
+- The deadline is checked before any write, not only on a timer: a leader whose process was paused (SIGSTOP,
+  a blocked event loop) past it wakes up already deposed, and writes nothing more.
+- A leader that reads the Lease and finds another holder steps down at once, without waiting out its deadline:
+  the other replica has judged the lease expired and is writing.
 - Taking over from another holder increments `leaseTransitions`; renewing keeps `acquireTime`.
 - On a clean shutdown the leader may release: holder cleared and duration 1 s, so a successor acquires on its
   next retry instead of waiting out the lease.
-There is no fencing: like client-go, this cannot guarantee a single active leader if a leader's process
-stalls for longer than the lease; leader-only work must tolerate a brief overlap.
+There is no fencing: like client-go, this cannot stop a write that was already sent when a stall began;
+leader-only work must tolerate a brief overlap.
 """
 
 from __future__ import annotations
@@ -22,13 +29,13 @@ import copy
 import random
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
-from llmaz.runtime.client.client import Client
 from llmaz.runtime.client.errors import ApiError, NotFound
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.log import get_logger
@@ -55,11 +62,31 @@ SLOWPATH_TOTAL = Counter(
 
 
 class LeadershipLostError(Exception):
-    """The leader could not renew its Lease within the renew deadline."""
+    """This replica does not lead (any more): the renew deadline passed, or another replica holds the Lease."""
+
+
+class LeaseClient(Protocol):
+    """The verbs leader election needs (`llmaz.runtime.client.Client` has them)."""
+
+    async def get(
+        self, resource: Resource, name: str, namespace: str | None = None, *, request_timeout: float | None = None
+    ) -> dict[str, Any]: ...
+
+    async def create(
+        self, resource: Resource, obj: dict[str, Any], namespace: str | None = None, **opts: Any
+    ) -> dict[str, Any]: ...
+
+    async def update(self, resource: Resource, obj: dict[str, Any], **opts: Any) -> dict[str, Any]: ...
 
 
 def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def check_timings(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+    """Raise ValueError unless the leader can renew, with room for a retry, before a follower may take over."""
+    if not lease_duration > renew_deadline > JITTER_FACTOR * retry_period > 0:
+        raise ValueError("need lease_duration > renew_deadline > 1.2 * retry_period > 0")
 
 
 def micro_time(t: datetime) -> str:
@@ -80,8 +107,7 @@ class LeaderElectionConfig:
     release_on_cancel: bool = False
 
     def __post_init__(self) -> None:
-        if not self.lease_duration > self.renew_deadline > JITTER_FACTOR * self.retry_period > 0:
-            raise ValueError("need lease_duration > renew_deadline > 1.2 * retry_period > 0")
+        check_timings(self.lease_duration, self.renew_deadline, self.retry_period)
 
     @property
     def request_timeout(self) -> float:
@@ -106,24 +132,38 @@ async def sleep_or_stop(clock: Clock, seconds: float, stopping: asyncio.Event) -
 class LeaderElector:
     def __init__(
         self,
-        client: Client,
+        client: LeaseClient,
         config: LeaderElectionConfig,
         clock: Clock = REAL_CLOCK,
         rng: random.Random | None = None,
+        on_stopped_leading: Callable[[], None] | None = None,
     ) -> None:
+        """`on_stopped_leading` runs synchronously the moment leadership is lost (not on `release`), before any
+        other task can run, so leader-only work can be cancelled before it takes another step."""
         self.config = config
         self._client = client
         self._clock = clock
         self._rng = rng or random.Random()
+        self._on_stopped_leading = on_stopped_leading
         self._observed: dict[str, Any] | None = None  # the last Lease object read or written
         self._observed_time = 0.0  # monotonic time the record last changed, as seen here
         self._leader = False
+        self._renewed_at = 0.0  # monotonic time the last successful acquire or renew was sent
         self._log = get_logger("llmaz.runtime.leaderelection").bind(lease=config.name, identity=config.identity)
         MASTER_STATUS.labels(config.name).set(0)
 
     @property
     def is_leader(self) -> bool:
-        return self._leader
+        """Leading, and the last successful renewal is younger than the renew deadline (checked at each call)."""
+        return self._leader and self._clock.now() < self._renewed_at + self.config.renew_deadline
+
+    def check_leading(self) -> None:
+        """Raise LeadershipLostError unless `is_leader`; a lapsed deadline also steps down here and now."""
+        if self.is_leader:
+            return
+        if self._leader:
+            self._step_down("renew deadline passed since the last successful renewal")
+        raise LeadershipLostError(f"not leading lease {self.config.namespace}/{self.config.name}")
 
     async def acquire(self, stopping: asyncio.Event) -> bool:
         """Try every retry period (jittered) until this replica leads (True) or `stopping` is set (False)."""
@@ -138,16 +178,48 @@ class LeaderElector:
         return False
 
     async def hold(self, stopping: asyncio.Event) -> None:
-        """Renew until `stopping` is set; raise LeadershipLostError when the renew deadline passes."""
-        while not await sleep_or_stop(self._clock, self.config.retry_period, stopping):
-            deadline = self._clock.now() + self.config.renew_deadline
-            while not await self._try_acquire_or_renew():
-                if self._clock.now() + self.config.retry_period > deadline:
-                    self._set_leader(False)
-                    self._log.error("failed to renew lease before the renew deadline")
-                    raise LeadershipLostError(f"lost lease {self.config.namespace}/{self.config.name}")
-                if await sleep_or_stop(self._clock, self.config.retry_period, stopping):
-                    return
+        """Renew every retry period until `stopping` is set.
+
+        Raises LeadershipLostError, with `is_leader` already false, when no renewal succeeds within the renew
+        deadline or another replica holds the Lease.
+        """
+        while True:
+            self.check_leading()
+            if await sleep_or_stop(self._clock, self.config.retry_period, stopping):
+                return
+            self.check_leading()  # a pause outlived the deadline: no attempt, so no write
+            if not await self._renew(stopping):
+                return
+
+    async def _renew(self, stopping: asyncio.Event) -> bool:
+        """Attempt until one renewal succeeds (True) or `stopping` is set (False); raise when leadership lapses.
+
+        The attempts, transport retries included, race the deadline on the injected clock and are cancelled
+        when it comes, so no request outlives leadership.
+        """
+        remaining = self._renewed_at + self.config.renew_deadline - self._clock.now()
+        attempts = asyncio.ensure_future(self._renew_attempts())
+        expiry = asyncio.ensure_future(self._clock.sleep(remaining))
+        stopper = asyncio.ensure_future(stopping.wait())
+        waiters = (attempts, expiry, stopper)
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if attempts.done():
+                attempts.result()  # another holder: LeadershipLostError
+                return True
+            if stopper.done():
+                return False
+            # Stepped down before anything else runs; the cancelled attempt is awaited only afterwards.
+            self._step_down("failed to renew lease before the renew deadline")
+            raise LeadershipLostError(f"lost lease {self.config.namespace}/{self.config.name}")
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _renew_attempts(self) -> None:
+        while not await self._try_acquire_or_renew():
+            await self._clock.sleep(self.config.retry_period)
 
     async def release(self) -> None:
         """Give the Lease up (holder cleared, duration 1 s) if held; failures are logged, not raised."""
@@ -169,7 +241,22 @@ class LeaderElector:
         self._leader = leading
         MASTER_STATUS.labels(self.config.name).set(1 if leading else 0)
 
+    def _step_down(self, why: str) -> None:
+        self._set_leader(False)
+        self._log.error("stopped leading", reason=why)
+        if self._on_stopped_leading is not None:
+            self._on_stopped_leading()
+
     async def _try_acquire_or_renew(self) -> bool:
+        """One attempt; True when this replica now holds the Lease. Raises LeadershipLostError when a leader
+        finds another holder."""
+        started = self._clock.now()
+        if await self._attempt():
+            self._renewed_at = started
+            return True
+        return False
+
+    async def _attempt(self) -> bool:
         observed = self._observed
         if self._leader and observed is not None and self._holds(observed):
             # Fast path: renew from the record we wrote last, no read. Only from our own record: after seeing
@@ -187,6 +274,10 @@ class LeaderElector:
             self._log.info("failed to get lease", error=str(exc))
             return False
         self._observe(current)
+        if self._leader and not self._holds(current):
+            holder = (current.get("spec") or {}).get("holderIdentity")
+            self._step_down(f"the Lease is held by {holder or 'nobody'}")
+            raise LeadershipLostError(f"lease {self.config.namespace}/{self.config.name} taken by {holder}")
         if self._held_by_other(current):
             return False
         return await self._write(self._next_lease(current))
@@ -222,6 +313,8 @@ class LeaderElector:
         return lease
 
     async def _write(self, lease: dict[str, Any]) -> bool:
+        if self._leader and not self.is_leader:
+            return False  # lapsed while this attempt ran: a renewal now would outlive leadership
         try:
             written = await self._client.update(LEASES, lease, request_timeout=self.config.request_timeout)
         except ApiError as exc:

@@ -11,8 +11,11 @@ Start order, and why:
    "informers" unready until then. With `freeze_heap_after_sync`, the heap is frozen here (`runtime.heap`):
    everything alive now lives as long as the process, and later full collections skip it.
 3. Leader election (if enabled), then the leader-elected runnables (controllers) only while leading.
-   Losing the Lease stops them without grace and `start` raises `LeadershipLostError` so the process exits
-   non-zero and restarts clean, as controller-runtime does.
+   Losing the Lease cancels them at that instant, without grace, and `start` raises `LeadershipLostError` so
+   the process exits non-zero and restarts clean, as controller-runtime does. Their writes go through
+   `leader_client`, which checks leadership on the monotonic clock just before each write is sent: a replica
+   paused past its renew deadline (SIGSTOP, a blocked event loop) may resume any task first, and that task's
+   write must fail rather than land beside the new leader's.
 
 Stop order (on SIGTERM/SIGINT or the `stopping` event): leader-elected runnables first (they stop taking
 work and drain in-flight reconciles), then informers (no new events mid-shutdown), then the Lease is released
@@ -84,6 +87,12 @@ class _Group:
         self.stop = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
 
+    def cancel(self) -> None:
+        """Cancel every task now: each gets CancelledError at its next step, whatever it was waiting for."""
+        self.stop.set()
+        for task in self.tasks:
+            task.cancel()
+
     async def drain(self, deadline: float | None) -> None:
         self.stop.set()
         if not self.tasks:
@@ -104,6 +113,9 @@ class Manager:
         if opts.leader_election and not opts.leader_election_id:
             raise ValueError("leader_election needs a leader_election_id")
         self.client = client
+        # For leader-elected runnables: with leader election on, a write raises LeadershipLostError (and is not
+        # sent) unless this replica leads at that moment.
+        self.leader_client = client.guarded(self._check_leading)
         self.informers = SharedInformerFactory(client, clock=opts.clock)
         self.events = EventBroadcaster(client, clock=opts.clock)
         self.health = HealthProbeServer(opts.health_probe_bind_address or ":0")
@@ -111,6 +123,7 @@ class Manager:
         self._runnables: list[Runnable] = []
         self._halt = asyncio.Event()  # stop requested, or a runnable failed
         self._failure: BaseException | None = None
+        self._lost = False
         self._elector: LeaderElector | None = None
         self._log = get_logger("llmaz.runtime.manager")
 
@@ -132,13 +145,19 @@ class Manager:
     def is_leader(self) -> bool:
         return self._elector.is_leader if self._elector else not self.options.leader_election
 
+    def _check_leading(self) -> None:
+        if not self.options.leader_election:
+            return
+        if self._elector is None:
+            raise LeadershipLostError("leader election has not started")
+        self._elector.check_leading()
+
     async def start(self, stopping: asyncio.Event | None = None) -> None:
         """Run until `stopping` is set (or SIGTERM/SIGINT when None); raises on a failure or a lost Lease."""
         heap.track_full_collections()
         with self._signals(stopping) as stop_event:
             relay = asyncio.create_task(self._relay(stop_event))
             servers, caches, leaders = _Group("servers"), _Group("caches"), _Group("leader-elected")
-            lost = False
             try:
                 self._start(servers, self._server_runnables())
                 self._start(caches, [self.informers])
@@ -146,11 +165,11 @@ class Manager:
                 if not self._halt.is_set():
                     if self.options.freeze_heap_after_sync:
                         self._log.info("froze the heap after cache sync", objects=heap.freeze())
-                    lost = await self._lead(leaders)
+                    await self._lead(leaders)
             finally:
                 relay.cancel()
-                await self._stop(servers, caches, leaders, lost)
-            if lost:
+                await self._stop(servers, caches, leaders, self._lost)
+            if self._lost:
                 raise LeadershipLostError("leader election lost")
             if self._failure is not None:
                 raise self._failure
@@ -159,23 +178,32 @@ class Manager:
         extra: list[Runnable] = [self.health] if self.options.health_probe_bind_address else []
         return [*extra, self.events, *(r for r in self._runnables if not r.needs_leader_election)]
 
-    async def _lead(self, leaders: _Group) -> bool:
-        """Run leader-elected runnables while leading; True if the Lease was lost."""
+    async def _lead(self, leaders: _Group) -> None:
+        """Run leader-elected runnables while leading; return when halted or when the Lease is lost."""
         leader_runnables = [r for r in self._runnables if r.needs_leader_election]
         if not self.options.leader_election:
             self._start(leaders, leader_runnables)
             await self._halt.wait()
-            return False
-        self._elector = LeaderElector(self.client, self._election_config(), self.options.clock)
+            return
+        self._elector = LeaderElector(
+            self.client,
+            self._election_config(),
+            self.options.clock,
+            on_stopped_leading=lambda: self._stopped_leading(leaders),
+        )
         if not await self._elector.acquire(self._halt):
-            return False
+            return
         self._start(leaders, leader_runnables)
-        try:
+        with contextlib.suppress(LeadershipLostError):  # already handled by _stopped_leading
             await self._elector.hold(self._halt)
-        except LeadershipLostError:
-            self._log.error("leader election lost")
-            return True
-        return False
+
+    def _stopped_leading(self, leaders: _Group) -> None:
+        # Called by the elector the moment leadership is lost (or found lapsed by a write's check), before any
+        # other task runs: leader-only work is cancelled now, and what it raises on the way out is no failure.
+        self._lost = True
+        leaders.cancel()
+        self._halt.set()
+        self._log.error("leader election lost")
 
     def _election_config(self) -> LeaderElectionConfig:
         o = self.options

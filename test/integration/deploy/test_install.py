@@ -1,4 +1,5 @@
-"""`kubectl apply --server-side -k config/default` installs everything §5.1 lists, with the names users rely on."""
+"""`kubectl apply --server-side -k config/default` installs everything llmaz's kustomize layout does, with the names
+users rely on."""
 
 from __future__ import annotations
 

@@ -134,7 +134,11 @@ async def test_a_failing_reconcile_is_retried_with_growing_delay_then_forgotten(
     async with running(factory, controller):
         await fast_client.create(CONFIGMAPS, configmap("flaky", namespace))
         await eventually(lambda: len(reconciler.attempts) >= 3, within=30, what="third attempt")
-        await asyncio.sleep(0.5)
+        succeeded = {"controller": "retry", "result": "success"}
+        await eventually(lambda: _sample("controller_runtime_reconcile_total", succeeded) == 1, within=30)
+        # Nothing is queued or waiting out a delay: no further attempt can come without a new event.
+        assert len(controller.queue) == 0
+        assert controller.queue.waiting == 0
     first_gap = reconciler.attempts[1] - reconciler.attempts[0]
     second_gap = reconciler.attempts[2] - reconciler.attempts[1]
     assert first_gap >= 0.3
@@ -151,6 +155,7 @@ class StaleWriter:
     def __init__(self, client: Client, factory: SharedInformerFactory, namespace: str) -> None:
         self.client = client
         self.store = factory.informer_for(CONFIGMAPS, namespace).store
+        self.holding = asyncio.Event()
         self.release = asyncio.Event()
         self.conflicts = 0
 
@@ -158,6 +163,7 @@ class StaleWriter:
         cached = self.store.get(request.key)
         if cached is None or (cached.get("data") or {}).get("marked") == "yes":
             return Result()
+        self.holding.set()
         await self.release.wait()
         updated = {**cached, "data": {**(cached.get("data") or {}), "marked": "yes"}}
         try:
@@ -174,7 +180,7 @@ async def test_a_conflicting_update_is_retried_and_converges(fast_client: Client
     controller = _controller("conflict", namespace, reconciler, factory)
     async with running(factory, controller):
         await fast_client.create(CONFIGMAPS, configmap("contested", namespace, owner="test"))
-        await asyncio.sleep(0.5)  # the reconciler now holds a copy and waits
+        await asyncio.wait_for(reconciler.holding.wait(), 30)  # the reconciler holds a copy, and waits
         live = await fast_client.get(CONFIGMAPS, "contested", namespace)
         await fast_client.update(CONFIGMAPS, {**live, "data": {"owner": "test", "edited": "meanwhile"}})
         reconciler.release.set()

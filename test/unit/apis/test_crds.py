@@ -1,4 +1,5 @@
-"""The generated CRDs: committed files are current, output is deterministic, and §1 of the llmaz contract holds."""
+"""The generated CRDs: committed files are current, output is deterministic, and llmaz's API contract (groups,
+kinds, fields, defaults) holds."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def backend(name: str) -> BackendRuntime:
 
 
 def vllm_test_copy() -> BackendRuntime:
-    """llmaz's test copy of vllm (§3.10): version v0.6.0 and no lifecycle hook."""
+    """llmaz's test copy of vllm (its integration fixtures): version v0.6.0 and no lifecycle hook."""
     data = documents("config/backends/vllm.yaml")[0]
     data["spec"]["version"] = "v0.6.0"
     del data["spec"]["lifecycle"]

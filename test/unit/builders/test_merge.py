@@ -1,4 +1,5 @@
-"""Env, resource and map merges: stable order (§9 #4), per-key overrides and the cpu/memory limit rule (§3.4.6)."""
+"""Env, resource and map merges: stable order (llmaz's followed Go map iteration), per-key overrides and the
+cpu/memory limit rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Model injection per source kind: loaders, credentials, volumes and mounts (§3.5.5, §3.6, §9 #5, #6, #17)."""
+"""Model injection per source kind: loaders, credentials, volumes and mounts, with llmaz's host-path volume clash,
+missing S3/GCS loader env and duplicated loader env fixed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Where each kind of model lands, how the engine names it, and the one file-vs-directory rule (§3.6, §3.7, §9 #7)."""
+"""Where each kind of model lands, how the engine names it, and the one file-vs-directory rule (llmaz's controller
+and loader each had their own, and disagreed)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Playground -> inference Service CR and HPA (§3.4.3-§3.4.7), starting from the worked example of §3.10."""
+"""Playground -> inference Service CR and HPA, starting from the worked example of llmaz's integration fixtures
+(vllm, llama3-8b on the a100/a10 flavors)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Argument rendering: only `{{ .Name }}` is template syntax, and unresolved placeholders are llmaz's error (§3.4.5)."""
+"""Argument rendering: only `{{ .Name }}` is template syntax, and unresolved placeholders are llmaz's error."""
 
 from __future__ import annotations
 

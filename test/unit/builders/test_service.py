@@ -1,4 +1,5 @@
-"""Service -> LeaderWorkerSet and `<name>-lb` (§3.5.4-§3.5.7), starting from the worked example of §3.10."""
+"""Service -> LeaderWorkerSet and `<name>-lb`, starting from the worked example of llmaz's integration fixtures
+(vllm, llama3-8b on the a100/a10 flavors)."""
 
 from __future__ import annotations
 

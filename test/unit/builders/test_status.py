@@ -1,4 +1,4 @@
-"""Playground and Service status: llmaz's condition sequences (§3.4.8, §3.5.8) with SetStatusCondition semantics."""
+"""Playground and Service status: llmaz's condition sequences with SetStatusCondition semantics."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ def test_a_broken_connection_is_retried_once_and_only_for_reads() -> None:
 
 
 def test_backoff_delays_grow_by_factor_and_respect_the_cap() -> None:
-    assert Backoff(steps=5, duration=1.0, factor=2.0, cap=5.0).delays() == [1.0, 2.0, 4.0, 5.0]
+    assert list(Backoff(steps=5, duration=1.0, factor=2.0, cap=5.0).delays()) == [1.0, 2.0, 4.0, 5.0]
 
 
 async def test_retry_on_conflict_reruns_until_the_write_succeeds() -> None:

@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 
 from llmaz.runtime.cache import CacheSyncTimeoutError
-from llmaz.runtime.client import Client, RestConfig
-from llmaz.runtime.manager import Manager, ManagerOptions
+from llmaz.runtime.client import ApiConnectionError, Client, RestConfig
+from llmaz.runtime.manager import LeadershipLostError, Manager, ManagerOptions
 from llmaz.runtime.resource import Resource
 
 UNREACHABLE = "http://127.0.0.1:1"
@@ -148,3 +148,20 @@ async def test_the_heap_is_frozen_after_cache_sync_before_controllers_start_when
 def test_leader_election_needs_an_id() -> None:
     with pytest.raises(ValueError, match="leader_election_id"):
         manager(leader_election=True)
+
+
+async def test_the_leader_client_refuses_writes_while_not_leading_and_passes_reads() -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}}
+    configmaps = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+    electing = manager(leader_election=True, leader_election_id="lock", leader_election_namespace="ns")
+    not_electing = manager()
+    try:
+        with pytest.raises(LeadershipLostError):
+            await electing.leader_client.create(configmaps, cm)  # refused before anything is sent
+        with pytest.raises(ApiConnectionError):
+            await electing.leader_client.get(configmaps, "a", "ns")  # sent (to a closed port)
+        with pytest.raises(ApiConnectionError):
+            await not_electing.leader_client.create(configmaps, cm)  # without leader election every write is sent
+    finally:
+        await electing.client.close()
+        await not_electing.client.close()

@@ -12,6 +12,7 @@ import pytest
 
 from llmaz.runtime.cache.reflector import Reflector
 from llmaz.runtime.client import ApiConnectionError, Expired, ServerError, TooManyRequests
+from llmaz.runtime.client.watch import WatchEvent
 from llmaz.testing.clock import FakeClock
 from llmaz.testing.listwatch import Pause, ScriptedListWatch, bookmark, event, obj
 
@@ -56,20 +57,25 @@ def connection_refused() -> ApiConnectionError:
     return ApiConnectionError("connection refused")
 
 
+async def step_until_exhausted(lw: ScriptedListWatch, clock: FakeClock) -> None:
+    """Let the reflector run, moving the clock to each sleeper's deadline, until the script is consumed."""
+    for _ in range(10_000):
+        if lw.exhausted.is_set():
+            return
+        await asyncio.sleep(0)
+        deadline = clock.next_deadline()
+        if deadline is not None:
+            clock.set(deadline)
+    raise AssertionError(f"script not consumed; calls so far: {lw.calls}")
+
+
 @contextlib.asynccontextmanager
 async def running(lw: ScriptedListWatch, clock: FakeClock, sink: RecordingSink) -> AsyncIterator[Reflector]:
     reflector = Reflector(lw.list, lw.watch, sink, name="test", clock=clock, rng=NoJitter())
     task = asyncio.create_task(reflector.run())
     try:
         yield reflector
-        for _ in range(10_000):
-            if lw.exhausted.is_set():
-                break
-            await asyncio.sleep(0)
-            deadline = clock.next_deadline()
-            if deadline is not None:
-                clock.set(deadline)
-        assert lw.exhausted.is_set(), f"script not consumed; calls so far: {lw.calls}"
+        await step_until_exhausted(lw, clock)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -91,7 +97,7 @@ async def test_lists_at_zero_then_watches_from_the_list_and_follows_events_and_b
         ("delete", "b", "16"),
     ]
     assert reflector.last_sync_resource_version == "16"
-    assert clock.sleeps == []  # clean ends re-watch at once
+    assert clock.sleeps == []  # clean ends of watches that delivered events re-watch at once
 
 
 async def test_an_expired_watch_relists_at_the_last_rv_after_a_backoff_and_watches_from_the_new_list() -> None:
@@ -140,7 +146,9 @@ async def test_throttled_or_disconnected_watches_back_off_and_rewatch_without_re
     async with running(lw, clock, sink):
         pass
     assert lw.calls == [("list", "0"), ("watch", "10"), ("watch", "10"), ("watch", "11"), ("watch", "11")]
-    assert clock.sleeps == [0.8, 1.6, 3.2]
+    # The server's Retry-After (1 s) outweighs the first backoff step (0.8 s); the event proves the server back,
+    # so the next failure starts the backoff over.
+    assert clock.sleeps == [1.0, 0.8, 1.6]
 
 
 async def test_an_unexplained_watch_error_backs_off_then_relists_from_the_last_rv() -> None:
@@ -161,35 +169,98 @@ async def test_a_failing_first_list_is_retried_at_zero_with_backoff() -> None:
     async with running(lw, clock, sink):
         pass
     assert lw.calls == [("list", "0"), ("list", "0"), ("list", "0"), ("watch", "7")]
-    assert clock.sleeps == [0.8, 1.6]
+    assert clock.sleeps == [0.8, 0.8]  # one step of each backoff: connection trouble, then a failed list
 
 
-async def test_backoff_doubles_to_thirty_seconds_and_resets_after_two_healthy_minutes() -> None:
+async def test_the_connection_backoff_doubles_to_two_seconds_and_restarts_once_the_server_answers() -> None:
     clock, sink = RecordingClock(), RecordingSink()
     lw = ScriptedListWatch(clock).add_list([], "10")
-    for _ in range(8):
+    for _ in range(6):
         lw.add_watch_error(connection_refused())
-    lw.add_watch(Pause(121.0), connection_refused())
+    lw.add_watch(event("ADDED", "a", "11"), connection_refused())
     lw.add_watch_error(connection_refused())
     async with running(lw, clock, sink):
         pass
-    assert clock.sleeps == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0, 121.0, 0.8, 1.6]
+    assert clock.sleeps == [0.8, 1.6, 2.0, 2.0, 2.0, 2.0, 0.8, 1.6]
+
+
+async def test_the_relist_backoff_doubles_to_thirty_seconds_and_resets_after_two_minutes_without_a_relist() -> None:
+    clock, sink = RecordingClock(), RecordingSink()
+    lw = ScriptedListWatch(clock)
+    for _ in range(8):
+        lw.add_list([], "10").add_watch(event("ADDED", "a", "11"), ServerError(500, "InternalError", "boom"))
+    lw.add_list([], "10").add_watch(Pause(121.0), ServerError(500, "InternalError", "boom"))
+    lw.add_list([], "10")
+    async with running(lw, clock, sink):
+        pass
+    assert clock.sleeps == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0, 121.0, 0.8]
+
+
+async def test_an_outage_does_not_slow_the_relist_after_it() -> None:
+    # The connection backoff grows while the server is away; the 410 that greets the informer on its return
+    # (the new server's watch cache starts after its resourceVersion) relists after the relist backoff's first
+    # step, not after the outage's longest wait.
+    clock, sink = RecordingClock(), RecordingSink()
+    lw = ScriptedListWatch(clock).add_list([obj("a", "5")], "10")
+    for _ in range(12):
+        lw.add_watch_error(connection_refused())
+    lw.add_watch_error(expired("10")).add_list([obj("a", "5"), obj("b", "30")], "31")
+    async with running(lw, clock, sink):
+        pass
+    assert clock.sleeps == [0.8, 1.6, *[2.0] * 10, 0.8]
+    assert sink.log[-1] == ("replace", "a,b", "31")
+
+
+async def test_a_watch_the_server_closes_at_once_is_retried_at_most_once_a_second() -> None:
+    clock, sink = RecordingClock(), RecordingSink()
+    lw = ScriptedListWatch(clock).add_list([], "10")
+    watch_times: list[float] = []
+    scripted_watch = lw.watch
+
+    def timed_watch(resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+        watch_times.append(clock.now())
+        return scripted_watch(resource_version, timeout_seconds)
+
+    for _ in range(30):
+        lw.add_watch()  # ends cleanly, at once, without an event
+    reflector = Reflector(lw.list, timed_watch, sink, name="closing", clock=clock, rng=NoJitter())
+    task = asyncio.create_task(reflector.run())
+    try:
+        await step_until_exhausted(lw, clock)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    elapsed = watch_times[-1] - watch_times[0]
+    assert len(watch_times) == 31
+    assert len(watch_times) - 1 <= elapsed, f"{len(watch_times)} watches in {elapsed:.1f} s"
+    assert clock.sleeps[:4] == [0.8, 1.6, 2.0, 2.0]
+
+
+async def test_a_short_watch_that_delivered_an_event_or_a_long_quiet_one_is_reopened_at_once() -> None:
+    clock, sink = RecordingClock(), RecordingSink()
+    lw = ScriptedListWatch(clock).add_list([], "10")
+    lw.add_watch(event("ADDED", "a", "11"))  # within a second, but an event: a healthy watch
+    lw.add_watch(Pause(1.0))  # no event, but it lasted a second
+    async with running(lw, clock, sink):
+        pass
+    assert lw.calls == [("list", "0"), ("watch", "10"), ("watch", "11"), ("watch", "11")]
+    assert clock.sleeps == [1.0]  # the Pause itself: no backoff
 
 
 async def test_backoff_jitter_stretches_each_wait_by_up_to_its_own_length() -> None:
     clock, sink = RecordingClock(), RecordingSink()
-    lw = ScriptedListWatch(clock).add_list([], "10")
+    lw = ScriptedListWatch(clock)
     for _ in range(4):
-        lw.add_watch_error(connection_refused())
+        lw.add_list([], "10").add_watch_error(ServerError(500, "InternalError", "boom"))
     reflector = Reflector(lw.list, lw.watch, sink, name="jitter", clock=clock, rng=random.Random(7))
     task = asyncio.create_task(reflector.run())
-    while not lw.exhausted.is_set():
-        await asyncio.sleep(0)
-        if (deadline := clock.next_deadline()) is not None:
-            clock.set(deadline)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    try:
+        await step_until_exhausted(lw, clock)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     for wait, base in zip(clock.sleeps, [0.8, 1.6, 3.2, 6.4], strict=True):
         assert base <= wait <= 2 * base
     assert len(set(clock.sleeps)) == 4
@@ -200,12 +271,14 @@ async def test_watch_timeouts_are_random_between_five_and_ten_minutes(seed: int)
     clock, sink = RecordingClock(), RecordingSink()
     lw = ScriptedListWatch(clock).add_list([], "1")
     for _ in range(20):
-        lw.add_watch()
+        lw.add_watch(bookmark("1"))
     reflector = Reflector(lw.list, lw.watch, sink, name="t", clock=clock, rng=random.Random(seed))
     task = asyncio.create_task(reflector.run())
-    await asyncio.wait_for(lw.exhausted.wait(), 5)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    try:
+        await asyncio.wait_for(lw.exhausted.wait(), 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     assert all(300 <= t < 600 for t in lw.watch_timeouts)
     assert len(set(lw.watch_timeouts)) > 5

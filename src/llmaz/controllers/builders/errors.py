@@ -1,7 +1,8 @@
 """Typed errors of the builders, each carrying the condition message a reconciler surfaces.
 
-llmaz returned most of these as bare reconcile errors and set no condition (§9 #21, #22); here each one knows its
-`message` (naming the missing thing), so a reconciler can set `Progressing=False` with reason `AbortProcessing`.
+llmaz returned most of these as bare reconcile errors and set no condition, so users saw nothing happen and no
+reason why; here each one knows its `message` (naming the missing thing), so a reconciler can set
+`Progressing=False` with reason `AbortProcessing`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Invariants:
   already taken, so the result is always a valid list-map for server-side apply.
 - Only containers named `model-runner` receive mounts, credential envs and flavor resources.
 - Volumes: the loaders share one `model-volume` emptyDir, added only when some model is loaded into it; a `host://`
-  model gets its hostPath volume only (llmaz added both under one name, which apply rejects, §9 #5). Host volumes
+  model gets its hostPath volume only (llmaz added both under one name, which apply rejects). Host volumes
   are named `model-volume` when they are the only model volume, else `model-volume-<model index>`.
 """
 
@@ -48,7 +48,8 @@ def needs_model_volume(models: Sequence[OpenModel], skip: bool) -> bool:
 
 
 def inject_loaders(template: dict[str, Any], models: Sequence[OpenModel], image: str) -> None:
-    """One loader init container per model that needs one, with the `model-runner` env as its base (§9 #17)."""
+    """One loader init container per model that needs one, with the `model-runner` env as its base (llmaz copied
+    `containers[0]`'s env, duplicating the names the loader sets)."""
     runner_list = runners(template)
     runner_env = runner_list[0].get("env") if runner_list else None
     loaders = []

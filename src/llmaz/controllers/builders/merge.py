@@ -3,7 +3,7 @@
 Invariants:
 - Nothing here mutates its inputs; results are fresh lists and dicts.
 - Env merges keep the base order, replace overridden entries in place and append new names in their order, so the
-  same inputs always give the same list (llmaz iterated a Go map: random order, spurious rollouts, §9 #4).
+  same inputs always give the same list (llmaz iterated a Go map: random order, spurious rollouts).
 - Quantities in results are strings (`4` -> `"4"`), as a Go client sends them.
 """
 

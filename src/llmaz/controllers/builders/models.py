@@ -47,7 +47,7 @@ def main_first(claimed: Sequence[tuple[ModelRef, OpenModel]]) -> list[OpenModel]
 
 
 def require_models(models: Sequence[OpenModel]) -> OpenModel:
-    """The main model; an empty claim is an error rather than llmaz's index panic (§9 #8)."""
+    """The main model; an empty claim is an error rather than llmaz's index panic."""
     if not models:
         raise NoModelClaimedError()
     return models[0]

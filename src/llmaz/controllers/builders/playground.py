@@ -7,7 +7,8 @@ Invariants:
 - The pod template is single-host and carries exactly one container, `model-runner`; llmaz's observable shape is
   kept (terminationGracePeriodSeconds 130, port http/8080/TCP, the dshm volume first, `{type: RollingUpdate}`).
 - The effective configName (explicit wins, else detected) selects args, resources, shared memory AND the HPA's
-  recommended scale trigger; an unknown name is a `RecommendedConfigNotFoundError` (§9 #11, #21).
+  recommended scale trigger (llmaz's HPA followed the detected name even when another was given); an unknown name
+  is a `RecommendedConfigNotFoundError`, surfaced as a condition rather than a bare reconcile error.
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ Invariants:
 - Outputs are apply-ready dicts owned by the Service (controller reference), deterministic, without `None` or
   `creationTimestamp`.
 - "Multi-host" means the Service has a leaderTemplate. Model, label and flavor injection then apply to BOTH
-  templates; llmaz labelled only the leader, while its own validation read the worker's labels (§9 #10).
-- `restartPolicy` and `subGroupPolicy` are carried to the LeaderWorkerSet (llmaz dropped them, §9 #9).
-- The `-lb` Service is a complete desired object, meant to be applied on every reconcile (§9 #19).
+  templates; llmaz labelled only the leader, while its own validation read the worker's labels.
+- `restartPolicy` and `subGroupPolicy` are carried to the LeaderWorkerSet (llmaz dropped them: silently ignored).
+- The `-lb` Service is a complete desired object, meant to be applied on every reconcile (llmaz created it once,
+  so its port, selector and annotation drifted, and a deleted one came back only by chance).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 | ollama:// | no init container (the engine pulls the model) | nothing |
 | host:// | no init container; hostPath volume mounted read-only at the same path | the same |
 
-S3 and GCS loading (llmaz injected no source env, so the loader failed, §9 #6): both read credentials from secret
+S3 and GCS loading (llmaz injected no source env, so the loader failed): both read credentials from secret
 `aws-access-secret` (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); for GCS these are HMAC keys of its S3-compatible
 API. No ENDPOINT is set: the loader uses the provider's default, or whatever the runner's env (copied into the
 loader) configures.
@@ -122,7 +122,7 @@ def loader_container(
     """The init container loading model `index`, or None for sources without a loader (ollama, host).
 
     Its env starts from the runner's (proxies, HF_ENDPOINT, ...), merged by name with the loader's own variables,
-    which win; llmaz concatenated the two and produced duplicate names that apply rejects (§9 #17).
+    which win; llmaz concatenated the two and produced duplicate names that apply rejects.
     """
     own_env = loader_env(model)
     if own_env is None:

@@ -6,11 +6,19 @@ Invariants (the resourceVersion protocol, after client-go's reflector):
   reflector lists again at once with "" (a consistent read from etcd).
 - Every watch starts from the last resourceVersion seen (the list's, then each event's or bookmark's), with
   bookmarks on and a random server-side timeout in [300, 600) s so that reflectors do not reconnect in step.
-- A watch that ends cleanly is re-opened immediately from the last resourceVersion, without a list.
+- A watch that ends cleanly is re-opened immediately from the last resourceVersion, without a list, unless it
+  ended within a second without a single event: a server that closes watches at once would otherwise be
+  asked hundreds of times a second, so such a watch counts as connection trouble (client-go's "very short
+  watch").
 - A watch that fails with 410 Expired ends the round; the next round relists and replaces the sink's contents.
-- Throttling (429) and connection failures back off, then re-watch from the last resourceVersion (the server
-  is more likely unwell than our data stale). Any other failure backs off, then relists.
-- Backoff: 0.8 s doubling to 30 s with jitter, reset after 2 healthy minutes (see `backoff`).
+- Connection failures, throttling (429) and very short watches back off, then retry the same request: a watch
+  re-watches from the last resourceVersion (the server is more likely unwell than our data stale), a list
+  lists again. Any other failure backs off, then relists.
+- Two backoffs, one per kind of trouble, so that an outage does not slow the relist that follows it:
+  connection trouble waits 0.8 s doubling to 2 s (cheap to retry, and the informer is back within seconds of
+  the server, however long it was away), reset as soon as the server answers; relists wait 0.8 s doubling
+  to 30 s with jitter (client-go's constants: they spare a sick server full lists), reset after two minutes
+  without one.
 Log levels follow the error class: expiry and normal ends are debug, throttling and connection trouble info,
 anything unexplained error.
 """
@@ -22,7 +30,7 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-from llmaz.runtime.cache.backoff import ExponentialBackoff
+from llmaz.runtime.backoff import Backoff, ExponentialBackoff
 from llmaz.runtime.cache.interfaces import Obj
 from llmaz.runtime.client.client import ObjectList
 from llmaz.runtime.client.errors import (
@@ -39,6 +47,11 @@ ListFunc = Callable[[str], Awaitable[ObjectList]]
 WatchFunc = Callable[[str, int], AsyncIterator[WatchEvent]]
 
 MIN_WATCH_TIMEOUT = 300
+# A watch that ends this soon (seconds) with no event is treated as a failure.
+SHORT_WATCH = 1.0
+CONNECTION_BACKOFF = Backoff(duration=0.8, factor=2.0, jitter=0.5, cap=2.0)
+RELIST_BACKOFF = Backoff(duration=0.8, factor=2.0, jitter=1.0, cap=30.0)
+RELIST_BACKOFF_RESET = 120.0
 
 
 class ReflectorSink(Protocol):
@@ -69,14 +82,16 @@ class Reflector:
         name: str,
         clock: Clock = REAL_CLOCK,
         rng: random.Random | None = None,
-        backoff: ExponentialBackoff | None = None,
     ) -> None:
         self._list_fn = list_fn
         self._watch_fn = watch_fn
         self._sink = sink
         self._clock = clock
         self._rng = rng or random.Random()
-        self._backoff = backoff or ExponentialBackoff(clock=clock, rng=self._rng)
+        self._connection_backoff = ExponentialBackoff(CONNECTION_BACKOFF, clock=clock, rng=self._rng)
+        self._relist_backoff = ExponentialBackoff(
+            RELIST_BACKOFF, reset_after=RELIST_BACKOFF_RESET, clock=clock, rng=self._rng
+        )
         self._log = get_logger("llmaz.runtime.reflector").bind(reflector=name)
         self._last_rv = ""
         self._last_rv_unavailable = False
@@ -93,11 +108,22 @@ class Reflector:
                 await self._watch_until_expired()
             except asyncio.CancelledError:
                 raise
-            except ApiConnectionError as exc:
-                self._log.info("list failed to connect", error=exc.message, resource_version=self._last_rv)
+            except (ApiConnectionError, TooManyRequests) as exc:
+                self._log.info(
+                    "list failed to connect or was throttled", error=exc.message, resource_version=self._last_rv
+                )
+                await self._wait_for_connection(exc)
+                continue
             except Exception as exc:
                 self._log.error("list and watch failed", error=repr(exc), resource_version=self._last_rv)
-            await self._backoff.wait()
+            await self._relist_backoff.wait()
+
+    async def _wait_for_connection(self, exc: BaseException | None = None) -> None:
+        """The connection backoff, or longer when the server named a delay."""
+        delay = self._connection_backoff.next_delay()
+        if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
+            delay = max(delay, exc.retry_after)
+        await self._clock.sleep(delay)
 
     def _relist_rv(self) -> str:
         if self._last_rv_unavailable:
@@ -114,6 +140,7 @@ class Reflector:
             self._log.debug("list resource version expired, listing from etcd", resource_version=rv)
             self._last_rv_unavailable = True
             result = await self._list_fn("")
+        self._connection_backoff.reset()
         self._last_rv_unavailable = False
         self._sink.replace(result.items, result.resource_version)
         self._last_rv = result.resource_version
@@ -122,17 +149,22 @@ class Reflector:
         """Re-watch after clean ends and recoverable failures; return when the resourceVersion is stale."""
         while True:
             timeout = int(MIN_WATCH_TIMEOUT * (1.0 + self._rng.random()))
+            started = self._clock.now()
+            events = 0
             stream = self._watch_fn(self._last_rv, timeout)
             try:
                 async for event in stream:
+                    if events == 0:
+                        self._connection_backoff.reset()
+                    events += 1
                     self._handle(event)
             except TooManyRequests as exc:
                 self._log.info("watch throttled", retry_after=exc.retry_after, resource_version=self._last_rv)
-                await self._backoff.wait()
+                await self._wait_for_connection(exc)
                 continue
             except ApiConnectionError as exc:
                 self._log.info("watch connection failed", error=exc.message, resource_version=self._last_rv)
-                await self._backoff.wait()
+                await self._wait_for_connection()
                 continue
             except Exception as exc:
                 if not _is_stale_rv(exc):
@@ -142,6 +174,11 @@ class Reflector:
                 return
             finally:
                 await _close(stream)
+            if events == 0 and self._clock.now() - started < SHORT_WATCH:
+                self._log.info("watch closed at once without events", resource_version=self._last_rv)
+                await self._wait_for_connection()
+                continue
+            self._connection_backoff.reset()
             self._log.debug("watch ended", resource_version=self._last_rv)
 
     def _handle(self, event: WatchEvent) -> None:

@@ -1,5 +1,6 @@
 """REST client: verbs over plain-dict objects, typed errors, QPS limiting, request metrics, conflict retry."""
 
+from llmaz.runtime.backoff import Backoff
 from llmaz.runtime.client.client import Client, ObjectList, PatchType
 from llmaz.runtime.client.config import RestConfig, from_kubeconfig, in_cluster, in_cluster_namespace, load
 from llmaz.runtime.client.errors import (
@@ -29,7 +30,7 @@ from llmaz.runtime.client.errors import (
     is_too_large_resource_version,
     is_too_many_requests,
 )
-from llmaz.runtime.client.retry import DEFAULT_BACKOFF, DEFAULT_RETRY, Backoff, retry_on_conflict
+from llmaz.runtime.client.retry import DEFAULT_BACKOFF, DEFAULT_RETRY, retry_on_conflict
 from llmaz.runtime.client.throttle import TokenBucket
 from llmaz.runtime.client.watch import WatchEvent
 

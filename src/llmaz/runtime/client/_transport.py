@@ -1,13 +1,15 @@
 """One aiohttp session per client: auth headers, TLS, QPS limiting, retries on Retry-After, metrics.
 
-Invariants: every request passes the token bucket of its resource (see `limiter_key`) and is counted in
-`rest_client_requests_total` exactly once per HTTP attempt; every non-stream request has a total timeout; a
-response >= 400 becomes a typed `ApiError` (through `error_from_status`) and nothing else escapes except
-`ApiConnectionError` and `CancelledError`.
+Invariants: every HTTP attempt passes the token bucket of its resource (see `limiter_key`) and is counted in
+`rest_client_requests_total` exactly once; every non-stream request has one deadline that bounds all its
+attempts and the waits between them (as a client-go request's context does), so a retrying request never
+outlives its timeout; a response >= 400 becomes a typed `ApiError` (through `error_from_status`) and nothing
+else escapes except `ApiConnectionError` and `CancelledError`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -97,18 +99,27 @@ class Transport:
         body: bytes | None = None,
         content_type: str | None = None,
         request_timeout: float | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> Any:
-        """Send one request, retrying (at most `max_retries`) when the server asks for a later retry."""
+        """Send one request, retrying (at most `max_retries`) when the server asks for a later retry.
+
+        `request_timeout` (default `RestConfig.timeout`) bounds the attempts and the waits between them; the
+        wait for the first token does not count, as in client-go, so a throttled client does not time out
+        requests it never sent. `guard`, if given, runs right before each attempt is sent and raises to stop it.
+        """
+        await self._throttle(method, path)
+        deadline = self._clock.now() + (request_timeout or self.config.timeout)
         attempt = 0
         while True:
             try:
-                return await self._request_once(method, path, params, body, content_type, request_timeout)
+                return await self._request_once(method, path, params, body, content_type, deadline, guard)
             except ApiError as err:
                 delay = self._retry_delay(err, attempt, method)
-                if delay is None:
+                if delay is None or self._clock.now() + delay >= deadline:
                     raise
                 _metrics.REQUEST_RETRIES.labels(str(err.status), method, self._host).inc()
                 await self._clock.sleep(delay)
+                await self._throttle(method, path)
                 attempt += 1
 
     def _retry_delay(self, err: ApiError, attempt: int, method: str = "GET") -> float | None:
@@ -130,16 +141,13 @@ class Transport:
         params: Params | None,
         body: bytes | None,
         content_type: str | None,
-        request_timeout: float | None,
+        deadline: float,
+        guard: Callable[[], None] | None,
     ) -> Any:
-        resp = await self.open(
-            method,
-            path,
-            params=params,
-            body=body,
-            content_type=content_type,
-            client_timeout=aiohttp.ClientTimeout(total=request_timeout or self.config.timeout),
-        )
+        remaining = deadline - self._clock.now()
+        if remaining <= 0:
+            raise ApiConnectionError(f"{method} {path}: request timed out")
+        resp = await self._send(method, path, params, body, content_type, aiohttp.ClientTimeout(total=remaining), guard)
         try:
             payload = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -147,6 +155,10 @@ class Transport:
         finally:
             resp.release()
         return decode(payload)
+
+    async def _throttle(self, method: str, path: str) -> None:
+        waited = await self.bucket_for(path).acquire()
+        _metrics.RATE_LIMITER_DURATION.labels(method, self._host).observe(waited)
 
     async def open(
         self,
@@ -158,13 +170,27 @@ class Transport:
         content_type: str | None = None,
         client_timeout: aiohttp.ClientTimeout,
     ) -> aiohttp.ClientResponse:
-        """Send a request and return the response once its headers are in (the caller releases it).
+        """Send a request once and return the response when its headers are in (the caller releases it).
 
-        A status >= 400 is read, released and raised as a typed error.
+        For streams (watches), bounded by `client_timeout` alone. A status >= 400 is read, released and raised
+        as a typed error.
         """
-        waited = await self.bucket_for(path).acquire()
-        _metrics.RATE_LIMITER_DURATION.labels(method, self._host).observe(waited)
+        await self._throttle(method, path)
+        return await self._send(method, path, params, body, content_type, client_timeout)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        params: Params | None,
+        body: bytes | None,
+        content_type: str | None,
+        client_timeout: aiohttp.ClientTimeout,
+        guard: Callable[[], None] | None = None,
+    ) -> aiohttp.ClientResponse:
         headers = await self._headers(content_type)
+        if guard is not None:
+            guard()  # after the last await before sending, so nothing can change the answer in between
         start = self._clock.now()
         try:
             resp = await self._get_session().request(

@@ -8,8 +8,9 @@ self-describing.
 from __future__ import annotations
 
 import builtins
+import copy
 import enum
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -25,6 +26,7 @@ from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.resource import Resource
 
 Obj = dict[str, Any]
+WriteGuard = Callable[[], None]
 
 DEFAULT_PAGE_SIZE = 500
 
@@ -76,12 +78,27 @@ class Client:
     """Verbs over one aiohttp session.
 
     Create with `await Client.from_kubeconfig(...)` or `Client(config)`; `await client.close()` when done.
-    Every verb takes `request_timeout` (seconds; default `RestConfig.timeout`).
+    Every verb takes `request_timeout` (seconds; default `RestConfig.timeout`), which bounds the request with
+    all its retries.
     """
 
     def __init__(self, config: RestConfig, clock: Clock = REAL_CLOCK) -> None:
         self.config = config
         self._transport = Transport(config, clock)
+        self._write_guard: WriteGuard | None = None
+        self._owns_transport = True
+
+    def guarded(self, guard: WriteGuard) -> Client:
+        """This client, with `guard()` called just before every write (any verb but GET) goes on the wire, retries
+        included.
+
+        The guard raises to refuse the write; reads and watches are never refused. The guarded client shares
+        this one's session and rate limiters, and closing it leaves them open: the original owns them.
+        """
+        view = copy.copy(self)
+        view._write_guard = guard
+        view._owns_transport = False
+        return view
 
     @classmethod
     async def from_kubeconfig(cls, path: Any = None, context: str | None = None, **options: Any) -> Client:
@@ -93,7 +110,8 @@ class Client:
         return cls(cfg)
 
     async def close(self) -> None:
-        await self._transport.close()
+        if self._owns_transport:
+            await self._transport.close()
 
     async def __aenter__(self) -> Client:
         return self
@@ -120,6 +138,7 @@ class Client:
             body=data,
             content_type=content_type if data else None,
             request_timeout=request_timeout,
+            guard=self._write_guard if method != "GET" else None,
         )
 
     async def get(

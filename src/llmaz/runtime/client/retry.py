@@ -6,38 +6,14 @@ read; `retry_on_conflict` is for code that must finish a write now (leader elect
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
+from llmaz.runtime.backoff import Backoff
 from llmaz.runtime.client.errors import is_conflict
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """`steps` attempts; the n-th wait is duration * factor**n, stretched by up to `jitter` of itself."""
-
-    steps: int
-    duration: float
-    factor: float = 1.0
-    jitter: float = 0.0
-    cap: float | None = None
-
-    def delays(self, rng: random.Random | None = None) -> list[float]:
-        """The waits between consecutive attempts (steps - 1 of them)."""
-        rnd = rng or random
-        out: list[float] = []
-        d = self.duration
-        for _ in range(max(0, self.steps - 1)):
-            wait = d + (rnd.random() * self.jitter * d if self.jitter > 0 else 0.0)
-            out.append(min(wait, self.cap) if self.cap is not None else wait)
-            d *= self.factor
-        return out
-
 
 # client-go util/retry: DefaultRetry is for conflicts, DefaultBackoff for slower-resolving errors.
 DEFAULT_RETRY = Backoff(steps=5, duration=0.010, factor=1.0, jitter=0.1)
@@ -53,8 +29,9 @@ async def retry_on_conflict(
 
     The last Conflict propagates once the budget is spent; any other error propagates at once.
     """
-    delays = backoff.delays()
-    for delay in delays:
+    if backoff.steps is None:
+        raise ValueError("retry_on_conflict needs a Backoff with a number of steps")
+    for delay in backoff.delays():
         try:
             return await fn()
         except Exception as exc:

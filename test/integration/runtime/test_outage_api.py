@@ -1,0 +1,114 @@
+"""The control loop when the API server misbehaves: gone for a while, or closing every watch the moment it opens.
+
+An outage must not cost more than a few seconds once the server is back, however long it lasted (the informer's
+backoff for connection trouble is short and separate from its relist backoff); a server that ends watches at once
+must not be asked again hundreds of times a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmaz.envtest import Cluster
+from llmaz.envtest.control_plane import ControlPlane
+from llmaz.runtime.cache import SharedInformer
+from llmaz.runtime.cache.factory import SharedInformerFactory
+from llmaz.runtime.client import Client
+from llmaz.runtime.controller import ControllerBuilder, Request, Result, Scope
+from llmaz.testing.manifests import CONFIGMAPS, configmap
+from llmaz.testing.waiting import eventually
+
+from .apiproxy import ApiProxy
+
+pytestmark = pytest.mark.integration
+
+OUTAGE = 20.0
+RESUME_WITHIN = 5.0
+
+
+class Stamped:
+    """Records when each key was first reconciled."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, float] = {}
+
+    async def reconcile(self, request: Request) -> Result:
+        self.first.setdefault(request.name, time.monotonic())
+        return Result()
+
+
+def _own_key(obj: dict[str, Any]) -> list[Request]:
+    meta = obj["metadata"]
+    return [Request(meta["namespace"], meta["name"])]
+
+
+@contextlib.asynccontextmanager
+async def controller_running(client: Client, namespace: str, reconciler: Stamped) -> AsyncIterator[None]:
+    factory = SharedInformerFactory(client)
+    controller = (
+        ControllerBuilder("outage")
+        .watches(CONFIGMAPS, _own_key, scope=Scope(namespace=namespace))
+        .with_options(needs_leader_election=False)
+        .build(reconciler, factory)
+    )
+    stopping = asyncio.Event()
+    tasks = [asyncio.create_task(factory.run(stopping)), asyncio.create_task(controller.run(stopping))]
+    try:
+        yield
+    finally:
+        stopping.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+
+
+async def test_reconciling_resumes_within_seconds_of_the_api_server_coming_back_from_an_outage(
+    kubeconfig: Path, namespace: str, control_plane: Cluster
+) -> None:
+    if not isinstance(control_plane, ControlPlane):
+        pytest.skip("stopping the API server needs the local control plane")
+    reconciler = Stamped()
+    async with await Client.from_kubeconfig(kubeconfig) as client, controller_running(client, namespace, reconciler):
+        await client.create(CONFIGMAPS, configmap("before", namespace))
+        await eventually(lambda: "before" in reconciler.first, within=30, what="the first object reconciled")
+        # The event loop keeps running through the outage, so the informer's watch breaks and it retries (and
+        # backs off) all along, as it would against a real outage.
+        await asyncio.to_thread(control_plane.stop_apiserver)
+        await asyncio.sleep(OUTAGE)  # the outage itself
+        await asyncio.to_thread(control_plane.start_apiserver)
+        back = time.monotonic()
+        async with await Client.from_kubeconfig(kubeconfig) as fresh:  # no connections pooled before the outage
+            await fresh.create(CONFIGMAPS, configmap("after", namespace))
+        await eventually(lambda: "after" in reconciler.first, within=120, what="the new object reconciled")
+    resumed = reconciler.first["after"] - back
+    assert resumed <= RESUME_WITHIN, f"reconciled {resumed:.1f} s after the API server was back"
+
+
+async def test_an_informer_asks_at_most_once_a_second_for_watches_the_server_closes_at_once(
+    kubeconfig: Path, namespace: str
+) -> None:
+    proxy = await ApiProxy.start(kubeconfig)
+    proxy.close_watches = True
+    try:
+        async with Client(proxy.rest_config()) as client:
+            informer = SharedInformer.for_resource(client, CONFIGMAPS, namespace)
+            stopping = asyncio.Event()
+            task = asyncio.create_task(informer.run(stopping))
+            try:
+                await asyncio.wait_for(informer.wait_for_sync(), 30)
+                window_start = time.monotonic()
+                await asyncio.sleep(5.0)  # the measurement window
+                window_end = time.monotonic()
+            finally:
+                stopping.set()
+                await asyncio.wait_for(task, 10)
+    finally:
+        await proxy.stop()
+    watches = [e for e in proxy.exchanges if "watch=true" in e.query and window_start <= e.at < window_end]
+    rate = len(watches) / (window_end - window_start)
+    assert rate <= 1.0, f"{len(watches)} watch requests in {window_end - window_start:.1f} s"
