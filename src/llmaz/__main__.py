@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import socket
 import sys
 from collections.abc import Sequence
@@ -22,8 +23,9 @@ from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.runtime import log
 from llmaz.runtime.authn import DelegatingAuth
 from llmaz.runtime.client import Client
-from llmaz.runtime.client.config import load
+from llmaz.runtime.client.config import RestConfig, load
 from llmaz.runtime.client.credentials import ConfigError
+from llmaz.runtime.leaderelection import check_timings
 from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.metrics_server import DEFAULT_CERT_DIR as METRICS_CERT_DIR
 from llmaz.runtime.metrics_server import MetricsServer
@@ -33,6 +35,20 @@ from llmaz.webhooks import webhooks
 from llmaz.webhooks.cachelookup import CacheLookup
 
 LEADER_ELECTION_ID = "fbb36db9.llmaz.io"
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def duration(text: str) -> float:
+    """Seconds from a Go duration ("15s", "1m30s", "500ms", as controller-runtime's flags take) or a number."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 15s, 1m30s, 500ms)")
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -49,11 +65,35 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--webhook-cert-dir", type=Path, default=WEBHOOK_CERT_DIR, help="where the self-managed certificate is written")
     add("--namespace", default="llmaz-system", help="namespace of the manager, its Secret, Lease and ConfigMap")
     add("--leader-elect", action="store_true", help="run controllers only while holding the Lease")
+    add("--leader-elect-lease-duration", type=duration, default=15.0, help="how long a Lease binds (default 15s)")
+    add(
+        "--leader-elect-renew-deadline",
+        type=duration,
+        default=10.0,
+        help="how long the leader may fail to renew before it stops leading (default 10s)",
+    )
+    add("--leader-elect-retry-period", type=duration, default=2.0, help="wait between Lease attempts (default 2s)")
+    add(
+        "--kube-api-qps",
+        type=float,
+        default=50.0,
+        help="API requests per second, per resource; 0 disables (default 50)",
+    )
+    add("--kube-api-burst", type=int, default=100, help="API request burst, per resource (default 100)")
     add("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or $KUBECONFIG)")
     add("--max-concurrent-reconciles", type=int, default=1, help="workers per controller (default 1)")
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add("--log-format", default="auto", choices=["auto", "json", "console"])
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        check_timings(
+            args.leader_elect_lease_duration, args.leader_elect_renew_deadline, args.leader_elect_retry_period
+        )
+    except ValueError as err:
+        parser.error(f"--leader-elect-*: {err}")
+    if args.kube_api_qps > 0 and args.kube_api_burst < 1:
+        parser.error("--kube-api-burst must be at least 1 when --kube-api-qps is positive")
+    return args
 
 
 def webhooks_enabled() -> bool:
@@ -94,22 +134,32 @@ def add_metrics(manager: Manager, args: argparse.Namespace) -> None:
     manager.add(MetricsServer(args.metrics_bind_address, auth=auth, cert_dir=cert_dir, secure=secure))
 
 
+def manager_options(args: argparse.Namespace) -> ManagerOptions:
+    return ManagerOptions(
+        health_probe_bind_address=args.health_probe_bind_address,
+        leader_election=args.leader_elect,
+        leader_election_id=LEADER_ELECTION_ID,
+        leader_election_namespace=args.namespace,
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+        # The controllers have stopped before the Lease is released, so a successor (a rolling update's new
+        # replica) takes over at once instead of after the lease duration.
+        leader_election_release_on_cancel=True,
+        freeze_heap_after_sync=True,
+    )
+
+
+async def rest_config(args: argparse.Namespace) -> RestConfig:
+    config = await load(args.kubeconfig)
+    config.qps, config.burst = args.kube_api_qps, args.kube_api_burst
+    return config
+
+
 async def run(args: argparse.Namespace) -> None:
-    client = Client(await load(args.kubeconfig))
+    client = Client(await rest_config(args))
     try:
-        manager = Manager(
-            client,
-            ManagerOptions(
-                health_probe_bind_address=args.health_probe_bind_address,
-                leader_election=args.leader_elect,
-                leader_election_id=LEADER_ELECTION_ID,
-                leader_election_namespace=args.namespace,
-                # The controllers have stopped before the Lease is released, so a successor (a rolling update's
-                # new replica) takes over at once instead of after the lease duration.
-                leader_election_release_on_cancel=True,
-                freeze_heap_after_sync=True,
-            ),
-        )
+        manager = Manager(client, manager_options(args))
         setup_controllers(
             manager,
             ControllerSettings(namespace=args.namespace, max_concurrent_reconciles=args.max_concurrent_reconciles),
