@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest import Cluster
 from llmaz.envtest.control_plane import ControlPlane
 from llmaz.runtime.cache import SharedInformer
 from llmaz.runtime.cache.factory import SharedInformerFactory
@@ -67,11 +66,23 @@ async def controller_running(client: Client, namespace: str, reconciler: Stamped
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
 
 
+@pytest.fixture
+async def own_control_plane() -> AsyncIterator[ControlPlane]:
+    """A control plane of this test's own, on every cluster setting: the test stops its API server."""
+    plane = ControlPlane()
+    await asyncio.to_thread(plane.start)
+    try:
+        yield plane
+    finally:
+        await asyncio.to_thread(plane.stop)
+
+
 async def test_reconciling_resumes_within_seconds_of_the_api_server_coming_back_from_an_outage(
-    kubeconfig: Path, namespace: str, control_plane: Cluster
+    own_control_plane: ControlPlane,
 ) -> None:
-    if not isinstance(control_plane, ControlPlane):
-        pytest.skip("stopping the API server needs the local control plane")
+    control_plane = own_control_plane
+    kubeconfig = control_plane.kubeconfig
+    namespace = await asyncio.to_thread(control_plane.create_namespace, "outage")
     reconciler = Stamped()
     async with await Client.from_kubeconfig(kubeconfig) as client, controller_running(client, namespace, reconciler):
         await client.create(CONFIGMAPS, configmap("before", namespace))
