@@ -21,6 +21,7 @@ from llmaz.certs import CertRotator, RotatorOptions, ensure_self_signed
 from llmaz.controllers import resources as r
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.runtime import log
+from llmaz.runtime.address import split_host_port
 from llmaz.runtime.authn import DelegatingAuth
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import RestConfig, load
@@ -30,7 +31,7 @@ from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.metrics_server import DEFAULT_CERT_DIR as METRICS_CERT_DIR
 from llmaz.runtime.metrics_server import MetricsServer
 from llmaz.runtime.webhook.server import DEFAULT_CERT_DIR as WEBHOOK_CERT_DIR
-from llmaz.runtime.webhook.server import WebhookServer
+from llmaz.runtime.webhook.server import Limits, WebhookServer
 from llmaz.webhooks import webhooks
 from llmaz.webhooks.cachelookup import CacheLookup
 
@@ -51,15 +52,58 @@ def duration(text: str) -> float:
     return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
 
 
+def bind_address(text: str) -> str:
+    """A `host:port` flag value (IPv6 hosts in brackets: `[::]:8443`), checked; `0` passes (it disables)."""
+    if text != "0":
+        try:
+            split_host_port(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from err
+    return text
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="llmaz-manager", description="Run the llmaz controllers and webhooks.")
     add = parser.add_argument
-    add("--metrics-bind-address", default=":8443", help="metrics endpoint address; 0 disables it (default :8443)")
+    add(
+        "--metrics-bind-address",
+        type=bind_address,
+        default=":8443",
+        help="metrics endpoint address, e.g. :8443 (every interface, IPv4 and IPv6), [::1]:8443; 0 disables it",
+    )
     add("--metrics-secure", default="true", choices=["true", "false"], help="HTTPS + token auth for /metrics")
     add("--metrics-cert-dir", type=Path, default=None, help="tls.crt/tls.key for /metrics (default: self-signed)")
-    add("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address (default :8081)")
+    add(
+        "--health-probe-bind-address",
+        type=bind_address,
+        default=":8081",
+        help="/healthz and /readyz address (default :8081: every interface, IPv4 and IPv6)",
+    )
     add("--webhook-port", type=int, default=9443, help="admission webhook port (default 9443)")
-    add("--webhook-bind-host", default="0.0.0.0", help="admission webhook listen host (default 0.0.0.0)")
+    add(
+        "--webhook-bind-host",
+        default="",
+        help="admission webhook listen host, e.g. 127.0.0.1, ::1 (default: every interface, IPv4 and IPv6)",
+    )
+    limits = Limits()
+    add(
+        "--webhook-max-in-flight-requests",
+        type=int,
+        default=limits.max_requests,
+        help=f"admission requests read or judged at once; more get 429 (default {limits.max_requests})",
+    )
+    add(
+        "--webhook-max-in-flight-bytes",
+        type=int,
+        default=limits.max_bytes,
+        help=f"admission request body bytes held at once; more get 429 (default {limits.max_bytes})",
+    )
+    add(
+        "--webhook-read-timeout",
+        type=duration,
+        default=limits.read_timeout,
+        help="time for a webhook TLS handshake, then a request's headers, then its body (default 10s)",
+    )
     add("--cert-dir", type=Path, default=None, help="externally managed webhook tls.crt/tls.key (turns rotation off)")
     add("--webhook-cert-ip-addresses", default="", help="extra IP SANs of the self-managed webhook certificate")
     add("--webhook-cert-dir", type=Path, default=WEBHOOK_CERT_DIR, help="where the self-managed certificate is written")
@@ -93,6 +137,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--leader-elect-*: {err}")
     if args.kube_api_qps > 0 and args.kube_api_burst < 1:
         parser.error("--kube-api-burst must be at least 1 when --kube-api-qps is positive")
+    try:
+        args.webhook_limits = Limits(
+            args.webhook_max_in_flight_requests, args.webhook_max_in_flight_bytes, args.webhook_read_timeout
+        )
+    except ValueError as err:
+        parser.error(f"--webhook-*: {err}")
     return args
 
 
@@ -108,7 +158,13 @@ def add_webhooks(manager: Manager, args: argparse.Namespace) -> None:
         informers.has_synced,
     )
     cert_dir = args.cert_dir or args.webhook_cert_dir
-    server = WebhookServer(webhooks(lookup), host=args.webhook_bind_host, port=args.webhook_port, cert_dir=cert_dir)
+    server = WebhookServer(
+        webhooks(lookup),
+        host=args.webhook_bind_host,
+        port=args.webhook_port,
+        cert_dir=cert_dir,
+        limits=args.webhook_limits,
+    )
     manager.add(server)
     if args.cert_dir is not None:
         manager.add_readyz_check("webhook", server.started)
@@ -129,9 +185,12 @@ def add_metrics(manager: Manager, args: argparse.Namespace) -> None:
     secure = args.metrics_secure == "true"
     cert_dir = args.metrics_cert_dir or METRICS_CERT_DIR
     if secure and args.metrics_cert_dir is None:
-        ensure_self_signed(cert_dir, dns_names=[socket.gethostname(), "localhost"], ip_addresses=["127.0.0.1"])
+        ensure_self_signed(cert_dir, dns_names=[socket.gethostname(), "localhost"], ip_addresses=["127.0.0.1", "::1"])
     auth = DelegatingAuth(manager.client) if secure else None
-    manager.add(MetricsServer(args.metrics_bind_address, auth=auth, cert_dir=cert_dir, secure=secure))
+    server = MetricsServer(args.metrics_bind_address, auth=auth, cert_dir=cert_dir, secure=secure)
+    manager.add(server)
+    # Ready only once scrapes are answered: the Service sends them to any ready replica.
+    manager.add_readyz_check("metrics", server.started)
 
 
 def manager_options(args: argparse.Namespace) -> ManagerOptions:

@@ -4,6 +4,11 @@ Responses follow controller-runtime's healthz handler: 200 "ok" when every check
 listing of "[+]name ok" / "[-]name failed: reason withheld" lines (the error itself is logged, never served).
 `?verbose` forces the listing, `?exclude=name` (repeatable) skips checks, `/healthz/<name>` runs one check.
 A check is a sync or async callable that raises (or returns False) when unhealthy.
+
+The bind address takes an IPv6 host in brackets (`[::1]:8081`); an empty host (`:8081`) or `[::]` listens on
+every interface, IPv4 and IPv6. A connection must deliver each request head within `read_timeout` (default
+`READ_TIMEOUT`), and an idle keep-alive connection is closed after as long; connections are bounded
+(`MAX_CONNECTIONS`, `MAX_SERVED`, see `llmaz.runtime.listener`).
 """
 
 from __future__ import annotations
@@ -14,11 +19,16 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from llmaz.runtime.log import get_logger
+from llmaz.runtime.address import split_host_port
+from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site
+from llmaz.runtime.log import bounded, get_logger
 
 Check = Callable[[], bool | Awaitable[bool | None] | None]
 
 DEFAULT_BIND_ADDRESS = ":8081"
+READ_TIMEOUT = 10.0
+# kubelet opens one connection per probe, a few per minute.
+MAX_CONNECTIONS, MAX_SERVED = 256, 32
 
 
 class Checker:
@@ -58,7 +68,7 @@ class Checker:
     async def handle(self, request: web.Request) -> web.Response:
         only = request.match_info.get("name")
         if only is not None and only not in self._checks:
-            return web.Response(status=404, text=f"no {self.endpoint} check named {only!r}\n")
+            return web.Response(status=404, text=f"no {self.endpoint} check named {bounded(repr(only))}\n")
         results = await self.run(only, frozenset(request.query.getall("exclude", [])))
         healthy = all(ok for _, ok in results)
         if healthy and "verbose" not in request.query:
@@ -69,9 +79,13 @@ class Checker:
 
 
 def parse_bind_address(address: str) -> tuple[str, int]:
-    """ ":8081" -> ("0.0.0.0", 8081); "127.0.0.1:0" -> ("127.0.0.1", 0)."""
-    host, _, port = address.rpartition(":")
-    return (host or "0.0.0.0", int(port))
+    """ ":8081" -> ("0.0.0.0", 8081); "127.0.0.1:0" -> ("127.0.0.1", 0); "[::1]:0" -> ("::1", 0).
+
+    For servers that bind with aiohttp's TCPSite: an empty host is IPv4's every interface. The servers here
+    bind with `llmaz.runtime.listener`, where an empty host is every interface of both families.
+    """
+    host, port = split_host_port(address)
+    return (host or "0.0.0.0", port)
 
 
 class HealthProbeServer:
@@ -79,16 +93,19 @@ class HealthProbeServer:
 
     needs_leader_election = False
 
-    def __init__(self, bind_address: str = DEFAULT_BIND_ADDRESS) -> None:
+    def __init__(self, bind_address: str = DEFAULT_BIND_ADDRESS, read_timeout: float = READ_TIMEOUT) -> None:
         self.bind_address = bind_address
+        self.read_timeout = read_timeout
+        self._host, self._port = split_host_port(bind_address)
         self.healthz = Checker("healthz")
         self.readyz = Checker("readyz")
         self.healthz.add("ping", lambda: None)
         self.port: int | None = None
         self._started = asyncio.Event()
+        self._connections = Connections()
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._connections.middleware])
         for checker in (self.healthz, self.readyz):
             app.router.add_get(f"/{checker.endpoint}", checker.handle)
             app.router.add_get(f"/{checker.endpoint}/{{name}}", checker.handle)
@@ -97,14 +114,16 @@ class HealthProbeServer:
     async def wait_started(self) -> None:
         await self._started.wait()
 
+    def _limits(self) -> ConnectionLimits:
+        return ConnectionLimits(MAX_CONNECTIONS, MAX_SERVED, first_message_timeout=self.read_timeout)
+
     async def run(self, stopping: asyncio.Event) -> None:
-        runner = web.AppRunner(self.app(), access_log=None)
+        runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.read_timeout, logger=HTTP_LOG)
         await runner.setup()
         try:
-            host, port = parse_bind_address(self.bind_address)
-            site = web.TCPSite(runner, host, port)
-            await site.start()
-            self.port = runner.addresses[0][1]
+            self.port = await start_site(
+                runner, self._host, self._port, limits=self._limits(), connections=self._connections
+            )
             self._started.set()
             await stopping.wait()
         finally:

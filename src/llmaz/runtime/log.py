@@ -43,3 +43,18 @@ def bound_context(**fields: Any) -> Iterator[None]:
     """Bind fields to every log line emitted inside the block (task-local through contextvars)."""
     with structlog.contextvars.bound_contextvars(**fields):
         yield
+
+
+MAX_FIELD_CHARS = 256
+
+
+def bounded(value: object, limit: int = MAX_FIELD_CHARS) -> str:
+    """`value` as text of at most `limit` characters plus a marker saying how much was cut.
+
+    For anything a client controls (uids, names, users, headers): logged verbatim, one request could write
+    megabytes into the log.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...[{len(text) - limit} more characters]"

@@ -5,6 +5,11 @@ reloaded when they change), and every request must carry a bearer token the API 
 (TokenReview) for a user allowed to `get` the path (SubjectAccessReview), e.g. through the `metrics-reader`
 ClusterRole. Answers: 401 without a valid token, 403 without the permission, 500 when the API server cannot
 be asked. Insecure mode (`--metrics-secure=false`, local runs) serves plain HTTP without auth.
+
+The bind address takes an IPv6 host in brackets (`[::1]:8443`); an empty host or `[::]` listens on every
+interface, IPv4 and IPv6. A connection must finish its TLS handshake, and each request its head, within
+`read_timeout` (default `READ_TIMEOUT`); an idle keep-alive connection is closed after as long. Connections are
+bounded (`MAX_CONNECTIONS`, `MAX_SERVED`, see `llmaz.runtime.listener`).
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from llmaz.runtime.address import join_host_port, split_host_port
 from llmaz.runtime.authn import DelegatingAuth
 from llmaz.runtime.client import ApiError
-from llmaz.runtime.healthz import parse_bind_address
+from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.rbac import allow_urls
@@ -28,6 +34,9 @@ DEFAULT_CERT_DIR = Path("/tmp/k8s-metrics-server/serving-certs")
 # Not the manager's permission: what a scraper (e.g. Prometheus' ServiceAccount) needs to read /metrics.
 SCRAPER_RBAC_RULES = (allow_urls("/metrics", verbs=("get",)),)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+READ_TIMEOUT = 10.0
+# Scrapers keep one connection each; a few dozen is plenty, and bounds what TLS buffers can take.
+MAX_CONNECTIONS, MAX_SERVED = 256, 32
 
 
 class MetricsServer:
@@ -41,16 +50,20 @@ class MetricsServer:
         cert_dir: Path = DEFAULT_CERT_DIR,
         secure: bool = True,
         registry: CollectorRegistry = REGISTRY,
+        read_timeout: float = READ_TIMEOUT,
     ) -> None:
         if secure and auth is None:
             raise ValueError("secure metrics serving needs a DelegatingAuth")
         self.bind_address = bind_address
+        self.read_timeout = read_timeout
+        self._host, self._port = split_host_port(bind_address)
         self.secure = secure
         self.auth = auth
         self.registry = registry
         self.certs = CertWatcher(cert_dir / "tls.crt", cert_dir / "tls.key")
         self.port: int | None = None
         self._serving = asyncio.Event()
+        self._connections = Connections()
         self._log = get_logger("llmaz.runtime.metrics")
 
     def started(self) -> bool:
@@ -60,7 +73,8 @@ class MetricsServer:
         await self._serving.wait()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._guard] if self.secure else [])
+        guard = [self._guard] if self.secure else []
+        app = web.Application(middlewares=[self._connections.middleware, *guard])
         app.router.add_get("/metrics", self._metrics)
         return app
 
@@ -87,15 +101,21 @@ class MetricsServer:
     async def run(self, stopping: asyncio.Event) -> None:
         if self.secure and not await self.certs.wait_loaded(stopping):
             return
-        runner = web.AppRunner(self.app(), access_log=None)
+        runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.read_timeout, logger=HTTP_LOG)
         await runner.setup()
         try:
-            host, port = parse_bind_address(self.bind_address)
             ssl_context = self.certs.server_context() if self.secure else None
-            await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
-            self.port = runner.addresses[0][1]
+            self.port = await start_site(
+                runner,
+                self._host,
+                self._port,
+                ssl_context=ssl_context,
+                limits=ConnectionLimits(MAX_CONNECTIONS, MAX_SERVED, first_message_timeout=self.read_timeout),
+                connections=self._connections,
+            )
             self._serving.set()
-            self._log.info("metrics server started", port=self.port, secure=self.secure)
+            address = join_host_port(self._host, self.port)
+            self._log.info("metrics server started", address=address, secure=self.secure)
             await (self.certs.watch(stopping) if self.secure else stopping.wait())
         finally:
             self._serving.clear()

@@ -6,7 +6,6 @@ source set -> URI format / protocol / address -> ModelScope filename -> filename
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -26,17 +25,21 @@ IGNORE_PATTERNS_WITH_FILENAME: Final = "Once Filename is set, ignorePatterns sho
 HUB_AND_URI_WARNING: Final = "spec.source: both modelHub and uri are set; modelHub is used and uri is ignored"
 
 
-def default_openmodel(obj: dict[str, Any], now: datetime) -> dict[str, Any]:
+def default_openmodel(obj: dict[str, Any], now: datetime, old: dict[str, Any] | None = None) -> dict[str, Any]:
     """A copy of `obj` with the family-name label set (always overwritten) and createdAt set if missing.
 
-    Works on the raw object, because mutating webhooks run before the API server's schema validation.
+    A missing createdAt is taken from `old` (the stored object, on UPDATE) when it has one, else it is `now`:
+    llmaz reset it to the time of every update that omitted it (e.g. an apply from a manifest without it).
+    Works on the raw object, because mutating webhooks run before the API server's schema validation. Only
+    the maps on the changed paths are copied; the rest is shared with `obj`, which is left unchanged.
     """
-    out = copy.deepcopy(obj)
-    spec = out.get("spec") if isinstance(out.get("spec"), dict) else None
-    family = spec.get("familyName") if spec else None
-    _labels(out)[c.MODEL_FAMILY_NAME_LABEL] = family if isinstance(family, str) else ""
-    if spec is not None and spec.get("createdAt") is None:
-        spec["createdAt"] = rfc3339_seconds(now)
+    out = dict(obj)
+    spec = out.get("spec")
+    family = spec.get("familyName") if isinstance(spec, dict) else None
+    _copied_labels(out)[c.MODEL_FAMILY_NAME_LABEL] = family if isinstance(family, str) else ""
+    if isinstance(spec, dict) and spec.get("createdAt") is None:
+        spec = out["spec"] = dict(spec)
+        spec["createdAt"] = _stored_created_at(old) or rfc3339_seconds(now)
     return out
 
 
@@ -45,13 +48,18 @@ def rfc3339_seconds(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _labels(obj: dict[str, Any]) -> dict[str, Any]:
+def _stored_created_at(old: dict[str, Any] | None) -> str | None:
+    spec = old.get("spec") if old is not None else None
+    value = spec.get("createdAt") if isinstance(spec, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _copied_labels(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj`'s labels, with `metadata` and `labels` replaced by copies (or created) so they can be changed."""
     meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        meta = obj["metadata"] = {}
+    meta = obj["metadata"] = dict(meta) if isinstance(meta, dict) else {}
     labels = meta.get("labels")
-    if not isinstance(labels, dict):
-        labels = meta["labels"] = {}
+    labels = meta["labels"] = dict(labels) if isinstance(labels, dict) else {}
     return labels
 
 

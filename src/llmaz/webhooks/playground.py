@@ -10,7 +10,6 @@ Deliberate differences from llmaz (docs/compatibility.md):
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Final
 
 from llmaz.apis import ModelClaims, Playground
@@ -49,15 +48,17 @@ def limit_below_request(key: str, limit: int | str, request: int | str) -> str:
 
 
 def default_playground(obj: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `obj` whose `llmaz.io/model-name` label is the main model's name ("" if none), always set."""
-    out = copy.deepcopy(obj)
+    """A copy of `obj` whose `llmaz.io/model-name` label is the main model's name ("" if none), always set.
+
+    Only `metadata` and its labels are copied; the rest is shared with `obj`, which is left unchanged.
+    """
+    out = dict(obj)
     spec = out.get("spec")
     meta = out.get("metadata")
-    if not isinstance(meta, dict):
-        meta = out["metadata"] = {}
-    if not isinstance(meta.get("labels"), dict):
-        meta["labels"] = {}
-    meta["labels"][c.MODEL_NAME_LABEL] = _main_model_name(spec if isinstance(spec, dict) else {})
+    meta = out["metadata"] = dict(meta) if isinstance(meta, dict) else {}
+    labels = meta.get("labels")
+    labels = meta["labels"] = dict(labels) if isinstance(labels, dict) else {}
+    labels[c.MODEL_NAME_LABEL] = _main_model_name(spec if isinstance(spec, dict) else {})
     return out
 
 

@@ -46,7 +46,8 @@ VALIDATING_CONFIGURATION: Final = "llmaz-validating-webhook-configuration"
 WEBHOOK_SERVICE: Final = "llmaz-webhook-service"
 
 Now = Callable[[], datetime]
-Defaulter = Callable[[dict[str, Any], datetime], dict[str, Any]]
+# (object, the stored object on UPDATE else None, now) -> the defaulted copy
+Defaulter = Callable[[dict[str, Any], dict[str, Any] | None, datetime], dict[str, Any]]
 Validator = Callable[[Any, bool], list[FieldError]]
 Warner = Callable[[Any, ReferenceLookup | None], list[str]]
 
@@ -73,10 +74,11 @@ def _no_warnings(_: Any, __: ReferenceLookup | None) -> list[str]:
 KINDS: Final = (
     KindRules("BackendRuntime", c.INFERENCE_GROUP, "backendruntimes", BackendRuntime, None,
               lambda obj, _: validate_backendruntime(obj), _no_warnings),
-    KindRules("OpenModel", c.CORE_GROUP, "openmodels", OpenModel, default_openmodel,
+    KindRules("OpenModel", c.CORE_GROUP, "openmodels", OpenModel,
+              lambda obj, old, now: default_openmodel(obj, now, old),
               validate_openmodel, lambda obj, _: openmodel_warnings(obj)),
     KindRules("Playground", c.INFERENCE_GROUP, "playgrounds", Playground,
-              lambda obj, _: default_playground(obj), validate_playground, playground_warnings),
+              lambda obj, _, __: default_playground(obj), validate_playground, playground_warnings),
     KindRules("Service", c.INFERENCE_GROUP, "services", Service, None, validate_service, service_warnings),
 )  # fmt: skip
 
@@ -109,7 +111,8 @@ def _mutating(rules: KindRules, now: Now) -> Handler:
             return error
         if rules.default is None or request.object is None or request.operation == "DELETE":
             return allowed()
-        return patched(request.object, rules.default(request.object, now()))
+        old = request.old_object if request.operation == "UPDATE" else None
+        return patched(request.object, rules.default(request.object, old, now()))
 
     return handle
 

@@ -179,10 +179,10 @@ def panics() -> float:
     return REGISTRY.get_sample_value("controller_runtime_webhook_panics_total") or 0.0
 
 
-FAST = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SLOW_EXAMPLES_OK = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@FAST
+@SLOW_EXAMPLES_OK
 @given(path=st.sampled_from(PATHS), review=reviews())
 def test_generated_and_mutated_reviews_get_a_well_formed_answer(
     client: tuple[asyncio.AbstractEventLoop, TestClient[Any, Any]], path: str, review: dict[str, Any]
@@ -190,12 +190,13 @@ def test_generated_and_mutated_reviews_get_a_well_formed_answer(
     before = panics()
     response = review_(client, path, orjson.dumps(review), "application/json")
     uid = review["request"].get("uid")
-    if isinstance(uid, str) and uid and response["allowed"]:
+    # Allowed or denied, a request with a uid is answered with it: the API server matches answers by uid.
+    if isinstance(uid, str):
         assert response["uid"] == uid
     assert panics() == before
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     path=st.sampled_from(PATHS),
     body=st.binary(max_size=200) | json_values.map(orjson.dumps),
@@ -209,7 +210,7 @@ def test_arbitrary_bodies_get_a_well_formed_answer(
     assert panics() == before
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     path=st.sampled_from(PATHS),
     body=st.binary(max_size=200) | reviews().map(orjson.dumps),

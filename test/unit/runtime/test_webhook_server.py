@@ -13,6 +13,7 @@ import aiohttp
 import orjson
 import pytest
 import pytest_asyncio
+import structlog
 from aiohttp.test_utils import TestClient, TestServer
 from cryptography import x509
 
@@ -28,6 +29,7 @@ from llmaz.runtime.webhook import (
     allowed,
     denied,
 )
+from llmaz.webhooks import webhooks
 
 
 async def judge(request: AdmissionRequest) -> AdmissionResponse:
@@ -175,3 +177,83 @@ async def test_a_broken_pair_keeps_the_previous_certificate(tmp_path: Path) -> N
     assert (await served_certificate(server.port, ca)).serial_number == good.cert.serial_number
     stopping.set()
     await asyncio.wait_for(task, 5)
+
+
+def panics() -> float:
+    return REGISTRY.get_sample_value("controller_runtime_webhook_panics_total") or 0.0
+
+
+def deep_review(kind: str, depth: int) -> bytes:
+    """A CREATE review of a `kind` whose spec nests `depth` levels (as JSON text: orjson refuses to encode it)."""
+    group = "llmaz.io" if kind == "OpenModel" else "inference.llmaz.io"
+    spec = b'{"a":' * (depth - 1) + b"{}" + b"}" * (depth - 1)
+    head = orjson.dumps({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "deep", "kind": {"group": group, "version": "v1alpha1", "kind": kind},
+                    "operation": "CREATE", "object": {"metadata": {"name": "d"}, "spec": "@"}},
+    })  # fmt: skip
+    return head.replace(b'"@"', spec)
+
+
+@pytest.mark.parametrize(
+    ("kind", "path"),
+    [
+        ("OpenModel", "/mutate-llmaz-io-v1alpha1-openmodel"),
+        ("Playground", "/mutate-inference-llmaz-io-v1alpha1-playground"),
+        ("OpenModel", "/validate-llmaz-io-v1alpha1-openmodel"),
+        ("Playground", "/validate-inference-llmaz-io-v1alpha1-playground"),
+    ],
+)
+async def test_a_thousand_levels_deep_object_is_a_400_saying_so_and_no_panic(kind: str, path: str) -> None:
+    async with TestClient(TestServer(WebhookServer(webhooks(), tls=False).app())) as c:
+        before = panics()
+        resp = await c.post(path, data=deep_review(kind, 1000), headers={"Content-Type": "application/json"})
+        assert resp.status == 200
+        response = orjson.loads(await resp.read())["response"]
+        assert (response["uid"], response["allowed"], response["status"]["code"]) == ("deep", False, 400)
+        assert response["status"]["message"] == (
+            "couldn't decode AdmissionRequest: object is nested more than 100 levels deep"
+        )
+        assert panics() == before
+
+
+async def test_request_derived_values_are_cut_short_in_the_log() -> None:
+    huge = "x" * 1_000_000
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": huge, "kind": {"group": "g", "version": "v1", "kind": huge}, "operation": huge,
+                    "name": huge, "namespace": huge, "userInfo": {"username": huge},
+                    "object": {"metadata": {"name": huge}}},
+    }  # fmt: skip
+    unsupported = {**review, "apiVersion": huge}
+    server = WebhookServer([HOOK], tls=False)
+    with structlog.testing.capture_logs() as logs:
+        await server.review(HOOK, orjson.dumps(review), "application/json")
+        await server.review(HOOK, orjson.dumps(unsupported), "application/json")
+    lines = [line for line in logs if line["event"] == "admission"]
+    assert len(lines) == 2
+    for line in lines:
+        for key, value in line.items():
+            if isinstance(value, str):
+                assert len(value) <= 300, f"{key} logged with {len(value)} characters"
+    assert lines[0]["name"].startswith("x" * 256)
+    assert lines[0]["name"].endswith(f"...[{1_000_000 - 256} more characters]")
+    assert {"uid", "kind", "name", "namespace", "operation", "user"} <= set(lines[0])
+
+
+async def test_a_failing_handler_is_logged_with_its_error_cut_short() -> None:
+    async def explode(request: AdmissionRequest) -> AdmissionResponse:
+        raise ValueError("y" * 1_000_000)
+
+    hook = Webhook("vboom.example.io", "/boom", WebhookType.VALIDATING, HOOK.rules, explode)
+    server = WebhookServer([hook], tls=False)
+    with structlog.testing.capture_logs() as logs:
+        answer = orjson.loads(
+            await server.review(hook, orjson.dumps(review("x", uid="u" * 100_000)), "application/json")
+        )
+    (failure,) = [line for line in logs if line["event"] == "webhook handler failed"]
+    assert all(len(str(value)) <= 5000 for value in failure.values())
+    assert len(answer["response"]["status"]["message"]) < 1200
+    assert answer["response"]["uid"] == "u" * 100_000  # the answer still carries the whole uid

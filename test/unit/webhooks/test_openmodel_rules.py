@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -50,11 +51,26 @@ class TestDefaulting:
         obj["spec"]["createdAt"] = "2024-01-01T00:00:00Z"
         assert default_openmodel(obj, NOW)["spec"]["createdAt"] == "2024-01-01T00:00:00Z"
 
+    def test_an_update_without_created_at_keeps_the_stored_one(self) -> None:
+        old = model(HUB)
+        old["spec"]["createdAt"] = "2024-01-01T00:00:00Z"
+        assert default_openmodel(model(HUB), NOW, old)["spec"]["createdAt"] == "2024-01-01T00:00:00Z"
+
+    def test_a_created_at_in_the_update_wins_over_the_stored_one(self) -> None:
+        old, new = model(HUB), model(HUB)
+        old["spec"]["createdAt"] = "2024-01-01T00:00:00Z"
+        new["spec"]["createdAt"] = "2024-02-02T00:00:00Z"
+        assert default_openmodel(new, NOW, old)["spec"]["createdAt"] == "2024-02-02T00:00:00Z"
+
+    def test_a_stored_object_without_created_at_gets_now(self) -> None:
+        assert default_openmodel(model(HUB), NOW, model(HUB))["spec"]["createdAt"] == "2025-03-04T05:06:07Z"
+
     def test_the_input_is_not_modified_and_unknown_fields_survive(self) -> None:
         obj = model(HUB)
         obj["spec"]["future"] = {"x": 1}
+        snapshot = copy.deepcopy(obj)
         out = default_openmodel(obj, NOW)
-        assert "labels" not in obj["metadata"]
+        assert obj == snapshot
         assert out["spec"]["future"] == {"x": 1}
 
     def test_a_model_without_family_name_gets_an_empty_label(self) -> None:

@@ -152,3 +152,26 @@ async def test_a_missing_object_is_a_400_denial() -> None:
 
 async def test_delete_is_always_allowed() -> None:
     assert (await call("vservice.kb.io", request("Service", None, "DELETE"))).allowed
+
+
+def stored(created_at: str | None) -> dict[str, Any]:
+    spec = {**OPENMODEL["spec"], **({"createdAt": created_at} if created_at else {})}  # type: ignore[dict-item]
+    return {**OPENMODEL, "spec": spec}
+
+
+async def test_an_update_that_omits_created_at_keeps_the_stored_one() -> None:
+    req = AdmissionRequest(
+        "uid", GroupVersionKind("llmaz.io", "v1alpha1", "OpenModel"), "UPDATE", "m",
+        object=OPENMODEL, old_object=stored("2024-06-01T00:00:00Z"),
+    )  # fmt: skip
+    response = await call("mopenmodel.kb.io", req)
+    assert apply(OPENMODEL, response.patch)["spec"]["createdAt"] == "2024-06-01T00:00:00Z"
+
+
+@pytest.mark.parametrize(("operation", "old"), [("CREATE", None), ("UPDATE", None), ("UPDATE", stored(None))])
+async def test_created_at_is_now_when_nothing_was_stored(operation: str, old: dict[str, Any] | None) -> None:
+    req = AdmissionRequest(
+        "uid", GroupVersionKind("llmaz.io", "v1alpha1", "OpenModel"), operation, "m", object=OPENMODEL, old_object=old
+    )
+    response = await call("mopenmodel.kb.io", req)
+    assert apply(OPENMODEL, response.patch)["spec"]["createdAt"] == "2025-01-02T03:04:05Z"

@@ -1,7 +1,9 @@
 """RFC 6902 JSON Patch between two JSON documents, for mutating webhooks.
 
 Invariant: applying `diff(a, b)` to `a` yields `b`. Objects are diffed key by key (so a patch touches only what
-changed, and fields this program does not know are never dropped); a changed list is replaced whole.
+changed, and fields this program does not know are never dropped); a changed list is replaced whole. A value
+that is the same object in both documents is equal without being looked at, so a defaulter that copies only
+the path it changes makes diffing cost what it changed, not the size of the object.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ def escape(token: str) -> str:
 
 
 def diff(original: Any, mutated: Any, path: str = "") -> list[Operation]:
+    if original is mutated:
+        return []
     if isinstance(original, dict) and isinstance(mutated, dict):
         return _diff_objects(original, mutated, path)
     if _same(original, mutated):

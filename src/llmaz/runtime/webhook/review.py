@@ -1,19 +1,34 @@
 """AdmissionReview decoding: the checks controller-runtime applies before a handler runs.
 
 Invariants: `decode_review` never raises anything but `ReviewError`, whose `code` is the HTTP-style status
-placed in the denial (400 for every client-side fault). The body is capped at `MAX_BODY_BYTES` (7 MiB: two
-3 MiB objects on UPDATE plus 1 MiB of overhead). Both `admission.k8s.io/v1` and `v1beta1` are read, and the
-answer uses the version asked in.
+placed in the denial (400 for every client-side fault), and which carries the request's uid whenever the review
+has one, so that denials are matched to their request too. The body is capped at `MAX_BODY_BYTES` (7 MiB, as
+controller-runtime: the API server takes request bodies up to 3 MiB, so an UPDATE carries two objects of at most
+3 MiB each, plus overhead) and at `MAX_JSON_VALUES` values (counted on the bytes, before decoding), which bounds
+what one review can take in memory. `object` and `oldObject` may nest at most `MAX_OBJECT_DEPTH` levels (checked
+without recursion, before any handler walks them recursively). Both `admission.k8s.io/v1` and `v1beta1` are read, and
+the answer uses the version asked in.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
 
+from llmaz.runtime.log import bounded
+
 MAX_BODY_BYTES: Final = 7 * 1024 * 1024
+# Decoded, then validated into models, a JSON value can take 300 bytes of Python objects (a map member with its
+# key, its copy in the model): 250,000 values stay near 75 MB. An object etcd stores (1.5 MiB by default) holds
+# about 100,000 values at a dense 15 bytes each, so an UPDATE carrying two of them fits.
+MAX_JSON_VALUES: Final = 250_000
+# Deeper than any real object (a pod template's affinity terms reach about 20); shallow enough for recursion in
+# copying, diffing and validation to stay far from Python's recursion limit.
+MAX_OBJECT_DEPTH: Final = 100
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 JSON_CONTENT_TYPE: Final = "application/json"
 V1: Final = "admission.k8s.io/v1"
 V1BETA1: Final = "admission.k8s.io/v1beta1"
@@ -56,31 +71,37 @@ class AdmissionRequest:
     api_version: str = V1
 
 
-def decode_review(body: bytes, content_type: str | None) -> AdmissionRequest:
+def decode_review(body: bytes | bytearray, content_type: str | None) -> AdmissionRequest:
     if not body:
         raise ReviewError(400, "request body is empty")
     if len(body) > MAX_BODY_BYTES:
         raise ReviewError(400, f"request entity is too large; limit is {MAX_BODY_BYTES} bytes")
     if content_type != JSON_CONTENT_TYPE:
-        raise ReviewError(400, f"contentType={content_type}, expected {JSON_CONTENT_TYPE}")
+        raise ReviewError(400, f"contentType={bounded(content_type)}, expected {JSON_CONTENT_TYPE}")
+    if (values := json_values(body)) > MAX_JSON_VALUES:
+        raise ReviewError(400, f"request holds too many JSON values ({values}); limit is {MAX_JSON_VALUES}")
     try:
         review = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise ReviewError(400, f"couldn't decode AdmissionReview: {exc}") from exc
+        limit = f" (objects may nest at most {MAX_OBJECT_DEPTH} levels)" if "depth" in str(exc) else ""
+        raise ReviewError(400, f"couldn't decode AdmissionReview: {exc}{limit}") from exc
     if not isinstance(review, dict):
         raise ReviewError(400, "couldn't decode AdmissionReview: not a JSON object")
+    raw = review.get("request")
+    uid = raw.get("uid") if isinstance(raw, dict) else None
+    uid = uid if isinstance(uid, str) else ""
     api_version = review.get("apiVersion")
-    version = api_version if api_version in REVIEW_VERSIONS else V1
+    version = str(api_version) if api_version in REVIEW_VERSIONS else V1
     if review.get("kind") != "AdmissionReview" or api_version not in REVIEW_VERSIONS:
-        raise ReviewError(400, f"unsupported kind {review.get('kind')!r} of apiVersion {api_version!r}", version)
-    return _request(review.get("request"), str(version))
+        kind = bounded(repr(review.get("kind")))
+        raise ReviewError(400, f"unsupported kind {kind} of apiVersion {bounded(repr(api_version))}", version, uid)
+    return _request(raw, uid, version)
 
 
-def _request(raw: Any, api_version: str) -> AdmissionRequest:
+def _request(raw: Any, uid: str, api_version: str) -> AdmissionRequest:
     if not isinstance(raw, dict):
         raise ReviewError(400, "got an empty AdmissionRequest", api_version)
-    uid = raw.get("uid")
-    if not isinstance(uid, str) or not uid:
+    if not uid:
         raise ReviewError(400, "AdmissionRequest has no uid", api_version)
     try:
         return AdmissionRequest(
@@ -123,6 +144,48 @@ def _mapping(raw: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _object(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
     value = raw.get(key)
-    if value is None or isinstance(value, dict):
-        return value
-    raise ValueError(f"{key} is not an object")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"{key} is not an object")
+    if nesting_depth(value, MAX_OBJECT_DEPTH) > MAX_OBJECT_DEPTH:
+        raise ValueError(f"{key} is nested more than {MAX_OBJECT_DEPTH} levels deep")
+    return value
+
+
+def json_values(text: bytes | bytearray) -> int:
+    """About how many values the JSON `text` holds: its objects and arrays, and the commas between members.
+
+    Counted on the bytes, much cheaper than decoding. Only when that count is over `MAX_JSON_VALUES` are the
+    commas and brackets inside strings found and taken off (without copying the text), until it is not.
+    """
+    count = _separators(text, 0, len(text))
+    if count > MAX_JSON_VALUES:
+        for string in _JSON_STRING.finditer(text):
+            count -= _separators(text, *string.span())
+            if count <= MAX_JSON_VALUES:
+                break
+    return count
+
+
+def _separators(text: bytes | bytearray, start: int, end: int) -> int:
+    return text.count(b",", start, end) + text.count(b"{", start, end) + text.count(b"[", start, end)
+
+
+def nesting_depth(value: Any, stop_above: int | None = None) -> int:
+    """How many levels of objects and arrays `value` nests (0 for a scalar, 1 for `{}`), without recursion.
+
+    With `stop_above`, the walk ends as soon as the depth exceeds it (and returns that depth).
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        deepest = max(deepest, depth)
+        if stop_above is not None and deepest > stop_above:
+            break
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest

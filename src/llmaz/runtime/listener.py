@@ -1,0 +1,354 @@
+"""How the manager's HTTP servers take connections: bounded in number, handed over only once they speak.
+
+asyncio gives every TLS connection 256 KiB of buffers the moment it is accepted, and every connection's reads
+come in chunks of up to 256 KiB, so a crowd of connections (stalled ones included) could fill a pod's memory
+before any request deadline applies. `ListenerSite` therefore accepts in two stages:
+
+1. Accepted: at most `max_connections` sockets (a few KiB each) wait, without being read, until the peer has
+   sent a whole first message (a request head in plain HTTP, the first TLS record, i.e. the ClientHello, in
+   TLS). Beyond that bound the kernel's listen backlog holds new connections.
+2. Served: at most `max_served` connections are handed to the HTTP server (TLS set up; decrypted bytes read
+   ahead capped at `tls_read_buffer`). A connection waits in stage 1 for a free slot. While any waits, the
+   server's responses close their connections, and keep-alive connections idle since a response at least
+   `IDLE_GRACE` ago (nothing received since) are closed, so that slots pass on (`Connections`, whose
+   middleware the served app must have).
+
+Invariants: stage 1, including the wait for a slot, takes at most `first_message_timeout`, and a TLS handshake
+at most as long again; a connection that takes longer is closed. Slots are released when a connection closes,
+whatever closes it. The peer's bytes are only peeked at in stage 1, so the server reads them as sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from llmaz.runtime.address import bind_socket
+from llmaz.runtime.log import get_logger
+
+PEEK_BYTES = 16 * 1024 + 5  # the largest TLS record, with its header
+# A keep-alive connection quiet this long after a response is idle. Longer than the event loop is ever blocked
+# (judging one review takes well under a second), so a request's bytes waiting to be read are seen first.
+IDLE_GRACE = 2.0
+_ACCEPT_RETRY_DELAY = 1.0  # after accept fails (e.g. out of file descriptors), as asyncio's own servers wait
+_POLL_INTERVAL = 0.05  # where the kernel cannot wake us on more bytes (no SO_RCVLOWAT)
+_log = get_logger("llmaz.runtime.listener")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _DropClientErrors(logging.Filter):
+    """aiohttp logs every malformed request, a client's fault it answers with a 400, as an error with a traceback
+    quoting the request: noise in the log, and as much of it as a client cares to send."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], HttpProcessingError))
+
+
+HTTP_LOG = logging.getLogger("llmaz.runtime.http")
+"""The logger to give aiohttp's runners (`logger=`): failures of the server itself, without client errors."""
+HTTP_LOG.addFilter(_DropClientErrors())
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_connections: int = 1024
+    max_served: int = 64
+    first_message_timeout: float = 10.0
+    tls_read_buffer: int = 16 * 1024
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_served <= self.max_connections:
+            raise ValueError("need 1 <= max_served <= max_connections")
+        if self.first_message_timeout <= 0:
+            raise ValueError("first_message_timeout must be positive")
+
+
+class Connections:
+    """The served connections of a site, and how many wait for a slot; the app's `middleware` tracks requests."""
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.served: dict[asyncio.BaseTransport, _Connection] = {}
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        connection = self.served.get(request.transport) if request.transport is not None else None
+        if connection is not None:
+            connection.requests += 1
+        try:
+            response = await handler(request)
+        finally:
+            if connection is not None:
+                connection.answered()
+        if self.waiting:
+            response.force_close()
+        return response
+
+    def close_idle(self) -> None:
+        """Close the served connections idle since a response IDLE_GRACE ago (see the module doc)."""
+        quiet_since = asyncio.get_running_loop().time() - IDLE_GRACE
+        for transport, connection in list(self.served.items()):
+            if connection.idle_since(quiet_since):
+                transport.close()
+
+
+class ListenerSite(web.BaseSite):
+    """A site serving `runner`'s HTTP server on a bound socket, through the two stages of the module doc."""
+
+    __slots__ = ("_accepting", "_connections", "_limits", "_name", "_opening", "_served", "_slots", "_sock")
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        sock: socket.socket,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        limits: ConnectionLimits | None = None,
+        connections: Connections | None = None,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._sock = sock
+        self._limits = limits or ConnectionLimits()
+        self._connections = connections or Connections()
+        host, port = sock.getsockname()[:2]
+        self._name = f"{'https' if ssl_context else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
+        self._slots = asyncio.Semaphore(self._limits.max_connections)
+        self._served = asyncio.Semaphore(self._limits.max_served)
+        self._accepting: asyncio.Task[None] | None = None
+        self._opening: set[asyncio.Task[None]] = set()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def start(self) -> None:
+        await super().start()  # registers the site, so that runner.cleanup() stops it
+        self._sock.listen(128)
+        self._accepting = asyncio.create_task(self._accept())
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._accepting, *self._opening) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._sock.close()
+        await super().stop()
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._slots.acquire()
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:
+                self._slots.release()
+                _log.warning("accepting a connection failed", site=self._name, error=repr(exc))
+                await asyncio.sleep(_ACCEPT_RETRY_DELAY)
+                continue
+            except BaseException:
+                self._slots.release()
+                raise
+            task = asyncio.create_task(self._open(conn))
+            self._opening.add(task)
+            task.add_done_callback(self._opening.discard)
+
+    async def _open(self, conn: socket.socket) -> None:
+        held = {"slot": True, "served": False}
+
+        def release() -> None:
+            if held["served"]:
+                held["served"] = False
+                self._served.release()
+            if held["slot"]:
+                held["slot"] = False
+                self._slots.release()
+
+        timeout = self._limits.first_message_timeout
+        tls = self._ssl_context is not None
+        try:
+            async with asyncio.timeout(timeout):
+                await _first_message(conn, _tls_record if tls else _http_head)
+                await self._take_served_slot()
+                held["served"] = True
+            server = self._runner.server
+            assert server is not None
+            limit = self._limits.tls_read_buffer
+            connections = self._connections
+            # The shutdown timeout too: a peer that never answers our close_notify would hold its slot 30 s.
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _Connection(server(), connections, release, limit),
+                conn,
+                ssl=self._ssl_context,
+                ssl_handshake_timeout=timeout if tls else None,
+                ssl_shutdown_timeout=timeout if tls else None,
+            )
+        except asyncio.CancelledError:
+            release()
+            conn.close()
+            raise
+        except Exception as exc:  # the peer was too slow, went away, or failed its handshake
+            release()
+            conn.close()
+            _log.debug("connection not served", site=self._name, error=repr(exc))
+
+    async def _take_served_slot(self) -> None:
+        """Wait for a served slot, closing idle connections to free one (checked again every IDLE_GRACE)."""
+        self._connections.waiting += 1
+        try:
+            while True:
+                if self._served.locked():
+                    self._connections.close_idle()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(IDLE_GRACE):
+                        await self._served.acquire()
+                        return
+        finally:
+            self._connections.waiting -= 1
+
+
+async def start_site(
+    runner: web.BaseRunner,
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    limits: ConnectionLimits | None = None,
+    connections: Connections | None = None,
+) -> int:
+    """Serve `runner` on `host`:`port` (stopped by `runner.cleanup()`); returns the bound port.
+
+    Pass the `Connections` whose middleware the runner's app has, so that slots pass on when contended.
+    """
+    sock = bind_socket(host, port)
+    try:
+        site = ListenerSite(runner, sock, ssl_context=ssl_context, limits=limits, connections=connections)
+        await site.start()
+    except BaseException:
+        sock.close()
+        raise
+    bound: int = sock.getsockname()[1]
+    return bound
+
+
+class _Connection(asyncio.Protocol):
+    """The HTTP server's protocol for one connection, registered while open; its slots are released on close."""
+
+    def __init__(
+        self, inner: asyncio.Protocol, registry: Connections, on_lost: Callable[[], None], tls_read_buffer: int
+    ) -> None:
+        self._inner = inner
+        self._registry = registry
+        self._on_lost = on_lost
+        self._tls_read_buffer = tls_read_buffer
+        self._transport: asyncio.BaseTransport | None = None
+        self.requests = 0  # being handled now
+        self._answered_at: float | None = None  # when the last one was; None before the first
+        self._received_since = False  # bytes arrived after it: the next request, or the rest of a refused body
+
+    def answered(self) -> None:
+        self.requests -= 1
+        self._answered_at = asyncio.get_running_loop().time()
+        self._received_since = False
+
+    def idle_since(self, time: float) -> bool:
+        """Between requests, after at least one, with nothing received since a response no later than `time`."""
+        answered = self._answered_at
+        return self.requests == 0 and not self._received_since and answered is not None and answered <= time
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # TLS transports read ahead up to 256 KiB of decrypted bytes per connection unless told otherwise.
+        set_limits = getattr(transport, "set_read_buffer_limits", None)
+        if set_limits is not None:
+            set_limits(high=self._tls_read_buffer)
+        self._transport = transport
+        self._registry.served[transport] = self
+        self._inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            self._inner.connection_lost(exc)
+        finally:
+            if self._transport is not None:
+                self._registry.served.pop(self._transport, None)
+            self._on_lost()
+
+    def data_received(self, data: bytes) -> None:
+        self._received_since = True
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
+def _tls_record(data: bytes) -> bool:
+    """A whole first TLS record; or bytes that are no TLS handshake at all, which the handshake refuses at once."""
+    if data[:1] != b"\x16":
+        return True
+    return len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[3:5], "big")
+
+
+def _http_head(data: bytes) -> bool:
+    return b"\r\n\r\n" in data or b"\n\n" in data
+
+
+async def _first_message(sock: socket.socket, complete: Callable[[bytes], bool]) -> None:
+    """Wait until the bytes waiting on `sock` are `complete` (or PEEK_BYTES long), without consuming them.
+
+    The kernel wakes us only when more bytes than already seen have arrived (SO_RCVLOWAT), or the peer closed.
+    """
+    seen = 0
+    wake_on_more = hasattr(socket, "SO_RCVLOWAT")
+    try:
+        while True:
+            if seen and not wake_on_more:
+                await asyncio.sleep(_POLL_INTERVAL)
+            else:
+                await _readable(sock)
+            try:
+                data = sock.recv(PEEK_BYTES, socket.MSG_PEEK)
+            except BlockingIOError:
+                continue
+            if not data or (wake_on_more and len(data) <= seen):
+                raise ConnectionResetError("closed before sending a whole first message")
+            if complete(data) or len(data) >= PEEK_BYTES:
+                return
+            seen = len(data)
+            if wake_on_more:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, seen + 1)
+                except OSError:
+                    wake_on_more = False
+    finally:
+        if seen and wake_on_more:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+
+
+async def _readable(sock: socket.socket) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    fd = sock.fileno()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)

@@ -1,0 +1,136 @@
+"""The two-stage listener: connections are bounded, handed to the HTTP server only once they have sent a whole
+first message, dropped when they take too long, and slots pass on to waiting connections."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from llmaz.runtime.listener import IDLE_GRACE, ConnectionLimits, Connections, start_site
+from llmaz.testing.waiting import eventually
+
+GET = b"GET /ping HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+@dataclass
+class Listening:
+    port: int
+    connections: Connections
+    release: asyncio.Event  # lets GET /hold answer
+
+
+@contextlib.asynccontextmanager
+async def listening(limits: ConnectionLimits) -> AsyncIterator[Listening]:
+    connections, release = Connections(), asyncio.Event()
+
+    async def ping(_: web.Request) -> web.Response:
+        return web.Response(text="pong")
+
+    async def hold(_: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(text="held")
+
+    app = web.Application(middlewares=[connections.middleware])
+    app.router.add_get("/ping", ping)
+    app.router.add_get("/hold", hold)
+    runner = web.AppRunner(app, keepalive_timeout=60)
+    await runner.setup()
+    try:
+        port = await start_site(runner, "127.0.0.1", 0, limits=limits, connections=connections)
+        yield Listening(port, connections, release)
+    finally:
+        release.set()
+        await runner.cleanup()
+
+
+async def opened(port: int, data: bytes = b"") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    return reader, writer
+
+
+async def answer(reader: asyncio.StreamReader, within: float = 5.0) -> bytes:
+    """The head and body of one response to GET /ping."""
+    async with asyncio.timeout(within):
+        head = await reader.readuntil(b"\r\n\r\n")
+        return head + await reader.readexactly(4)
+
+
+async def closed_after(reader: asyncio.StreamReader, within: float) -> float:
+    started = time.monotonic()
+    async with asyncio.timeout(within):
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(4096):
+                pass
+    return time.monotonic() - started
+
+
+async def test_a_connection_that_sends_a_whole_request_is_served() -> None:
+    async with listening(ConnectionLimits()) as served:
+        reader, writer = await opened(served.port, GET[:5])
+        writer.write(GET[5:])  # the rest of the head arrives later: still served
+        assert (await answer(reader)).endswith(b"pong")
+        writer.close()
+
+
+async def test_a_connection_that_never_completes_its_first_request_is_dropped_in_time() -> None:
+    async with listening(ConnectionLimits(first_message_timeout=0.5)) as served:
+        reader, writer = await opened(served.port, b"GET /ping HT")
+        assert await closed_after(reader, 5) < 1.5
+        writer.close()
+
+
+async def test_beyond_max_connections_new_connections_wait_in_the_backlog() -> None:
+    async with listening(ConnectionLimits(max_connections=2, max_served=1, first_message_timeout=1.0)) as served:
+        stalled = [await opened(served.port, b"G") for _ in range(3)]
+        held = sorted(await asyncio.gather(*(closed_after(reader, 10) for reader, _ in stalled)))
+        # Two are accepted and dropped after a second; the third is accepted only then, and dropped a second later.
+        assert held[2] >= 1.9
+        assert held[1] < held[2] - 0.5
+        for _, writer in stalled:
+            writer.close()
+
+
+async def test_connections_that_go_away_early_give_their_slots_back() -> None:
+    async with listening(ConnectionLimits(max_connections=2, max_served=1)) as served:
+        for _ in range(20):
+            _, writer = await opened(served.port, b"GET /pi")
+            writer.close()
+            await writer.wait_closed()
+        reader, writer = await opened(served.port, GET)
+        assert (await answer(reader)).endswith(b"pong")
+        writer.close()
+
+
+async def test_an_idle_keep_alive_connection_gives_its_slot_to_a_waiting_one() -> None:
+    async with listening(ConnectionLimits(max_served=1)) as served:
+        idle_reader, idle = await opened(served.port, GET)
+        assert b"Connection: close" not in await answer(idle_reader)  # kept alive: it holds the only slot
+        started = time.monotonic()
+        reader, writer = await opened(served.port, GET)
+        assert (await answer(reader, within=IDLE_GRACE + 5)).endswith(b"pong")
+        assert time.monotonic() - started < IDLE_GRACE + 2
+        assert await closed_after(idle_reader, 5) >= 0  # the idle one was closed to make room
+        for w in (idle, writer):
+            w.close()
+
+
+async def test_while_connections_wait_responses_close_their_connection() -> None:
+    async with listening(ConnectionLimits(max_served=1)) as served:
+        first_reader, first = await opened(served.port, b"GET /hold HTTP/1.1\r\nHost: t\r\n\r\n")
+        await eventually(lambda: len(served.connections.served) == 1, 5, "the first connection is served")
+        second_reader, second = await opened(served.port, GET)
+        await eventually(lambda: served.connections.waiting == 1, 5, "the second waits for the slot")
+        served.release.set()
+        async with asyncio.timeout(5):
+            head = await first_reader.readuntil(b"\r\n\r\n")
+        assert b"Connection: close" in head
+        assert (await answer(second_reader)).endswith(b"pong")
+        for w in (first, second):
+            w.close()
