@@ -18,8 +18,11 @@ export LLMAZ_CACHE
 
 PYTEST_ARGS ?=
 
-# The manager image (make docker-build / docker-push / deploy) and the tools that handle it.
-IMG ?= llmaz:latest
+# The project's two images, named and versioned together (make docker-build / docker-push / deploy), and the tools
+# that handle them. The default global config names LOADER_IMG's default; `make deploy LOADER_IMG=...` overrides it.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+IMG ?= llmaz:v$(VERSION)
+LOADER_IMG ?= llmaz-model-loader:v$(VERSION)
 # What `make deploy` installs: config/default, or an overlay of it (config/node: the node tier's local images).
 DEPLOY_CONFIG ?= config/default
 CONTAINER_TOOL ?= docker
@@ -180,8 +183,9 @@ run: install cluster-bins $(KUSTOMIZE) ## llmaz serving a model on a real node (
 ##@ Deploy
 
 .PHONY: docker-build
-docker-build: ## Build the manager image IMG.
+docker-build: ## Build the manager image IMG and the model-loader image LOADER_IMG.
 	$(CONTAINER_TOOL) build -t $(IMG) .
+	$(CONTAINER_TOOL) build -f Dockerfile.loader -t $(LOADER_IMG) .
 
 # Needs root: the packages (buildah, debootstrap; hack/node/packages.txt) install only when missing.
 .PHONY: image-build
@@ -190,15 +194,22 @@ image-build: ## Build the manager, model-loader, pause and llama-server images w
 	@hack/images/build.sh all
 
 .PHONY: docker-push
-docker-push: ## Push the manager image IMG.
+docker-push: ## Push the manager image IMG and the model-loader image LOADER_IMG.
 	$(CONTAINER_TOOL) push $(IMG)
+	$(CONTAINER_TOOL) push $(LOADER_IMG)
 
 .PHONY: deploy
-deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default config/default, with image IMG).
+deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default config/default, images IMG, LOADER_IMG).
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 	$(KUBECTL) wait --for=condition=Established --timeout=60s -f config/crd/bases
 	@rm -rf .dev/deploy && mkdir -p .dev/deploy
 	cd .dev/deploy && $(KUSTOMIZE) create --resources ../../$(DEPLOY_CONFIG) && $(KUSTOMIZE) edit set image controller=$(IMG)
+	@# A LOADER_IMG given on the command line or in the environment replaces the configuration's loader image.
+	@if [ "$(origin LOADER_IMG)" != file ]; then \
+	  printf '%s\n' 'apiVersion: v1' 'kind: ConfigMap' 'metadata:' '  name: llmaz-global-config' \
+	    '  namespace: llmaz-system' 'data:' '  config.data: |' '    scheduler-name: default-scheduler' \
+	    '    init-container-image: $(LOADER_IMG)' > .dev/deploy/loader-image.yaml && \
+	  cd .dev/deploy && $(KUSTOMIZE) edit add patch --path loader-image.yaml; fi
 	$(KUSTOMIZE) build .dev/deploy | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy

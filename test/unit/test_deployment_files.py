@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from llmaz.apis import constants as c
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 
@@ -94,3 +96,16 @@ def test_the_local_overlay_calls_every_webhook_by_url_at_its_generated_path() ->
     assert local.keys() == generated.keys()
     for kind, hooks in generated.items():
         assert {name: f"https://127.0.0.1:9443{svc['path']}" for name, svc in hooks.items()} == local[kind]
+
+
+def test_the_default_loader_image_is_the_projects_own_versioned_with_the_manager() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    expected = f"llmaz-model-loader:v{version}"
+    assert expected == c.DEFAULT_INIT_CONTAINER_IMAGE
+    for path in ("config/default/configmap.yaml", "config/dev/global-config.yaml"):
+        (config_map,) = [d for d in yaml.safe_load_all((REPO / path).read_text()) if d["kind"] == "ConfigMap"]
+        settings = yaml.safe_load(config_map["data"]["config.data"])
+        assert settings["init-container-image"] == expected, path
+    makefile = (REPO / "Makefile").read_text()
+    assert "LOADER_IMG ?= llmaz-model-loader:v$(VERSION)" in makefile
+    assert "IMG ?= llmaz:v$(VERSION)" in makefile

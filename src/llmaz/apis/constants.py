@@ -75,7 +75,7 @@ AWS_SECRET_ACCESS_KEY: Final = "AWS_SECRET_ACCESS_KEY"
 GLOBAL_CONFIG_NAME: Final = "llmaz-global-config"
 GLOBAL_CONFIG_NAMESPACE: Final = "llmaz-system"
 GLOBAL_CONFIG_DATA_KEY: Final = "config.data"
-DEFAULT_INIT_CONTAINER_IMAGE: Final = "inftyai/model-loader:v0.0.10"
+DEFAULT_INIT_CONTAINER_IMAGE: Final = "llmaz-model-loader:v0.1.0"
 FIELD_MANAGER: Final = "llmaz"
 
 # Conditions: types.

@@ -1,7 +1,7 @@
 """Cluster-wide llmaz settings from the `llmaz-global-config` ConfigMap (key `config.data`, YAML).
 
     scheduler-name: default-scheduler            # optional; set on pod templates that name none
-    init-container-image: inftyai/model-loader:v0.0.10   # required; the model-loader image
+    init-container-image: llmaz-model-loader:v0.1.0   # required; the model-loader image
 
 `parse_global_config` turns a ConfigMap into `GlobalSettings` or raises `SettingsError` with llmaz's texts.
 `SettingsHolder` keeps the last good value: a bad edit is reported and ignored, never half-applied.

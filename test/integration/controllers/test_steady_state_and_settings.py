@@ -61,7 +61,7 @@ async def test_editing_the_global_config_rerenders_the_init_container_image(
         init = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["initContainers"]
         return str(init[0]["image"])
 
-    assert await eventually(loader_image) == "inftyai/model-loader:v0.0.10"
+    assert await eventually(loader_image) == "llmaz-model-loader:v0.1.0"
     config = await client.get(r.CONFIG_MAPS, "llmaz-global-config", "llmaz-system")
     original = config["data"]["config.data"]
     config["data"]["config.data"] = "scheduler-name: default-scheduler\ninit-container-image: example.com/loader:v2\n"

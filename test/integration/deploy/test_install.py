@@ -67,7 +67,7 @@ def test_the_global_config_is_valid_and_the_cert_secret_awaits_the_manager(
 ) -> None:
     config_map = _get(cluster, f"/api/v1/namespaces/{NAMESPACE}/configmaps/llmaz-global-config")
     settings = parse_global_config(config_map)
-    assert settings.init_container_image == "inftyai/model-loader:v0.0.10"
+    assert settings.init_container_image == "llmaz-model-loader:v0.1.0"
     assert settings.scheduler_name == "default-scheduler"
     secret = _get(cluster, f"/api/v1/namespaces/{NAMESPACE}/secrets/llmaz-webhook-server-cert")
     assert not secret.get("data")
