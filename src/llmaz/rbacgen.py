@@ -23,7 +23,7 @@ import yaml
 
 from llmaz.certs import rotator
 from llmaz.controllers import playground, readiness, service, setup
-from llmaz.gateway import catalog
+from llmaz.gateway import catalog, waker
 from llmaz.runtime import authn, events, leaderelection, metrics_server
 from llmaz.runtime.rbac import PolicyRule, role_manifests
 from llmaz.webhooks import cachelookup
@@ -75,8 +75,8 @@ ROLE_FILES = (
     RoleFile(
         "role.yaml",
         "gateway-role",
-        "What llmaz-gateway reads to route: the objects that serve models and the endpoints behind them.",
-        (catalog,),
+        "What llmaz-gateway reads to route, and writes to scale opted-in Playgrounds from and to zero.",
+        (catalog, waker, events),
         directory="../gateway",
     ),
 )

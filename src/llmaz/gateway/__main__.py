@@ -21,6 +21,7 @@ from llmaz.gateway.catalog import Catalog
 from llmaz.gateway.metrics import GatewayMetrics
 from llmaz.gateway.proxy import ProxyOptions
 from llmaz.gateway.server import Gateway, GatewayOptions
+from llmaz.gateway.waker import WakeOptions, Waker
 from llmaz.runtime import log
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import load
@@ -71,6 +72,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--upstream-retries", type=int, default=2, choices=range(10), metavar="{0..9}", help="default 2")
     add("--drain-timeout", type=_positive_float, default=30.0, help="seconds in-flight requests get on stop")
     add(
+        "--wake-timeout",
+        type=_positive_float,
+        default=300.0,
+        help="seconds a request is held while its model scales up from zero (default 300)",
+    )
+    add(
+        "--scale-to-zero",
+        default="true",
+        choices=["true", "false"],
+        help="scale Playgrounds annotated llmaz.io/scale-to-zero-after from and to zero (default true)",
+    )
+    add(
         "--resolve",
         type=_address_pair,
         action="append",
@@ -120,7 +133,13 @@ async def run(args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
             ),
         )
         metrics = GatewayMetrics()
-        gateway = Gateway(Catalog.watch(manager.informers), gateway_options(args), api_keys=api_keys, metrics=metrics)
+        catalog = Catalog.watch(manager.informers)
+        waker = None
+        if args.scale_to_zero == "true":
+            recorder = manager.event_recorder("llmaz-gateway")
+            waker = Waker(client, catalog, recorder, WakeOptions(wake_timeout=args.wake_timeout))
+            manager.add(waker)
+        gateway = Gateway(catalog, gateway_options(args), api_keys=api_keys, metrics=metrics, waker=waker)
         manager.add(gateway)
         manager.add_readyz_check("gateway", gateway.serving)
         if args.metrics_bind_address != "0":

@@ -10,9 +10,13 @@ Invariants:
 - The model -> backends table is rebuilt from the caches on the first lookup after any Playground or Service
   event, so it is never staler than the caches; endpoints are read from the slice cache on every lookup.
 - Reads never await, so a lookup sees one consistent state of every cache.
+- `changed()` resolves on the next Playground or EndpointSlice event: a request held while its model wakes
+  re-reads its endpoints then, instead of polling.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from llmaz.apis import constants as c
 from llmaz.gateway import routes
@@ -48,6 +52,22 @@ class _Invalidate:
         self._catalog.invalidate()
 
 
+class _Notify:
+    """An event handler that wakes whoever waits for the next change."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    def on_add(self, obj: Obj, is_initial_list: bool) -> None:
+        self._catalog.notify()
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._catalog.notify()
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self._catalog.notify()
+
+
 class Catalog:
     """Served models and their ready endpoints, read from informers (see the module docstring)."""
 
@@ -61,8 +81,11 @@ class Catalog:
         self._slices = endpoint_slices
         self._slices.add_indexers({BACKEND_INDEX: routes.slice_backend_key})
         self._table: dict[str, tuple[Backend, ...]] | None = None
+        self._waiters: list[asyncio.Future[None]] = []
         for informer in (playgrounds, services):
             informer.add_event_handler(_Invalidate(self))
+        for informer in (playgrounds, endpoint_slices):
+            informer.add_event_handler(_Notify(self))
 
     @classmethod
     def watch(cls, informers: SharedInformerFactory) -> Catalog:
@@ -81,6 +104,31 @@ class Catalog:
 
     def invalidate(self) -> None:
         self._table = None
+
+    def notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def changed(self, within: float) -> None:
+        """Return at the next Playground or EndpointSlice event, or after `within` seconds."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, within)
+        except TimeoutError:
+            return
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def playgrounds(self) -> list[Obj]:
+        return self._playgrounds.store.list()
+
+    def playgrounds_serving(self, model: str) -> list[Obj]:
+        """The Playgrounds whose main model is `model`."""
+        return [pg for pg in self._playgrounds.store.list() if routes.main_model(pg) == model]
 
     def _routes(self) -> dict[str, tuple[Backend, ...]]:
         if self._table is None:

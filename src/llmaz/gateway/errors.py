@@ -126,6 +126,26 @@ def no_ready_endpoint(model: str) -> OpenAIError:
     )
 
 
+def wake_timeout(model: str, seconds: float) -> OpenAIError:
+    return OpenAIError(
+        504,
+        f"The model `{model}` was scaled up from zero but had no ready endpoint within {seconds:.0f} s. Retry later.",
+        type=SERVER_ERROR,
+        code="model_wake_timeout",
+        headers={"Retry-After": "5"},
+    )
+
+
+def wake_failed(model: str, reason: str) -> OpenAIError:
+    return OpenAIError(
+        503,
+        f"The model `{model}` is scaled to zero and could not be scaled up: {_quote(reason)}",
+        type=SERVER_ERROR,
+        code="model_wake_failed",
+        headers={"Retry-After": "5"},
+    )
+
+
 def not_ready() -> OpenAIError:
     return OpenAIError(503, "The gateway is starting: its caches are not synced yet.", type=SERVER_ERROR)
 

@@ -39,6 +39,7 @@ from llmaz.gateway.balancer import LeastOutstanding
 from llmaz.gateway.catalog import Catalog
 from llmaz.gateway.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.proxy import Exchange, Proxy, ProxyOptions
+from llmaz.gateway.waker import Waker
 from llmaz.runtime.healthz import parse_bind_address
 from llmaz.runtime.log import get_logger
 
@@ -97,8 +98,10 @@ class Gateway:
         api_keys: ApiKeys | None = None,
         metrics: GatewayMetrics | None = None,
         balancer: LeastOutstanding | None = None,
+        waker: Waker | None = None,
     ) -> None:
         self.catalog = catalog
+        self.waker = waker
         self.options = opts = options or GatewayOptions()
         self.api_keys = api_keys
         self.metrics = metrics or GatewayMetrics()
@@ -169,13 +172,19 @@ class Gateway:
         exchange.model = inference.model
         gauge = self.metrics.in_flight.labels(model=inference.model)
         gauge.inc()
+        if self.waker is not None:
+            self.waker.started(inference.model)
         try:
             endpoints = self.catalog.endpoints(inference.model)
+            if not endpoints and self.waker is not None:
+                endpoints = await self.waker.wake(inference.model)  # held here while a sleeping model wakes
             if not endpoints:
                 raise errors.no_ready_endpoint(inference.model)
             return await self.proxy.forward(request, inference, endpoints, exchange)
         finally:
             gauge.dec()
+            if self.waker is not None:
+                self.waker.finished(inference.model)
 
     # Middleware: authentication, errors in OpenAI's shape, metrics and one log line per request
 

@@ -148,3 +148,60 @@ async def test_sigterm_stops_accepting_and_lets_an_in_flight_stream_finish_befor
         assert gateway.process.exit_code() == 0, gateway.process.log_tail()
     finally:
         admin.request("DELETE", f"/apis/llmaz.io/v1alpha1/openmodels/{model}")
+
+
+def _events(admin: Any, namespace: str, reason: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = admin.request("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")[
+        "items"
+    ]
+    return [e for e in events if e.get("reason") == reason and e["regarding"]["name"] == "pg"]
+
+
+async def test_a_sleeping_playground_is_woken_once_by_concurrent_requests_and_put_back_to_sleep_when_idle(
+    control_plane: Cluster, namespace: str, engine: Engine, gateway: GatewayProcess
+) -> None:
+    """With the generated RBAC only, against the API server's own scale subresource and optimistic concurrency."""
+    admin = control_plane.admin_client()
+    model = f"gw-{namespace}"
+    open_model, playground, endpoint_slice = _objects(namespace, model, engine.port)
+    playground["metadata"]["annotations"] = {"llmaz.io/scale-to-zero-after": "10s"}
+    playground["spec"]["replicas"] = 0
+    path = f"/apis/inference.llmaz.io/v1alpha1/namespaces/{namespace}/playgrounds"
+    admin.request("POST", "/apis/llmaz.io/v1alpha1/openmodels", open_model)
+    try:
+        admin.request("POST", path, playground)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT * 2)) as session:
+
+            async def listed() -> bool:
+                async with session.get(gateway.api + "/v1/models") as resp:
+                    return model in [m["id"] for m in (await resp.json())["data"]]
+
+            await eventually(listed, within=WAIT, what="the model in /v1/models")
+            requests = [
+                asyncio.create_task(_post(session, gateway.api + CHAT, {"model": model, "messages": []}))
+                for _ in range(10)
+            ]
+
+            async def scaled_up() -> bool:
+                return int(admin.request("GET", f"{path}/pg")["spec"]["replicas"]) == 1
+
+            await eventually(scaled_up, within=WAIT, what="the Playground scaled to 1")
+            assert not any(r.done() for r in requests)  # held while nothing is ready
+            # The engine's pod becomes ready: what the EndpointSlice controller then writes.
+            admin.request("POST", f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices", endpoint_slice)
+            answers = await asyncio.wait_for(asyncio.gather(*requests), WAIT)
+            assert [status for status, _ in answers] == [200] * 10
+            assert len(engine.bodies) == 10
+            woken = _events(admin, namespace, "ScaledFromZero")
+            assert [e["note"] for e in woken] == [f"Scaled from 0 to 1 replica for a request for model {model}"]
+            stored = admin.request("GET", f"{path}/pg")
+            assert "llmaz.io/last-request-time" in stored["metadata"]["annotations"]
+
+            async def asleep() -> bool:
+                return int(admin.request("GET", f"{path}/pg")["spec"].get("replicas", 0)) == 0
+
+            await eventually(asleep, within=WAIT, what="the idle Playground scaled back to 0")
+            slept = _events(admin, namespace, "ScaledToZero")
+            assert [e["note"] for e in slept] == ["Scaled from 1 to 0 replicas: no request for 10s"]
+    finally:
+        admin.request("DELETE", f"/apis/llmaz.io/v1alpha1/openmodels/{model}")

@@ -26,6 +26,7 @@ from llmaz.gateway.catalog import Catalog
 from llmaz.gateway.metrics import GatewayMetrics
 from llmaz.gateway.routes import Endpoint
 from llmaz.gateway.server import Gateway, GatewayOptions
+from llmaz.gateway.waker import Waker
 from llmaz.testing.informer import FakeInformer
 
 NAMESPACE = "ns"
@@ -260,15 +261,18 @@ async def running_gateway(
     *,
     api_keys: ApiKeys | None = None,
     balancer: LeastOutstanding | None = None,
+    catalog: Catalog | None = None,
+    waker: Waker | None = None,
 ) -> AsyncIterator[RunningGateway]:
-    """A gateway on 127.0.0.1 over `cluster`, stopped (drained) on exit."""
+    """A gateway on 127.0.0.1 over `cluster` (or `catalog`, one of its catalogs), stopped (drained) on exit."""
     opts = options or GatewayOptions()
     gateway = Gateway(
-        cluster.catalog(),
+        catalog or cluster.catalog(),
         dataclasses.replace(opts, bind_address="127.0.0.1:0"),
         api_keys=api_keys,
         metrics=GatewayMetrics(process_collectors=False),
         balancer=balancer,
+        waker=waker,
     )
     stopping = asyncio.Event()
     task = asyncio.create_task(gateway.run(stopping))

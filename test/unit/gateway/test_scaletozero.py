@@ -1,0 +1,101 @@
+"""The rules of scale to zero: opting in, durations, idleness shared through the annotation, and the patches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmaz.gateway import scaletozero as z
+
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+CREATED = "2027-01-15T07:00:00Z"  # an hour before NOW
+
+
+def pg(replicas: int = 1, after: str | None = "5m", last: str | None = None, **spec: Any) -> dict[str, Any]:
+    annotations = {}
+    if after is not None:
+        annotations[z.SCALE_TO_ZERO_AFTER] = after
+    if last is not None:
+        annotations[z.LAST_REQUEST_TIME] = last
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "creationTimestamp": CREATED, "annotations": annotations},
+        "spec": {"replicas": replicas, "modelClaim": {"modelName": "m"}, **spec},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("300", 300.0), ("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), ("2h", 7200.0), ("1m10s", 70.0), ("10", 10.0)],
+)
+def test_durations_in_seconds_or_units(text: str, seconds: float) -> None:
+    assert z.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "not a duration"),
+        ("5 minutes", "not a duration"),
+        ("-5m", "not a duration"),
+        ("1.5m", "not a duration"),
+        ("9s", "shorter than the minimum, 10s"),
+        ("0", "shorter than the minimum"),
+    ],
+)
+def test_bad_durations_say_what_is_accepted(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        z.parse_duration(text)
+
+
+def test_only_annotated_playgrounds_opt_in_and_a_bad_value_names_the_annotation() -> None:
+    assert z.idle_after(pg(after=None)) is None
+    assert z.idle_after(pg(after="2m")) == 120.0
+    with pytest.raises(ValueError, match=r"annotation llmaz\.io/scale-to-zero-after: 'soon' is not a duration"):
+        z.idle_after(pg(after="soon"))
+
+
+@pytest.mark.parametrize(
+    ("playground", "in_flight", "sleeps"),
+    [
+        (pg(last="2027-01-15T07:54:00Z"), 0, True),  # 6 min since the last request
+        (pg(last="2027-01-15T07:56:00Z"), 0, False),  # 4 min
+        (pg(last="2027-01-15T07:55:00Z"), 0, True),  # exactly 5 min
+        (pg(last=None), 0, True),  # no request since creation, an hour ago
+        (pg(last="2027-01-15T07:54:00Z"), 1, False),  # a request in flight here
+        (pg(replicas=0, last="2027-01-15T07:00:00Z"), 0, False),  # asleep already
+        (pg(last="2027-01-15T07:00:00Z", elasticConfig={"maxReplicas": 3}), 0, False),  # an HPA scales it
+        (pg(last="not a time"), 0, True),  # an unreadable time counts as none: the creation time
+    ],
+)
+def test_a_playground_sleeps_when_idle_everywhere_for_its_time(
+    playground: dict[str, Any], in_flight: int, sleeps: bool
+) -> None:
+    assert z.should_sleep(playground, NOW, 300.0, in_flight) is sleeps
+
+
+def test_a_freshly_created_playground_is_not_idle_yet() -> None:
+    fresh = pg()
+    fresh["metadata"]["creationTimestamp"] = "2027-01-15T07:58:00Z"
+    assert not z.should_sleep(fresh, NOW, 300.0, 0)
+
+
+def test_the_shared_time_is_refreshed_a_quarter_of_the_idle_time_at_most() -> None:
+    assert z.touch_interval(300.0) == 75.0
+    assert z.touch_interval(4.0) == 2.0
+    assert not z.needs_touch(pg(last="2027-01-15T07:59:00Z"), NOW, 300.0)  # 60 s old
+    assert z.needs_touch(pg(last="2027-01-15T07:58:45Z"), NOW, 300.0)  # 75 s old
+    assert z.needs_touch(pg(last=None), NOW, 300.0)
+
+
+def test_the_touch_writes_utc_seconds_that_read_back_as_the_same_time() -> None:
+    patch = z.touch_patch(NOW)
+    assert patch == {"metadata": {"annotations": {z.LAST_REQUEST_TIME: "2027-01-15T08:00:00Z"}}}
+    assert z.last_request(pg(last=patch["metadata"]["annotations"][z.LAST_REQUEST_TIME])) == NOW
+
+
+def test_the_scale_patch_names_the_version_read_and_a_missing_count_is_zero() -> None:
+    read = {"metadata": {"resourceVersion": "42"}, "spec": {}}
+    assert z.scale_replicas(read) == 0
+    assert z.scale_replicas({"spec": {"replicas": 3}}) == 3
+    assert z.scale_patch(read, 1) == {"metadata": {"resourceVersion": "42"}, "spec": {"replicas": 1}}

@@ -1,0 +1,300 @@
+"""Scale from zero through the gateway, and back to zero when idle, against fake informers and a fake API.
+
+The fake API applies the Waker's patches to the Playground in the fake informer the way the API server does
+(a JSON patch `test` that fails is a 422), so the catalog sees the change as an event. A test plays the engine:
+once the Playground has a replica, it adds a ready endpoint for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any, cast
+
+from llmaz.gateway import scaletozero
+from llmaz.gateway.catalog import PLAYGROUNDS, Catalog
+from llmaz.gateway.routes import Endpoint
+from llmaz.gateway.waker import WakeOptions, Waker
+from llmaz.runtime.client import Client
+from llmaz.runtime.client.errors import ApiError, error_from_status
+from llmaz.runtime.events import EventRecorder
+from llmaz.runtime.resource import Resource
+from llmaz.testing.informer import FakeInformer
+
+from .support import NAMESPACE, WAIT, Cluster, endpoint_slice, engines, open_model, playground, running_gateway
+
+CHAT = "/v1/chat/completions"
+NOW = 1_800_000_000.0
+
+
+class FakeApi:
+    """`Client.get_scale` and `Client.patch` for Playgrounds, applied to the objects in `informer` as the API
+    server does: every write bumps the resourceVersion, a Scale omits a zero count, and a scale patch naming a
+    stale resourceVersion is a 409."""
+
+    def __init__(self, informer: FakeInformer) -> None:
+        self.informer = informer
+        self.scaled: list[tuple[str, int]] = []  # (name, replicas) of every scale patch that applied
+        self.refuse: ApiError | None = None
+        self.on_scaled: list[Any] = []
+        self.version = 0
+
+    def _stored(self, name: str, namespace: str | None) -> dict[str, Any]:
+        stored = self.informer.store.get(f"{namespace}/{name}")
+        if stored is None:
+            raise error_from_status(404, {"kind": "Status", "reason": "NotFound"})
+        return copy.deepcopy(stored)
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.informer.update(obj)
+
+    async def get_scale(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        assert resource == PLAYGROUNDS
+        await asyncio.sleep(0)  # a real call yields; concurrent callers interleave here
+        obj = self._stored(name, namespace)
+        replicas = obj["spec"].get("replicas", 1)
+        version = obj["metadata"].get("resourceVersion", "0")
+        return {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas} if replicas else {}}
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        body: Any,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        assert resource == PLAYGROUNDS
+        await asyncio.sleep(0)
+        obj = self._stored(name, namespace)
+        if subresource == "scale":
+            if self.refuse is not None:
+                raise self.refuse
+            if body["metadata"]["resourceVersion"] != obj["metadata"].get("resourceVersion", "0"):
+                raise error_from_status(409, {"kind": "Status", "reason": "Conflict", "message": "modified"})
+            obj["spec"]["replicas"] = body["spec"]["replicas"]
+            self.scaled.append((name, body["spec"]["replicas"]))
+        else:
+            obj["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
+        self._write(obj)
+        if subresource == "scale":
+            for callback in self.on_scaled:
+                callback(obj)
+        return obj
+
+
+class Events:
+    def __init__(self) -> None:
+        self.recorded: list[tuple[str, str, str, str]] = []
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, note: str, **_: Any) -> None:
+        self.recorded.append((obj["metadata"]["name"], type_, reason, note))
+
+
+def asleep(name: str, model: str, after: str = "5m", replicas: int = 0) -> dict[str, Any]:
+    found = playground(name, model)
+    found["metadata"]["annotations"] = {scaletozero.SCALE_TO_ZERO_AFTER: after}
+    found["metadata"]["creationTimestamp"] = "2027-01-15T07:00:00Z"
+    found["spec"]["replicas"] = replicas
+    return found
+
+
+def setup(
+    cluster: Cluster, wake_timeout: float = WAIT, clock: list[float] | None = None, check_interval: float = 5.0
+) -> tuple[Waker, FakeApi, Events, Catalog]:
+    """A Waker over the fake API, and the catalog it reads (the gateway must read the same one)."""
+    api, events, catalog = FakeApi(cluster.playgrounds), Events(), cluster.catalog()
+    now = clock or [NOW]
+    waker = Waker(
+        cast(Client, api),
+        catalog,
+        cast(EventRecorder, events),
+        WakeOptions(wake_timeout=wake_timeout, check_interval=check_interval),
+        wall_clock=lambda: now[0],
+    )
+    return waker, api, events, catalog
+
+
+def engine_starts(cluster: Cluster, endpoint: Endpoint) -> Any:
+    """What the cluster does once a Playground has a replica: an endpoint for it becomes ready (a moment later)."""
+
+    def started(obj: dict[str, Any]) -> None:
+        if obj["spec"]["replicas"] > 0:
+            name = obj["metadata"]["name"]
+            ready = (endpoint.address, True, False)
+            slice_ = endpoint_slice(f"{name}-lb-x", f"{name}-lb", endpoint.port, ready)
+            asyncio.get_running_loop().call_soon(cluster.slices.add, slice_)
+
+    return started
+
+
+async def test_ten_concurrent_first_requests_wake_the_model_once_and_all_get_answers() -> None:
+    async with engines(1) as (engine,):
+        cluster = Cluster().synced()
+        cluster.open_models.add(open_model("m"))
+        cluster.playgrounds.add(asleep("p", "m"))
+        waker, api, events, catalog = setup(cluster)
+        api.on_scaled.append(engine_starts(cluster, engine.endpoint))
+        async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            answers = await asyncio.gather(*(gw.post(CHAT, body) for _ in range(10)))
+        assert [status for status, _ in answers] == [200] * 10
+        assert api.scaled == [("p", 1)]
+        assert [(name, reason) for name, _, reason, _ in events.recorded] == [("p", "ScaledFromZero")]
+        stored = cluster.playgrounds.store.get(f"{NAMESPACE}/p")
+        assert stored is not None
+        # Recorded before the scale-up, so no idle check puts it straight back to sleep.
+        assert stored["metadata"]["annotations"][scaletozero.LAST_REQUEST_TIME] == scaletozero.format_time(NOW)
+
+
+async def test_another_replica_waking_it_first_is_no_error_and_records_nothing() -> None:
+    async with engines(1) as (engine,):
+        cluster = Cluster().synced()
+        cluster.playgrounds.add(asleep("p", "m"))
+        waker, api, events, catalog = setup(cluster)
+        original = api.get_scale
+
+        async def another_replica_first(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            # Between this replica's touch and its read, another replica scales the Playground up.
+            woken = copy.deepcopy(cluster.playgrounds.store.get(f"{NAMESPACE}/p"))
+            assert woken is not None
+            woken["spec"]["replicas"] = 1
+            api._write(woken)
+            engine_starts(cluster, engine.endpoint)(woken)
+            api.get_scale = original  # type: ignore[method-assign]
+            return await original(*args, **kwargs)
+
+        api.get_scale = another_replica_first  # type: ignore[method-assign]
+        async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+            status, _ = await gw.post(CHAT, {"model": "m", "messages": []})
+        assert status == 200
+        assert api.scaled == []
+        assert events.recorded == []
+
+
+async def test_a_concurrent_write_between_read_and_patch_is_read_again() -> None:
+    cluster = Cluster().synced()
+    cluster.playgrounds.add(asleep("p", "m", replicas=1))
+    waker, api, events, _ = setup(cluster)
+    original = api.patch
+    interfered = False
+
+    async def someone_writes_first(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        nonlocal interfered
+        if kwargs.get("subresource") == "scale" and not interfered:
+            interfered = True  # e.g. the controller's status write: the count is unchanged, the version is not
+            stored = copy.deepcopy(cluster.playgrounds.store.get(f"{NAMESPACE}/p"))
+            assert stored is not None
+            api._write(stored)
+        return await original(*args, **kwargs)
+
+    api.patch = someone_writes_first  # type: ignore[method-assign]
+    await waker.check()
+    assert interfered
+    assert api.scaled == [("p", 0)]
+    assert [reason for _, _, reason, _ in events.recorded] == ["ScaledToZero"]
+
+
+async def test_a_model_that_did_not_opt_in_answers_503_at_once_and_is_not_scaled() -> None:
+    cluster = Cluster().synced()
+    sleeping = asleep("p", "m")
+    del sleeping["metadata"]["annotations"]
+    cluster.playgrounds.add(sleeping)
+    waker, api, _, catalog = setup(cluster)
+    async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+        status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
+    assert status == 503
+    assert answer["error"]["code"] == "model_not_ready"
+    assert api.scaled == []
+
+
+async def test_a_model_that_does_not_become_ready_in_time_is_a_504() -> None:
+    cluster = Cluster().synced()
+    cluster.playgrounds.add(asleep("p", "m"))
+    waker, api, _, catalog = setup(cluster, wake_timeout=0.2)
+    async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+        status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
+    assert status == 504
+    assert answer["error"]["code"] == "model_wake_timeout"
+    assert "had no ready endpoint within 0 s" in answer["error"]["message"]
+    assert api.scaled == [("p", 1)]
+
+
+async def test_a_refused_scale_up_is_a_503_that_says_why() -> None:
+    cluster = Cluster().synced()
+    cluster.playgrounds.add(asleep("p", "m"))
+    waker, api, _, catalog = setup(cluster)
+    api.refuse = error_from_status(
+        403, {"kind": "Status", "reason": "Forbidden", "message": "playgrounds/scale is forbidden"}
+    )
+    async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+        status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
+    assert status == 503
+    assert answer["error"]["code"] == "model_wake_failed"
+    assert "playgrounds/scale is forbidden" in answer["error"]["message"]
+
+
+async def test_an_idle_model_is_put_to_sleep_once_and_a_busy_one_keeps_the_shared_time_fresh() -> None:
+    cluster = Cluster().synced()
+    clock = [NOW]
+    cluster.playgrounds.add(asleep("idle", "a", replicas=2))  # no request since creation, an hour ago
+    busy = asleep("busy", "b", replicas=1)
+    busy["metadata"]["annotations"][scaletozero.LAST_REQUEST_TIME] = "2027-01-15T07:50:00Z"
+    cluster.playgrounds.add(busy)
+    waker, api, events, _ = setup(cluster, clock=clock)
+    waker.started("b")
+
+    await waker.check()
+    await waker.check()  # idempotent: already asleep, and a touch already under way
+    for task in list(waker._touching.values()):
+        await asyncio.wait_for(task, WAIT)
+
+    assert api.scaled == [("idle", 0)]
+    assert events.recorded == [("idle", "Normal", "ScaledToZero", "Scaled from 2 to 0 replicas: no request for 300s")]
+    refreshed = cluster.playgrounds.store.get(f"{NAMESPACE}/busy")
+    assert refreshed is not None
+    assert refreshed["spec"]["replicas"] == 1
+    assert refreshed["metadata"]["annotations"][scaletozero.LAST_REQUEST_TIME] == scaletozero.format_time(NOW)
+
+    waker.finished("b")
+    clock[0] += 299
+    await waker.check()
+    assert api.scaled == [("idle", 0)]  # not idle for 300 s yet since the refresh
+    clock[0] += 1
+    await waker.check()
+    assert api.scaled == [("idle", 0), ("busy", 0)]
+
+
+async def test_a_bad_annotation_turns_scale_to_zero_off_with_one_warning() -> None:
+    cluster = Cluster().synced()
+    cluster.playgrounds.add(asleep("p", "m", after="5 minutes", replicas=1))
+    waker, api, events, _ = setup(cluster)
+    await waker.check()
+    await waker.check()
+    assert api.scaled == []
+    assert events.recorded == [
+        (
+            "p",
+            "Warning",
+            "InvalidScaleToZero",
+            "annotation llmaz.io/scale-to-zero-after: '5 minutes' is not a duration: use seconds or h/m/s units, "
+            "e.g. 300, 90s, 5m, 1h30m; scale to zero is off",
+        )
+    ]
+
+
+async def test_the_idle_loop_runs_until_stopped() -> None:
+    cluster = Cluster().synced()
+    cluster.playgrounds.add(asleep("p", "m", replicas=1))
+    waker, api, _, _ = setup(cluster, check_interval=0.01)
+    asleep_now = asyncio.Event()
+    api.on_scaled.append(lambda obj: asleep_now.set())
+    stopping = asyncio.Event()
+    task = asyncio.create_task(waker.run(stopping))
+    await asyncio.wait_for(asleep_now.wait(), WAIT)
+    stopping.set()
+    await asyncio.wait_for(task, WAIT)
+    assert api.scaled == [("p", 0)]
