@@ -29,13 +29,16 @@ import yaml
 
 from llmaz.envtest import Cluster, ExistingCluster
 from llmaz.envtest._rest import ApiError
+from llmaz.envtest.forward import TcpForwarder
 from llmaz.envtest.images import find_images
 from llmaz.envtest.node import NodeCluster
 from llmaz.envtest.node.install import install_llmaz
+from llmaz.envtest.objectstore import ObjectStore, tiny_model
 from llmaz.envtest.simulated import SimulatedCluster, default_node_pools
 from llmaz.envtest.simulated.nodes import node_manifests
 
-from .managers import DEPLOYMENT, NAMESPACE, DeployedManager, LocalManagers, LoopbackService
+from .managers import DEPLOYMENT, NAMESPACE, DeployedManager, LocalManagers
+from .serving import BUCKET, KEY, node_of
 from .support import Environment, ModelNames, eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,6 +132,16 @@ def models(e2e: Environment, namespace: str) -> Iterator[ModelNames]:
         e2e.cluster.kubectl("delete", "openmodel", name, "--ignore-not-found", "--wait=false")
 
 
+@pytest.fixture(scope="module")
+def object_store(e2e: Environment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    """The node's S3-compatible store with the tiny model at s3://BUCKET/KEY (node tier)."""
+    node = node_of(e2e)
+    log = tmp_path_factory.mktemp("object-store") / "moto.log"
+    with ObjectStore(node.layout.host_ip, node.layout.ports.object_store, log) as store:
+        store.upload(BUCKET, KEY, tiny_model())
+        yield store
+
+
 def _use_existing_cluster() -> bool:
     return os.environ.get("USE_EXISTING_CLUSTER", "").lower() == "true"
 
@@ -152,7 +165,7 @@ def _runs_on(item: pytest.Item, tier: str) -> bool:
 
 def _simulated_cluster(work_dir: Path) -> Iterator[Environment]:
     with SimulatedCluster(crd_paths=[REPO / "config" / "crd" / "bases"], work_dir=work_dir / "cluster") as cluster:
-        webhook_service = LoopbackService()
+        webhook_service = TcpForwarder()
         webhook_service.start()
         try:
             _install(cluster, webhook_service.port)

@@ -3,8 +3,9 @@
 Two implementations of one interface:
 - `LocalManagers` (simulated cluster): replicas are local `llmaz-manager` processes started with the command and
   arguments of the installed Deployment, authenticated with a TokenRequest token of its ServiceAccount (so only
-  the generated RBAC applies), listening on loopback. The webhook configurations call a `LoopbackService` that,
-  like the in-cluster webhook Service, forwards each connection to a replica that accepts it.
+  the generated RBAC applies), listening on loopback. The webhook configurations call a `TcpForwarder`
+  (`llmaz.envtest.forward`) that, like the in-cluster webhook Service, forwards each connection to a replica that
+  accepts it.
 - `DeployedManager` (kind or an existing cluster): the Deployment `llmaz-system/llmaz-controller-manager`,
   scaled with kubectl; replicas are its pods.
 
@@ -14,15 +15,10 @@ leader is whoever the Lease names.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import selectors
 import signal
-import socket
-import socketserver
 import sys
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -32,6 +28,7 @@ from typing import Any, Protocol
 from llmaz.certs import ensure_self_signed
 from llmaz.envtest import Cluster
 from llmaz.envtest._process import ManagedProcess, free_loopback_ports
+from llmaz.envtest.forward import TcpForwarder
 
 NAMESPACE = "llmaz-system"
 DEPLOYMENT = "llmaz-controller-manager"
@@ -61,67 +58,6 @@ def lease_holder(cluster: Cluster) -> str | None:
     return holder
 
 
-class LoopbackService(socketserver.ThreadingTCPServer):
-    """A TCP forwarder on 127.0.0.1:<port> to whichever backend port accepts the connection (round-robin start)."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Forward)
-        self.port: int = self.server_address[1]
-        self.backends: list[int] = []
-        self._next = 0
-        self._thread = threading.Thread(target=self.serve_forever, name="loopback-service", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-    def connect(self) -> socket.socket | None:
-        backends = list(self.backends)
-        self._next += 1
-        for offset in range(len(backends)):
-            port = backends[(self._next + offset) % len(backends)]
-            with contextlib.suppress(OSError):
-                return socket.create_connection(("127.0.0.1", port), timeout=2)
-        return None
-
-
-class _Forward(socketserver.BaseRequestHandler):
-    server: LoopbackService
-
-    def handle(self) -> None:
-        upstream = self.server.connect()
-        if upstream is None:
-            return  # no replica: the connection is refused, as by a Service without endpoints
-        with upstream, selectors.DefaultSelector() as selector:
-            pairs = {self.request: upstream, upstream: self.request}
-            for sock in pairs:
-                sock.setblocking(False)
-                selector.register(sock, selectors.EVENT_READ)
-            while selector.get_map():
-                for key, _ in selector.select(timeout=60):
-                    source: socket.socket = key.fileobj  # type: ignore[assignment]
-                    try:
-                        data = source.recv(65536)
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    except OSError:
-                        data = b""
-                    if not data:
-                        selector.unregister(source)
-                        with contextlib.suppress(OSError):
-                            pairs[source].shutdown(socket.SHUT_WR)
-                        continue
-                    pairs[source].setblocking(True)
-                    pairs[source].sendall(data)
-                    pairs[source].setblocking(False)
-
-
 @dataclass
 class _Replica:
     process: ManagedProcess
@@ -132,7 +68,7 @@ class _Replica:
 class LocalManagers:
     """`llmaz-manager` replicas as local processes (see the module docstring)."""
 
-    def __init__(self, cluster: Cluster, work_dir: Path, service: LoopbackService) -> None:
+    def __init__(self, cluster: Cluster, work_dir: Path, service: TcpForwarder) -> None:
         self.cluster = cluster
         self.work_dir = work_dir
         self.service = service
@@ -146,7 +82,7 @@ class LocalManagers:
         while len(self.replicas) > replicas:
             self.replicas.pop().process.stop()
         added = [self._start_replica() for _ in range(replicas - len(self.replicas))]
-        self.service.backends = [replica.webhook_port for replica in self.replicas]
+        self.service.backends = [("127.0.0.1", replica.webhook_port) for replica in self.replicas]
         for replica in added:
             _wait_ready(replica)
 
@@ -158,7 +94,7 @@ class LocalManagers:
         os.killpg(replica.process.pid, signal.SIGKILL)
         replica.process.stop()
         self.replicas.remove(replica)
-        self.service.backends = [r.webhook_port for r in self.replicas]
+        self.service.backends = [("127.0.0.1", r.webhook_port) for r in self.replicas]
 
     def describe(self) -> str:
         return "\n".join(f"--- {r.process.name} ---\n{r.process.log_tail(60)}" for r in self.replicas)
@@ -208,9 +144,10 @@ class DeployedManager:
                 kubectl("get", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "-o", "jsonpath={.spec.replicas}")
             )
         deadline = time.monotonic() + READY_TIMEOUT
-        while len(self._pods()) != replicas:
+        # Terminating pods count until they are gone: in its preStop pause an old replica still runs for the Lease.
+        while len(self._pods(terminating=True)) != replicas:
             if time.monotonic() > deadline:
-                raise AssertionError(f"{DEPLOYMENT} did not settle at {replicas} pods: {self._pods()}")
+                raise AssertionError(f"{DEPLOYMENT} did not settle at {replicas} pods: {self._pods(terminating=True)}")
             time.sleep(0.5)
 
     def replica_identities(self) -> list[str]:
@@ -223,12 +160,12 @@ class DeployedManager:
     def describe(self) -> str:
         return self.cluster.kubectl("logs", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--tail=60")
 
-    def _pods(self) -> list[str]:
-        """Names of the manager's pods that are not being deleted."""
+    def _pods(self, *, terminating: bool = False) -> list[str]:
+        """Names of the manager's pods, without those being deleted unless `terminating`."""
         pods = self.cluster.admin_client().request(
             "GET", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"labelSelector": "control-plane=controller-manager"}
         )["items"]
-        return [pod["metadata"]["name"] for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+        return [p["metadata"]["name"] for p in pods if terminating or not p["metadata"].get("deletionTimestamp")]
 
 
 def _deployment_container(cluster: Cluster) -> dict[str, Any]:

@@ -157,7 +157,9 @@ def test_nothing_a_pod_sends_can_leave_the_machine(e2e: Environment) -> None:
 def test_the_manager_is_never_refused_by_rbac(e2e: Environment) -> None:
     for pod in _manager_pods(e2e):
         log = e2e.kubectl("logs", pod["metadata"]["name"], "-n", NAMESPACE)
-        refused = [line for line in log.splitlines() if "forbidden" in line.lower() or '"status": 403' in line]
+        # RBAC's refusal reads `... is forbidden: User "..." cannot <verb> ...`; a 403 for another cause (an Event
+        # in a namespace being deleted: `... because it is being terminated`) is not the manager's permissions.
+        refused = [line for line in log.splitlines() if "forbidden" in line.lower() and "cannot " in line]
         assert not refused, refused[:5]
 
 
@@ -186,7 +188,8 @@ def test_a_rolling_restart_under_a_steady_stream_of_creates_fails_no_admission(
     writer.start()
     try:
         e2e.kubectl("rollout", "restart", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE)
-        e2e.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=180s")
+        assert isinstance(e2e.manager, DeployedManager)
+        e2e.manager.wait_rolled_out()
     finally:
         stop.set()
         writer.join(timeout=30)

@@ -11,15 +11,26 @@ from __future__ import annotations
 import json
 import selectors
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from llmaz.envtest.node import NodeCluster
-from llmaz.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore, tiny_model
+from llmaz.envtest.objectstore import ObjectStore, tiny_model
 
+from .serving import (
+    BUCKET,
+    KEY,
+    assert_completion,
+    chat,
+    credentials,
+    first_answer,
+    lb_url,
+    node_of,
+    serve_chat,
+    served,
+    tiny_llama,
+)
 from .support import (
     Environment,
     ModelNames,
@@ -28,7 +39,6 @@ from .support import (
     eventually,
     http_request,
     manager_image,
-    playground,
     pod_ready,
     run_python_pod,
     sse_events,
@@ -36,102 +46,8 @@ from .support import (
 )
 
 pytestmark = pytest.mark.tier("node")
-BUCKET = "models"
-KEY = "tiny-llama/tiny-llama.gguf"
 HOST_MODEL_DIR = "models"
 PORT_FORWARD_TIMEOUT = 30.0
-
-
-def node_of(e2e: Environment) -> NodeCluster:
-    assert isinstance(e2e.cluster, NodeCluster), "the serving tests need the node tier"
-    return e2e.cluster
-
-
-@pytest.fixture(scope="module")
-def object_store(e2e: Environment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
-    node = node_of(e2e)
-    log = tmp_path_factory.mktemp("object-store") / "moto.log"
-    with ObjectStore(node.layout.host_ip, node.layout.ports.object_store, log) as store:
-        store.upload(BUCKET, KEY, tiny_model())
-        yield store
-
-
-def tiny_llama(name: str, uri: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "llmaz.io/v1alpha1",
-        "kind": "OpenModel",
-        "metadata": {"name": name},
-        "spec": {"familyName": "llama", "source": {"uri": uri}},
-    }
-
-
-def served(name: str, model: str, store: ObjectStore | None, replicas: int = 1) -> dict[str, Any]:
-    """A llamacpp Playground for `model`, with the object store's endpoint when the model comes from it."""
-    document = playground(name, model, replicas=replicas, backend="llamacpp")
-    config = document["spec"]["backendRuntimeConfig"]
-    config["args"] = ["--alias", model]
-    if store is not None:
-        config["envs"] = [{"name": "AWS_ENDPOINT_URL", "value": store.url}]
-    return document
-
-
-def credentials() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "aws-access-secret"},
-        "stringData": {"AWS_ACCESS_KEY_ID": ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY},
-    }
-
-
-def serve_chat(e2e: Environment, namespace: str, models: ModelNames, store: ObjectStore) -> str:
-    """The tiny model from S3 served by Playground `chat`, Ready with one replica; returns the model's name."""
-    model = models.new("tiny")
-    e2e.apply([credentials()], namespace)
-    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("chat", model, store)], namespace)
-    wait_playground_ready(e2e, namespace, "chat", replicas=1)
-    return model
-
-
-def lb_url(e2e: Environment, namespace: str, name: str) -> str:
-    ip = e2e.must_get("services", f"{name}-lb", namespace)["spec"]["clusterIP"]
-    return f"http://{ip}:8080"
-
-
-def chat(url: str, model: str, *, stream: bool = False) -> tuple[int, bytes]:
-    return http_request(
-        f"{url}/v1/chat/completions",
-        method="POST",
-        body=chat_request(model, stream=stream),
-        headers={"Content-Type": "application/json"},
-        timeout=30,
-    )
-
-
-def first_answer(url: str, model: str) -> dict[str, Any]:
-    """The first chat completion after the Playground turned Ready: the Service's EndpointSlice and kube-proxy's
-    rules follow the pod's readiness by a moment, so connection refusals are waited out, within a bound."""
-
-    def answered() -> tuple[int, bytes] | None:
-        try:
-            return chat(url, model)
-        except OSError:
-            return None
-
-    return assert_completion(*eventually(answered, what=f"a first answer from {url}"), model)
-
-
-def assert_completion(status: int, body: bytes, model: str) -> dict[str, Any]:
-    assert status == 200, body[:500]
-    answer: dict[str, Any] = json.loads(body)
-    assert answer["object"] == "chat.completion", answer
-    assert answer["model"] == model, answer
-    assert answer["choices"][0]["message"]["role"] == "assistant", answer
-    usage = answer["usage"]
-    assert usage["prompt_tokens"] > 0, usage
-    assert 0 < usage["completion_tokens"] <= 8, usage
-    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
-    return answer
 
 
 def test_a_playground_loads_its_model_from_s3_and_answers_chat_completions(

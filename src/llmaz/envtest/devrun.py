@@ -6,9 +6,11 @@
 Node mode (`llmaz.envtest.node`; needs root on a Debian host, with `make node-bins image-build` done):
 1. Start the node cluster (working directory `<dir>/run`, admin kubeconfig `<dir>/kubeconfig`) with the images of
    `make image-build` imported.
-2. Install llmaz as users do: `make deploy` of config/node with the local manager image.
+2. Install llmaz as users do: `make deploy` of config/node with the local manager image (and llmaz-gateway), and
+   put the gateway's Service on http://127.0.0.1:8000 (`llmaz.envtest.forward`), the base URL OpenAI clients take.
 3. Unless `--no-demo`: start the local object store, upload the tiny model, apply `config/samples/tiny-llama.yaml`
-   in `default`, report each phase until its first answer, and print a `curl` that chats with it.
+   in `default`, report each phase until its first answer, then its first answer through the gateway, and print
+   `OPENAI_BASE_URL` and a `curl` that chats with it.
 4. Run until Ctrl-C (or SIGTERM/SIGHUP); then stop everything and restore the host.
 
 Control-plane mode, in order:
@@ -48,6 +50,8 @@ from llmaz.envtest.control_plane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[3]
 PROBE_PORT = 8081
+GATEWAY_PORT = 8000
+GATEWAY_URL = f"http://127.0.0.1:{GATEWAY_PORT}"
 WEBHOOK_PORT = 9443
 READY_TIMEOUT = 90.0
 STOP_TIMEOUT = 20.0
@@ -148,13 +152,16 @@ def node_unavailable() -> str | None:
 
 def run_node(state_dir: Path, *, demo: bool) -> int:
     """Node mode (see the module docstring); returns 0 once interrupted and stopped."""
+    from llmaz.envtest.forward import TcpForwarder
     from llmaz.envtest.images import find_images
     from llmaz.envtest.node import NodeCluster, PrerequisiteError
-    from llmaz.envtest.node.demo import DemoError, serve_demo, upload_tiny_model
-    from llmaz.envtest.node.install import InstallError, install_llmaz
+    from llmaz.envtest.node.demo import DemoError, serve_demo, upload_tiny_model, wait_answer
+    from llmaz.envtest.node.install import GATEWAY, NAMESPACE, InstallError, install_llmaz
     from llmaz.envtest.objectstore import ObjectStore
 
     _check_no_dev_up(state_dir)
+    if is_listening(GATEWAY_PORT):
+        raise DevRunError(f"127.0.0.1:{GATEWAY_PORT}, where the gateway goes, is in use (another `make run`?)")
     images = find_images(["pause", "manager", "loader", "llama-server"])
     cluster = NodeCluster(
         sandbox_image=images["pause"],
@@ -170,6 +177,7 @@ def run_node(state_dir: Path, *, demo: bool) -> int:
     except PrerequisiteError as error:
         raise DevRunError(str(error)) from None
     store: ObjectStore | None = None
+    gateway: TcpForwarder | None = None
     try:
         _say(f"node {cluster.node_name} Ready in {time.monotonic() - started:.0f} s")
         _say(f"installing llmaz: make deploy DEPLOY_CONFIG=config/node IMG={images['manager'].image} ...")
@@ -178,6 +186,10 @@ def run_node(state_dir: Path, *, demo: bool) -> int:
         except InstallError as error:
             raise DevRunError(str(error)) from None
         _say(cluster.kubectl("get", "pods", "-n", "llmaz-system").rstrip())
+        gateway_ip = cluster.kubectl("get", "service", GATEWAY, "-n", NAMESPACE, "-o", "jsonpath={.spec.clusterIP}")
+        gateway = TcpForwarder(("127.0.0.1", GATEWAY_PORT), [(gateway_ip.strip(), 80)])
+        gateway.start()
+        _say(f"llmaz-gateway: {GATEWAY_URL}/v1 (Service {NAMESPACE}/{GATEWAY}, {gateway_ip.strip()}:80)")
         if demo:
             layout = cluster.layout
             store = ObjectStore(layout.host_ip, layout.ports.object_store, state_dir / "run" / "logs" / "s3.log")
@@ -185,9 +197,12 @@ def run_node(state_dir: Path, *, demo: bool) -> int:
             _say(f"uploaded the tiny model to {upload_tiny_model(store)} ({store.url})")
             _say("serving Playground tiny-llama (config/samples/tiny-llama.yaml) in namespace default:")
             try:
-                url, answer, _ = serve_demo(cluster, "default", _say)
+                url, _, _ = serve_demo(cluster, "default", _say)
+                started = time.monotonic()
+                answer = wait_answer(GATEWAY_URL, "tiny-llama", 60.0)
             except DemoError as error:
                 raise DevRunError(str(error)) from None
+            _say(f"  {'via gateway':<13} {time.monotonic() - started:5.1f} s later")
             _say(_node_instructions(cluster, url, answer))
         else:
             _say(_node_instructions(cluster, None, None))
@@ -195,6 +210,8 @@ def run_node(state_dir: Path, *, demo: bool) -> int:
             time.sleep(3600)
     finally:
         _say("stopping ...")
+        if gateway is not None:
+            gateway.stop()
         if store is not None:
             store.stop()
         cluster.stop()
@@ -214,18 +231,21 @@ def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | N
     kubectl = "kubectl" if shutil.which("kubectl") else str(cluster.kubectl_path)
     lines = ["", "llmaz runs on a real node. In another terminal:", "", f"  export KUBECONFIG={cluster.kubeconfig}"]
     lines += [f"  {kubectl} get nodes,pods -A", f"  {kubectl} logs -n llmaz-system deployment/llmaz-controller-manager"]
+    lines += ["", "Every model llmaz serves, through llmaz-gateway, for any OpenAI client:", ""]
+    lines += [f"  export OPENAI_BASE_URL={GATEWAY_URL}/v1", f"  curl {GATEWAY_URL}/v1/models"]
     if url is not None and answer is not None:
         body = '{"model": "tiny-llama", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
         reply = " ".join(str(answer["choices"][0]["message"]["content"]).split())
         lines += [
-            f"  {kubectl} get playground tiny-llama",
             "",
             "Chat with the tiny model (random weights: its text is meaningless, the path to it is real):",
             "",
-            f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\",
+            f"  curl {GATEWAY_URL}/v1/chat/completions -H 'Content-Type: application/json' \\",
             f"    -d '{body}'",
             "",
-            f"It just answered ({answer['usage']['completion_tokens']} tokens): {reply[:200]}",
+            f"It just answered through the gateway ({answer['usage']['completion_tokens']} tokens): {reply[:200]}",
+            f"Its own Service, {url} (tiny-llama-lb), answers the same requests.",
+            f"  {kubectl} get playground tiny-llama",
         ]
     lines += ["", "Ctrl-C stops llmaz, the node and everything it started, and restores the host.", ""]
     return "\n".join(lines)

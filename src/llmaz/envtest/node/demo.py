@@ -85,7 +85,6 @@ def serve_demo(
     client = cluster.admin_client()
     deadline = started + timeout
     pending = ["scheduled", "model loaded", "engine ready"]
-    url = ""
     while pending:
         pod = _pod(client, namespace)
         if pod is not None:
@@ -97,17 +96,23 @@ def serve_demo(
         time.sleep(_POLL)
     service = client.request("GET", f"/api/v1/namespaces/{namespace}/services/{DEMO_NAME}-lb")
     url = f"http://{service['spec']['clusterIP']}:8080"
+    answer = wait_answer(url, DEMO_NAME, deadline - time.monotonic())
+    say(f"  {'first answer':<13} {phases.mark('first answer', started):5.1f} s")
+    return url, answer, phases
+
+
+def wait_answer(url: str, model: str, timeout: float) -> dict[str, Any]:
+    """The first chat completion from `url`, retried while it is refused or not yet routed, up to `timeout`."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
-            answer = chat(url, DEMO_NAME)
-            break
+            return chat(url, model)
         except (OSError, urllib.error.URLError) as error:
-            # The Service's endpoints follow the pod's readiness by a moment.
+            # A Service's endpoints (and the gateway's routes) follow the pod's readiness by a moment; an
+            # HTTPError is an URLError too: the gateway's 503 before it has seen the endpoint.
             if time.monotonic() > deadline:
                 raise DemoError(f"{url} did not answer: {error}") from None
             time.sleep(_POLL)
-    say(f"  {'first answer':<13} {phases.mark('first answer', started):5.1f} s")
-    return url, answer, phases
 
 
 def _pod(client: Any, namespace: str) -> dict[str, Any] | None:

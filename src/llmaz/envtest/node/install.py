@@ -1,7 +1,8 @@
 """llmaz installed on the node as users install it: `make deploy` of config/node with a local manager image.
 
-`install_llmaz` returns once the Deployment has rolled out and admission works through the webhook Service (its
-EndpointSlices and kube-proxy's rules follow the pods' readiness by a moment): installed means admitting.
+`install_llmaz` returns once the manager and gateway Deployments have rolled out and admission works through the
+webhook Service (its EndpointSlices and kube-proxy's rules follow the pods' readiness by a moment): installed means
+admitting.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from llmaz.envtest._cluster import Cluster, ClusterOperationError
 
 NAMESPACE = "llmaz-system"
 DEPLOYMENT = "llmaz-controller-manager"
+GATEWAY = "llmaz-gateway"
 _PROBE = {
     "apiVersion": "llmaz.io/v1alpha1",
     "kind": "OpenModel",
@@ -38,7 +40,10 @@ def install_llmaz(cluster: Cluster, image: str, timeout: float = 180.0) -> None:
     if result.returncode != 0:
         raise InstallError(f"make deploy failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     try:
-        cluster.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, f"--timeout={timeout:.0f}s")
+        for deployment in (DEPLOYMENT, GATEWAY):
+            cluster.kubectl(
+                "rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE, f"--timeout={timeout:.0f}s"
+            )
     except ClusterOperationError as error:
         raise InstallError(f"llmaz did not roll out: {error}") from None
     _wait_admitting(cluster, timeout)

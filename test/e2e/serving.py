@@ -1,0 +1,101 @@
+"""What the node-tier serving tests share: the tiny llama in the node's object store, served by a Playground.
+
+The model is the tiny random-weight llama (`llmaz.testing.tinymodel`): its text is meaningless, every step of the
+path to it is real.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from llmaz.envtest.node import NodeCluster
+from llmaz.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore
+
+from .support import Environment, ModelNames, chat_request, eventually, http_request, playground, wait_playground_ready
+
+BUCKET = "models"
+KEY = "tiny-llama/tiny-llama.gguf"
+
+
+def node_of(e2e: Environment) -> NodeCluster:
+    assert isinstance(e2e.cluster, NodeCluster), "the serving tests need the node tier"
+    return e2e.cluster
+
+
+def tiny_llama(name: str, uri: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "llmaz.io/v1alpha1",
+        "kind": "OpenModel",
+        "metadata": {"name": name},
+        "spec": {"familyName": "llama", "source": {"uri": uri}},
+    }
+
+
+def served(name: str, model: str, store: ObjectStore | None, replicas: int = 1) -> dict[str, Any]:
+    """A llamacpp Playground for `model`, with the object store's endpoint when the model comes from it."""
+    document = playground(name, model, replicas=replicas, backend="llamacpp")
+    config = document["spec"]["backendRuntimeConfig"]
+    config["args"] = ["--alias", model]
+    if store is not None:
+        config["envs"] = [{"name": "AWS_ENDPOINT_URL", "value": store.url}]
+    return document
+
+
+def credentials() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "aws-access-secret"},
+        "stringData": {"AWS_ACCESS_KEY_ID": ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY},
+    }
+
+
+def serve_chat(e2e: Environment, namespace: str, models: ModelNames, store: ObjectStore) -> str:
+    """The tiny model from S3 served by Playground `chat`, Ready with one replica; returns the model's name."""
+    model = models.new("tiny")
+    e2e.apply([credentials()], namespace)
+    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("chat", model, store)], namespace)
+    wait_playground_ready(e2e, namespace, "chat", replicas=1)
+    return model
+
+
+def lb_url(e2e: Environment, namespace: str, name: str) -> str:
+    ip = e2e.must_get("services", f"{name}-lb", namespace)["spec"]["clusterIP"]
+    return f"http://{ip}:8080"
+
+
+def chat(url: str, model: str, *, stream: bool = False) -> tuple[int, bytes]:
+    return http_request(
+        f"{url}/v1/chat/completions",
+        method="POST",
+        body=chat_request(model, stream=stream),
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
+
+
+def first_answer(url: str, model: str) -> dict[str, Any]:
+    """The first chat completion after the Playground turned Ready: the Service's EndpointSlice and kube-proxy's
+    rules follow the pod's readiness by a moment, so connection refusals are waited out, within a bound."""
+
+    def answered() -> tuple[int, bytes] | None:
+        try:
+            return chat(url, model)
+        except OSError:
+            return None
+
+    return assert_completion(*eventually(answered, what=f"a first answer from {url}"), model)
+
+
+def assert_completion(status: int, body: bytes, model: str) -> dict[str, Any]:
+    assert status == 200, body[:500]
+    answer: dict[str, Any] = json.loads(body)
+    assert answer["object"] == "chat.completion", answer
+    assert answer["model"] == model, answer
+    assert answer["choices"][0]["message"]["role"] == "assistant", answer
+    usage = answer["usage"]
+    assert usage["prompt_tokens"] > 0, usage
+    assert 0 < usage["completion_tokens"] <= 8, usage
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
+    return answer

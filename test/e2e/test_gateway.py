@@ -1,0 +1,243 @@
+"""llmaz-gateway on the real node: the clients users already have, against one base URL, routed to the tiny llama.
+
+The gateway is installed by config/node (one replica); the model is served by a Playground as in the serving
+tests. Every call goes host -> gateway Service (kube-proxy) -> gateway pod -> engine pod.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+import pytest
+
+from llmaz.envtest.objectstore import ObjectStore
+
+from .serving import BUCKET, KEY, credentials, serve_chat, served, tiny_llama
+from .support import Environment, ModelNames, chat_request, eventually, http_request
+
+pytestmark = pytest.mark.tier("node")
+GATEWAY = "llmaz-gateway"
+GATEWAY_NAMESPACE = "llmaz-system"
+KEYS_SECRET = "llmaz-gateway-api-keys"
+KEYS_DIR = "/etc/llmaz-gateway/api-keys"
+
+
+def gateway_url(e2e: Environment) -> str:
+    ip = e2e.must_get("services", GATEWAY, GATEWAY_NAMESPACE)["spec"]["clusterIP"]
+    return f"http://{ip}/v1"
+
+
+def client(e2e: Environment, api_key: str = "unused") -> openai.OpenAI:
+    # No retries: a failure shows as it happened. No proxy from the environment sees this traffic.
+    return openai.OpenAI(
+        base_url=gateway_url(e2e), api_key=api_key, max_retries=0, timeout=30.0, http_client=_direct_http_client()
+    )
+
+
+def _direct_http_client() -> openai.DefaultHttpxClient:
+    return openai.DefaultHttpxClient(trust_env=False)
+
+
+def routable(e2e: Environment, model: str) -> None:
+    """Wait until the gateway lists `model` and answers for it (it follows the EndpointSlices by a moment)."""
+
+    def answered() -> bool:
+        try:
+            status, _ = http_request(
+                f"{gateway_url(e2e)}/chat/completions",
+                method="POST",
+                body=chat_request(model),
+                headers={"Content-Type": "application/json"},
+                timeout=30,
+            )
+        except OSError:
+            return False
+        return status == 200
+
+    eventually(answered, what=f"the gateway answering for {model}")
+
+
+@pytest.fixture
+def served_model(e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore) -> str:
+    model = serve_chat(e2e, namespace, models, object_store)
+    routable(e2e, model)
+    return model
+
+
+def test_the_openai_sdk_lists_chats_streams_and_completes_through_the_gateway(
+    e2e: Environment, served_model: str
+) -> None:
+    sdk = client(e2e)
+    listed = {m.id: m for m in sdk.models.list()}
+    assert served_model in listed, list(listed)
+    assert listed[served_model].owned_by == "llmaz"
+    assert listed[served_model].created > 0
+
+    reply = sdk.chat.completions.create(
+        model=served_model, messages=[{"role": "user", "content": "Hello"}], max_tokens=8
+    )
+    assert reply.model == served_model
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.usage is not None
+    assert 0 < reply.usage.completion_tokens <= 8
+
+    chunks = list(
+        sdk.chat.completions.create(
+            model=served_model,
+            messages=[{"role": "user", "content": "Hello"}],
+            max_tokens=8,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert len(chunks) >= 3, chunks  # role, at least one token, usage
+    assert all(chunk.object == "chat.completion.chunk" for chunk in chunks)
+    assert "".join((c.choices[0].delta.content or "") for c in chunks if c.choices), chunks
+    last = chunks[-1].usage
+    assert last is not None, chunks[-1]
+    assert last.completion_tokens > 0, chunks[-1]
+
+    completion = sdk.completions.create(model=served_model, prompt="Once upon a time", max_tokens=8)
+    assert completion.choices[0].text, completion
+    assert completion.usage is not None
+    assert 0 < completion.usage.completion_tokens <= 8
+
+    with pytest.raises(openai.NotFoundError) as raised:
+        sdk.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "Hello"}])
+    error = raised.value.body
+    assert isinstance(error, dict), error
+    assert error.get("code") == "model_not_found", error
+    assert served_model in str(error.get("message")), error
+
+
+def test_curl_sees_server_sent_events_framed_and_unbuffered(e2e: Environment, served_model: str) -> None:
+    body = json.loads(chat_request(served_model, stream=True))
+    result = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "-N",
+            "--noproxy",
+            "*",
+            "--max-time",
+            "30",
+            "-D",
+            "-",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            json.dumps(body),
+            f"{gateway_url(e2e)}/chat/completions",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    # Bytes, not text: the framing is the test, and text mode would turn the headers' CRLFs into LFs.
+    head, _, stream = result.stdout.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 200"), head
+    assert "content-type: text/event-stream" in head.lower(), head
+    assert "content-length" not in head.lower(), head  # passed through as it comes, never buffered to a length
+    events = stream.split("\n\n")
+    assert len(events) >= 4, stream  # role, a token, usage, [DONE]
+    assert events[-1] == "", events[-2:]  # every event ends with a blank line
+    assert events[-2] == "data: [DONE]", events[-3:]
+    for event in events[:-2]:
+        assert event.startswith("data: "), event
+        assert json.loads(event[len("data: ") :])["object"] == "chat.completion.chunk", event
+
+
+@pytest.fixture
+def api_keys(e2e: Environment) -> Iterator[str]:
+    """The gateway with `--api-keys-file` from a Secret, as docs/gateway.md shows; rolled back afterwards."""
+    key = "sk-e2e-team-a"
+    e2e.kubectl("create", "secret", "generic", KEYS_SECRET, "-n", GATEWAY_NAMESPACE, f"--from-literal=keys={key}\n")
+    patch = [
+        {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": f"--api-keys-file={KEYS_DIR}/keys"},
+        {
+            "op": "add",
+            "path": "/spec/template/spec/volumes/-",
+            "value": {"name": "api-keys", "secret": {"secretName": KEYS_SECRET}},
+        },
+        {
+            "op": "add",
+            "path": "/spec/template/spec/containers/0/volumeMounts/-",
+            "value": {"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True},
+        },
+    ]
+    rollout = ("rollout", "status", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE, "--timeout=120s")
+    e2e.kubectl("patch", "deployment", GATEWAY, "-n", GATEWAY_NAMESPACE, "--type=json", "-p", json.dumps(patch))
+    try:
+        e2e.kubectl(*rollout)
+        yield key
+    finally:
+        e2e.kubectl("rollout", "undo", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE)
+        e2e.kubectl(*rollout)
+        e2e.kubectl("delete", "secret", KEYS_SECRET, "-n", GATEWAY_NAMESPACE)
+
+
+def test_with_api_keys_the_sdk_needs_one_of_them(e2e: Environment, served_model: str, api_keys: str) -> None:
+    def refused_without_a_key() -> bool:
+        try:
+            client(e2e, "sk-wrong").models.list()
+        except openai.AuthenticationError:
+            return True
+        except openai.APIConnectionError:
+            return False  # the new pod's endpoint is still on its way
+        return False  # an old pod without keys answered
+
+    eventually(refused_without_a_key, what="the gateway asking for an API key")
+    sdk = client(e2e, api_keys)
+    assert served_model in [m.id for m in sdk.models.list()]
+    reply = sdk.chat.completions.create(model=served_model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    assert reply.choices[0].message.role == "assistant"
+
+
+def gateway_events(e2e: Environment, namespace: str, playground: str, reason: str) -> list[dict[str, Any]]:
+    events = e2e.items("events", namespace)
+    return [e for e in events if e.get("reason") == reason and e["involvedObject"].get("name") == playground]
+
+
+def test_a_sleeping_model_wakes_once_for_ten_concurrent_first_requests_and_sleeps_again_when_idle(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model = models.new("sleepy")
+    e2e.apply([credentials()], namespace)
+    sleeping = served("sleepy", model, object_store, replicas=0)
+    sleeping["metadata"]["annotations"] = {"llmaz.io/scale-to-zero-after": "20s"}
+    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), sleeping], namespace)
+    listed = eventually(
+        lambda: model in http_request(f"{gateway_url(e2e)}/models")[1].decode(), what=f"the gateway listing {model}"
+    )
+    assert listed
+    assert e2e.ready_pods_of(namespace, "sleepy") == []
+
+    def first_request(_: int) -> tuple[int, bytes]:
+        return http_request(
+            f"{gateway_url(e2e)}/chat/completions",
+            method="POST",
+            body=chat_request(model),
+            headers={"Content-Type": "application/json"},
+            timeout=240,
+        )
+
+    with ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(first_request, range(10)))
+    assert [status for status, _ in answers] == [200] * 10, [body[:300] for _, body in answers]
+    assert e2e.must_get("playgrounds", "sleepy", namespace)["spec"]["replicas"] == 1
+    woken = gateway_events(e2e, namespace, "sleepy", "ScaledFromZero")
+    assert len(woken) == 1, woken
+    assert woken[0]["message"] == f"Scaled from 0 to 1 replica for a request for model {model}"
+
+    def asleep() -> bool:
+        replicas = e2e.must_get("playgrounds", "sleepy", namespace)["spec"]["replicas"]
+        return replicas == 0 and not e2e.ready_pods_of(namespace, "sleepy")
+
+    eventually(asleep, within=120, what="the idle model scaled back to zero")
+    (slept,) = gateway_events(e2e, namespace, "sleepy", "ScaledToZero")
+    assert slept["message"] == "Scaled from 1 to 0 replicas: no request for 20s", slept
