@@ -124,6 +124,8 @@ MESSAGE_RECOMMENDED_CONFIG_NOT_FOUND: Final = "Recommended config {config} not f
 MESSAGE_ARG_RENDER_ERROR: Final = "missing flag or the flag has format error: {arg}"
 MESSAGE_INVALID_MODEL_SOURCE: Final = "OpenModel {model} has an invalid source: {detail}"
 MESSAGE_NO_MODEL_CLAIMED: Final = "No model is claimed"
+# An existing child that the Playground or Service does not control (llmaz took it over with a forced apply).
+MESSAGE_CHILD_CONFLICT: Final = "Not taking over objects that this {owner} does not control: {conflicts}"
 
 # Ready condition of OpenModels and BackendRuntimes (llmaz wrote none).
 REASON_MODEL_READY: Final = "ModelReady"

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
 from llmaz.controllers.builders import backend_name, diagnose_pod, playground_model_refs, service_model_refs
-from llmaz.controllers.common import ParsedByVersion
+from llmaz.controllers.common import ParsedByVersion, controller_uid
 from llmaz.runtime.cache import Obj, Store
 from llmaz.runtime.controller import Predicate, Request
 
@@ -103,10 +103,29 @@ def everything_in(store: Store) -> Callable[[Obj], list[Request]]:
     return map_all
 
 
-def same_name(obj: Obj) -> list[Request]:
-    """A mapper: the object of the watching kind with the changed object's namespace and name."""
-    meta = obj.get("metadata") or {}
-    return [Request(meta.get("namespace") or "", meta.get("name") or "")]
+def owner_named_like(store: Store, suffix: str = "") -> Callable[[Obj], list[Request]]:
+    """A mapper: the object in `store` that a child named `<owner name><suffix>` belongs to, when it exists.
+
+    It maps by name, not through owner references: an object in the way of a child (a user's object of the same
+    name, which the owner must not take over, see builders/ownership.py) carries no reference to the owner, yet
+    its deletion or a change of its controller must wake the owner at once. The owner's own children are named
+    the same way, so they need no second mapping.
+    """
+
+    def map_owner(obj: Obj) -> list[Request]:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or ""
+        if not name.endswith(suffix) or name == suffix:
+            return []
+        owner = Request(meta.get("namespace") or "", name.removesuffix(suffix))
+        return [owner] if store.get(owner.key) is not None else []
+
+    return map_owner
+
+
+def controller_changed() -> Predicate:
+    """Pass updates that change the object's controller ownerReference (handed over, taken, or let go)."""
+    return Predicate(update=lambda old, new: controller_uid(old) != controller_uid(new))
 
 
 def _request(obj: Obj) -> Request:

@@ -3,14 +3,19 @@
 One reconcile (llmaz's algorithm, with its defects fixed):
 1. Read the Playground from the cache; gone -> done (garbage collection removes what it owned). It may also
    vanish during the reconcile: a NotFound for the Playground itself (or its namespace) is success too.
-2. A Service of the same name that this Playground does not control -> `Progressing=False` "Playground owns the
-   same name with an existing Service", and wait: the Service watch wakes us when it is deleted.
-3. Fetch the claimed OpenModels and the BackendRuntime from the cache; a missing one, or inputs the builders
+2. Run the admission rules (`validate_playground`, as on create): a Playground stored without admission that the
+   webhook would deny -> `Progressing=False`/`AbortProcessing` with the webhook's text, a Warning Event, no
+   children, and no retry until it changes.
+3. A Service of the same name that this Playground does not control -> `Progressing=False` "Playground owns the
+   same name with an existing Service", followed by who controls it, and a rate-limited retry; the Service
+   watch (by name) also wakes us when it is deleted or changes controller.
+4. Fetch the claimed OpenModels and the BackendRuntime from the cache; a missing one, or inputs the builders
    reject (unknown configName, bad placeholder), -> `Progressing=False`/`AbortProcessing` naming it, and wait:
    the OpenModel and BackendRuntime watches wake exactly the Playgrounds that use them.
-4. Apply the desired Service and HPA (only when they differ from the live objects); delete an HPA we own that is
+5. An HPA of the same name that this Playground does not control, while one is wanted -> the same as 3.
+6. Apply the desired Service and HPA (only when they differ from the live objects); delete an HPA we own that is
    no longer wanted.
-5. Compute the status from the Service as it now is (including why its pods are not ready, mirrored from the
+7. Compute the status from the Service as it now is (including why its pods are not ready, mirrored from the
    Service's `Progressing` message) and write it when it changed; a new finding is also a Warning Event.
 """
 
@@ -20,14 +25,19 @@ import contextlib
 
 from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
+from llmaz.apis.validation import validate_playground
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import (
     BackendRuntimeNotFoundError,
     BuildError,
+    ChildConflictError,
+    InvalidSpecError,
     abort_status,
     backend_name,
     build_hpa,
     build_service,
+    kind_label,
+    ownership_conflict,
     playground_model_refs,
     playground_status,
 )
@@ -46,7 +56,7 @@ from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client, NotFound
 from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result
-from llmaz.runtime.events import EventRecorder
+from llmaz.runtime.events import WARNING, EventRecorder
 from llmaz.runtime.rbac import allow
 
 RBAC_RULES = (
@@ -54,10 +64,15 @@ RBAC_RULES = (
     # Where the API server enforces owner-reference permissions (OwnerReferencesPermissionEnforcement, on in
     # OpenShift), an owner reference with blockOwnerDeletion needs `update` on the owner's finalizers.
     allow(r.PLAYGROUNDS, "update", subresource="finalizers"),
-    allow(r.INFERENCE_SERVICES, "create", "patch"),  # server-side apply creates or patches
-    # `delete` also covers re-pointing the owner reference of a leftover HPA at a re-created Playground.
+    # Server-side apply creates or patches; `delete` covers re-pointing the owner reference of a leftover Service
+    # or HPA (one a deleted Playground of the same name owned) at a re-created Playground (builders/ownership.py),
+    # and removing an HPA that is no longer wanted.
+    allow(r.INFERENCE_SERVICES, "create", "patch", "delete"),
     allow(r.HORIZONTAL_POD_AUTOSCALERS, "create", "patch", "delete"),
 )
+
+
+_SERVICE_KIND = kind_label(Service.GROUP, Service.KIND)
 
 
 class PlaygroundReconciler:
@@ -79,20 +94,30 @@ class PlaygroundReconciler:
         if obj is None:
             return Result()
         playground = parse_cached(Playground, obj, request.key)
-        service = self._services.get(request.key)
-        if service is not None and not is_controlled_by(service, playground.metadata.uid):
-            await self._abort(obj, playground, c.MESSAGE_SERVICE_CONFLICT, "ServiceConflict")
+        invalid = validate_playground(playground, creating=True)
+        if invalid:
+            # Not retried: only an edit can fix it, and the edit's own event reconciles it again.
+            await self._abort(obj, playground, InvalidSpecError(invalid))
             return Result()
+        service = self._services.get(request.key)
+        conflict = ownership_conflict(playground, _SERVICE_KIND, service)
+        if conflict is not None:
+            await self._abort(obj, playground, ChildConflictError(playground, [conflict], c.MESSAGE_SERVICE_CONFLICT))
+            return Result(requeue=True)  # also woken by the Service watch, which maps by name
         try:
             desired_service, desired_hpa = self._desired(playground)
         except BuildError as err:
-            # The event reason names the cause: ModelNotFound, BackendRuntimeNotFound, ArgRender, ...
-            await self._abort(obj, playground, err.message, type(err).__name__.removesuffix("Error"))
+            await self._abort(obj, playground, err)
             return Result()
+        live_hpa = self._hpas.get(request.key)
+        conflict = ownership_conflict(playground, r.HORIZONTAL_POD_AUTOSCALERS.kind, live_hpa) if desired_hpa else None
+        if conflict is not None:
+            await self._abort(obj, playground, ChildConflictError(playground, [conflict]))
+            return Result(requeue=True)  # also woken by the HPA watch, which maps by name
         service, written = await apply_if_changed(self._client, r.INFERENCE_SERVICES, desired_service, service)
         if written:
             self._events.event(obj, "Normal", "Applied", f"Applied inference Service {request.key}")
-        await self._reconcile_hpa(request, playground, desired_hpa)
+        await self._reconcile_hpa(request, playground, desired_hpa, live_hpa)
         status = playground_status(playground, Service.from_dict(service), self._clock.wall())
         if await write_status_if_changed(self._client, r.PLAYGROUNDS, obj, status):
             record_new_finding(self._events, obj, status)
@@ -106,8 +131,9 @@ class PlaygroundReconciler:
         backend = parse_backend_runtime(backend_obj)
         return build_service(playground, models, backend), build_hpa(playground, backend)
 
-    async def _reconcile_hpa(self, request: Request, playground: Playground, desired: Obj | None) -> None:
-        live = self._hpas.get(request.key)
+    async def _reconcile_hpa(
+        self, request: Request, playground: Playground, desired: Obj | None, live: Obj | None
+    ) -> None:
         if desired is not None:
             await apply_if_changed(self._client, r.HORIZONTAL_POD_AUTOSCALERS, desired, live)
         elif live is not None and is_controlled_by(live, playground.metadata.uid):
@@ -118,7 +144,9 @@ class PlaygroundReconciler:
                     r.HORIZONTAL_POD_AUTOSCALERS, request.name, request.namespace, preconditions={"uid": uid}
                 )
 
-    async def _abort(self, obj: Obj, playground: Playground, message: str, reason: str) -> None:
-        status = abort_status(playground, message, self._clock.wall())
+    async def _abort(self, obj: Obj, playground: Playground, err: BuildError) -> None:
+        """`Progressing=False`/`AbortProcessing` with the error's message; a Warning Event when that is news."""
+        status = abort_status(playground, err.message, self._clock.wall())
         if await write_status_if_changed(self._client, r.PLAYGROUNDS, obj, status):
-            self._events.event(obj, "Warning", reason, message)
+            # The event reason names the cause: ModelNotFound, BackendRuntimeNotFound, InvalidSpec, ChildConflict, ...
+            self._events.event(obj, WARNING, type(err).__name__.removesuffix("Error"), err.message)

@@ -2,14 +2,20 @@
 
 One reconcile:
 1. Read the Service from the cache; gone -> done, also when a write finds it deleted during the reconcile.
-2. Without valid global settings (`llmaz-global-config`) nothing can be built: fail and retry; the ConfigMap
+2. Run the admission rules (`validate_service`, as on create): a Service stored without admission that the
+   webhook would deny -> `Progressing=False`/`AbortProcessing` with the webhook's text, a Warning Event, no
+   children, and no retry until it changes.
+3. Without valid global settings (`llmaz-global-config`) nothing can be built: fail and retry; the ConfigMap
    watch re-enqueues every Service when the settings arrive or change (llmaz waited for an unrelated event).
-3. Persist the global scheduler name into pod templates that name none (llmaz's contract), with a merge patch
+4. Persist the global scheduler name into pod templates that name none (llmaz's contract), with a merge patch
    of just those fields, and only when missing.
-4. Fetch the claimed OpenModels; a missing one or an unusable source -> `Progressing=False`/`AbortProcessing`.
-5. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
+5. Fetch the claimed OpenModels; a missing one or an unusable source -> `Progressing=False`/`AbortProcessing`.
+6. An existing LeaderWorkerSet or `-lb` Service that this Service does not control (`ownership_conflict`) ->
+   `Progressing=False`/`AbortProcessing` naming it and its controller, a Warning Event, nothing applied, and a
+   rate-limited retry (llmaz force-applied over it and took it over).
+7. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
    `-lb` Service once and never repaired it).
-6. Compute the status from the LeaderWorkerSet and the pods (why they are not ready: a failed model loader, a
+8. Compute the status from the LeaderWorkerSet and the pods (why they are not ready: a failed model loader, a
    crash loop, an image pull, scheduling) and write it when it changed; a new finding is also a Warning Event.
 """
 
@@ -18,15 +24,19 @@ from __future__ import annotations
 from typing import Any
 
 from llmaz.apis import Service
+from llmaz.apis.validation import validate_service
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import (
     BuildError,
+    ChildConflictError,
+    InvalidSpecError,
     abort_status,
     build_lb_service,
     build_leader_worker_set,
     diagnose_pods,
     lb_service_name,
+    ownership_conflict,
     service_model_refs,
     service_status,
     with_scheduler_name,
@@ -44,7 +54,7 @@ from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client, PatchType
 from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result
-from llmaz.runtime.events import EventRecorder
+from llmaz.runtime.events import WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import allow
 from llmaz.settings import SettingsError, SettingsHolder
@@ -93,32 +103,48 @@ class ServiceReconciler:
         obj = self._services.get(request.key)
         if obj is None:
             return Result()
+        service = parse_cached(Service, obj, request.key)
+        invalid = validate_service(service, creating=True)
+        if invalid:
+            # Not retried: only an edit can fix it, and the edit's own event reconciles it again.
+            await self._abort(obj, service, InvalidSpecError(invalid))
+            return Result()
         settings = self._settings.current
         if settings is None:
             raise SettingsNotLoadedError(f"global settings not loaded: {self._settings.last_error or 'no ConfigMap'}")
-        service = parse_cached(Service, obj, request.key)
         obj, service = await self._persist_scheduler_name(obj, service, settings.scheduler_name)
         try:
             models = fetch_models(self._models, service_model_refs(service))
             desired_lws = build_leader_worker_set(service, models, settings.init_container_image)
             desired_lb = build_lb_service(service, models)
         except BuildError as err:
-            status = abort_status(service, err.message, self._clock.wall())
-            if await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status):
-                self._events.event(obj, "Warning", type(err).__name__.removesuffix("Error"), err.message)
+            await self._abort(obj, service, err)
             return Result()
-        lws, written = await apply_if_changed(
-            self._client, r.LEADER_WORKER_SETS, desired_lws, self._lws.get(request.key)
-        )
+        live_lws = self._lws.get(request.key)
+        live_lb = self._lb_services.get(f"{request.namespace}/{lb_service_name(request.name)}")
+        children = ((r.LEADER_WORKER_SETS.kind, live_lws), (r.SERVICES.kind, live_lb))
+        conflicts = [found for kind, live in children if (found := ownership_conflict(service, kind, live))]
+        if conflicts:
+            await self._abort(obj, service, ChildConflictError(service, conflicts))
+            # Retried with the rate limiter's backoff; the name-based watches in setup.py also wake this Service
+            # at once when the object in the way is deleted or changes controller.
+            return Result(requeue=True)
+        lws, written = await apply_if_changed(self._client, r.LEADER_WORKER_SETS, desired_lws, live_lws)
         if written:
             self._events.event(obj, "Normal", "Applied", f"Applied LeaderWorkerSet {request.key}")
-        lb_key = f"{request.namespace}/{lb_service_name(request.name)}"
-        await apply_if_changed(self._client, r.SERVICES, desired_lb, self._lb_services.get(lb_key))
+        await apply_if_changed(self._client, r.SERVICES, desired_lb, live_lb)
         finding = diagnose_pods(self._pods.by_index(ix.POD_SERVICE, request.key))
         status = service_status(service, lws, self._clock.wall(), finding)
         if await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status):
             record_new_finding(self._events, obj, status)
         return Result()
+
+    async def _abort(self, obj: Obj, service: Service, err: BuildError) -> None:
+        """`Progressing=False`/`AbortProcessing` with the error's message; a Warning Event when that is news."""
+        status = abort_status(service, err.message, self._clock.wall())
+        if await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status):
+            # The event reason names the cause: ModelNotFound, InvalidSpec, ChildConflict, ...
+            self._events.event(obj, WARNING, type(err).__name__.removesuffix("Error"), err.message)
 
     async def _persist_scheduler_name(self, obj: Obj, service: Service, scheduler: str) -> tuple[Obj, Service]:
         template = service.spec.workload_template

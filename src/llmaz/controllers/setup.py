@@ -1,12 +1,18 @@
 """Wire the four llmaz controllers into a manager: their watches, indexes and predicates.
 
 Watches (each change wakes only the objects it concerns, with their namespace):
-- Playground <- Playground; its inference Service (same name: creation, deletion, status or spec changes);
-  its HPA (owned); OpenModels it claims and the BackendRuntime it names (through cache indexes).
-- Service <- Service; its LeaderWorkerSet and `-lb` Service (owned: status or spec changes); OpenModels it
-  claims; the global ConfigMap (every Service, since the settings shape them all); its LeaderWorkerSet's pods
-  (only llmaz model pods are cached, by label selector; only changes of why a pod is not ready pass).
+- Playground <- Playground; the inference Service and the HPA named like it (creation, deletion, spec or
+  controller changes, and the Service's status); OpenModels it claims and the BackendRuntime it names (through
+  cache indexes).
+- Service <- Service; the LeaderWorkerSet and `-lb` Service named like it (status, spec or controller changes);
+  OpenModels it claims; the global ConfigMap (every Service, since the settings shape them all); its
+  LeaderWorkerSet's pods (only llmaz model pods are cached, by label selector; only changes of why a pod is not
+  ready pass).
 - OpenModel, BackendRuntime <- themselves (spec changes) for their `Ready` condition.
+
+Children are mapped to their owner by name, not through owner references (`owns`): a user's object that stands
+in the way of a child has no reference to the owner, and its deletion must still wake the owner at once (the
+owner also retries with the rate limiter's backoff while it is blocked; see builders/ownership.py).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from llmaz.apis import constants as c
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
+from llmaz.controllers.builders import LB_SERVICE_SUFFIX
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.readiness import backend_reconciler, model_reconciler
 from llmaz.controllers.service import GlobalSettingsHandler, ServiceReconciler
@@ -27,6 +34,9 @@ from llmaz.settings import SettingsHolder
 
 SPEC_OR_STATUS = p.or_(p.generation_changed(), p.status_changed())
 SPEC = p.generation_changed()
+CHILD_SPEC = p.or_(SPEC, ix.controller_changed())
+CHILD_SPEC_OR_STATUS = p.or_(SPEC_OR_STATUS, ix.controller_changed())
+RESOURCE_VERSION = p.resource_version_changed()
 
 # The informers created below: each watched kind is read cluster-wide, except the one global ConfigMap.
 RBAC_RULES = (
@@ -71,8 +81,8 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
     controllers = [
         ControllerBuilder("playground")
         .for_(r.PLAYGROUNDS)
-        .owns(r.HORIZONTAL_POD_AUTOSCALERS, predicates=[SPEC])
-        .watches(r.INFERENCE_SERVICES, ix.same_name, predicates=[SPEC_OR_STATUS])
+        .watches(r.HORIZONTAL_POD_AUTOSCALERS, ix.owner_named_like(playgrounds.store), predicates=[CHILD_SPEC])
+        .watches(r.INFERENCE_SERVICES, ix.owner_named_like(playgrounds.store), predicates=[CHILD_SPEC_OR_STATUS])
         .watches(r.OPEN_MODELS, ix.users_of(playgrounds.store, ix.PLAYGROUND_MODELS), predicates=[SPEC])
         .watches(r.BACKEND_RUNTIMES, ix.users_of(playgrounds.store, ix.PLAYGROUND_BACKEND), predicates=[SPEC])
         .with_options(max_concurrent_reconciles=opts.max_concurrent_reconciles)
@@ -84,8 +94,8 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
         ),
         ControllerBuilder("service")
         .for_(r.INFERENCE_SERVICES)
-        .owns(r.LEADER_WORKER_SETS, predicates=[SPEC_OR_STATUS])
-        .owns(r.SERVICES, predicates=[p.resource_version_changed()])
+        .watches(r.LEADER_WORKER_SETS, ix.owner_named_like(services.store), predicates=[CHILD_SPEC_OR_STATUS])
+        .watches(r.SERVICES, ix.owner_named_like(services.store, LB_SERVICE_SUFFIX), predicates=[RESOURCE_VERSION])
         .watches(r.OPEN_MODELS, ix.users_of(services.store, ix.SERVICE_MODELS), predicates=[SPEC])
         .watches(r.CONFIG_MAPS, ix.everything_in(services.store), scope=config_scope)
         .watches(r.PODS, ix.service_of_pod, predicates=[ix.pod_finding_changed()], scope=pod_scope)

@@ -6,7 +6,7 @@ from typing import Final
 
 from llmaz.apis import BackendRuntime
 from llmaz.apis.quantity import QuantityError, parse_quantity
-from llmaz.webhooks.field import FieldError, forbidden
+from llmaz.apis.validation.field import FieldError, forbidden
 
 # llmaz reports both rules on these paths, whatever the index of the recommended config.
 RESOURCES_PATH: Final = "spec.resources"

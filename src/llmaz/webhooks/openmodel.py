@@ -12,8 +12,8 @@ from typing import Any, Final
 from llmaz.apis import OpenModel
 from llmaz.apis import constants as c
 from llmaz.apis.uri import parse_bucket_path, parse_oss, parse_uri
-from llmaz.webhooks.field import FieldError, forbidden, invalid
-from llmaz.webhooks.names import validate_name
+from llmaz.apis.validation.field import FieldError, forbidden, invalid
+from llmaz.apis.validation.names import validate_name
 
 SOURCE_NULL: Final = "Source can't be all null"
 URI_WRONG_FORMAT: Final = "URI with wrong format"

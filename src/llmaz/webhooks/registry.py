@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from llmaz.apis import BackendRuntime, OpenModel, Playground, Service
 from llmaz.apis import constants as c
 from llmaz.apis.base import ApiModel
+from llmaz.apis.validation import FieldError, aggregate, validate_playground, validate_service
 from llmaz.runtime.webhook import (
     AdmissionRequest,
     AdmissionResponse,
@@ -35,11 +36,10 @@ from llmaz.runtime.webhook import (
     patched,
 )
 from llmaz.webhooks.backendruntime import validate_backendruntime
-from llmaz.webhooks.field import FieldError, aggregate
 from llmaz.webhooks.lookup import ReferenceLookup
 from llmaz.webhooks.openmodel import default_openmodel, openmodel_warnings, validate_openmodel
-from llmaz.webhooks.playground import default_playground, playground_warnings, validate_playground
-from llmaz.webhooks.service import service_warnings, validate_service
+from llmaz.webhooks.playground import default_playground, playground_warnings
+from llmaz.webhooks.service import service_warnings
 
 MUTATING_CONFIGURATION: Final = "llmaz-mutating-webhook-configuration"
 VALIDATING_CONFIGURATION: Final = "llmaz-validating-webhook-configuration"

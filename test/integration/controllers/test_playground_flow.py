@@ -83,8 +83,10 @@ async def test_a_foreign_service_blocks_the_playground_until_it_is_deleted(
     await eventually(
         lambda: _conditions_of(client, r.PLAYGROUNDS, namespace, "pg"),
     )
+    # llmaz's message, then the object in the way and its controller.
+    conflict = f"inference Service {namespace}/pg has no controller owner"
     pg = await eventually(
-        lambda: _message_is(client, namespace, "Playground owns the same name with an existing Service")
+        lambda: _message_is(client, namespace, f"Playground owns the same name with an existing Service: {conflict}")
     )
     assert conditions(pg) == {"Progressing": ("False", "AbortProcessing")}
 

@@ -173,3 +173,27 @@ def test_a_recreated_service_takes_over_its_leftover_workload_with_only_the_gene
     for path in owned:
         eventually(_controlled_by(cluster, path, second), what=f"{path} taken over")
     assert "forbidden" not in manager.log().lower(), manager.log()
+
+
+def test_a_recreated_playground_takes_over_its_leftover_service_and_hpa_with_only_the_generated_rbac(
+    cluster: ControlPlane, manager: RunningManager
+) -> None:
+    """The same for a Playground: its leftover inference Service and HPA are adopted, not a conflict, because
+    their controller is an earlier Playground of the same name (builders/ownership.py)."""
+    ns = cluster.create_namespace("pg-takeover")
+    sample = str(REPO / "config" / "samples" / "hpa.yaml")
+    playground = f"{INFERENCE}/namespaces/{ns}/playgrounds/{PLAYGROUND}"
+    owned = [f"{INFERENCE}/namespaces/{ns}/services/{PLAYGROUND}",
+             f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/{PLAYGROUND}"]  # fmt: skip
+    cluster.kubectl("apply", "-n", ns, "-f", sample)
+    first = _get(cluster, playground)["metadata"]["uid"]
+    for path in owned:
+        eventually(_controlled_by(cluster, path, first), what=f"{path} owned")
+
+    cluster.kubectl("delete", "-n", ns, "playgrounds.inference.llmaz.io", PLAYGROUND)
+    cluster.kubectl("apply", "-n", ns, "-f", sample)
+    second = _get(cluster, playground)["metadata"]["uid"]
+    for path in owned:
+        eventually(_controlled_by(cluster, path, second), what=f"{path} taken over")
+    eventually(lambda: _conditions(_get(cluster, playground)) == {"Progressing": ("True", "Pending")}, what="Pending")
+    assert "forbidden" not in manager.log().lower(), manager.log()

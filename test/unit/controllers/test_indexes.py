@@ -6,6 +6,8 @@ from typing import Any
 
 from llmaz.controllers.indexes import (
     MODEL_POD_SELECTOR,
+    controller_changed,
+    owner_named_like,
     playground_backend,
     playground_models,
     pod_finding_changed,
@@ -14,6 +16,7 @@ from llmaz.controllers.indexes import (
     service_of_pod,
 )
 from llmaz.runtime.controller import Request
+from llmaz.testing import FakeInformer
 
 
 def _playground(rv: str, spec: dict[str, Any], uid: str) -> dict[str, Any]:
@@ -89,3 +92,34 @@ def test_pod_updates_pass_only_when_the_finding_changes() -> None:
     assert not changed.update(healthy, _pod(LWS_POD, ready=True))
     assert changed.create(healthy)
     assert changed.delete(healthy)
+
+
+def _named(name: str, namespace: str = "ns", controller_uid: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if controller_uid:
+        meta["ownerReferences"] = [{"kind": "Deployment", "name": "d", "uid": controller_uid, "controller": True}]
+    return {"metadata": meta}
+
+
+def test_a_child_wakes_the_existing_owner_named_like_it_whoever_controls_it() -> None:
+    owners = FakeInformer()
+    owners.add(_named("pg"))
+    same_name, lb = owner_named_like(owners.store), owner_named_like(owners.store, "-lb")
+    # A user's object in the way carries no owner reference to the owner, yet maps to it.
+    assert same_name(_named("pg")) == [Request("ns", "pg")]
+    assert same_name(_named("pg", controller_uid="someone-else")) == [Request("ns", "pg")]
+    assert lb(_named("pg-lb")) == [Request("ns", "pg")]
+    # No owner of that name in the cache, another namespace, or not the child's naming pattern: nothing.
+    assert same_name(_named("web")) == []
+    assert same_name(_named("pg", namespace="other")) == []
+    assert lb(_named("pg")) == []
+    assert lb(_named("-lb")) == []
+
+
+def test_child_updates_pass_when_their_controller_changes() -> None:
+    changed = controller_changed()
+    free, taken = _named("pg"), _named("pg", controller_uid="u1")
+    assert changed.update(free, taken)
+    assert changed.update(taken, free)
+    assert changed.update(taken, _named("pg", controller_uid="u2"))
+    assert not changed.update(taken, _named("pg", controller_uid="u1"))

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from llmaz.webhooks.field import aggregate, forbidden, go_quote, invalid, required
-from llmaz.webhooks.names import LABEL_FORMAT_MESSAGE, MAX_LENGTH_MESSAGE, dns1123_label_messages, validate_name
+from llmaz.apis.validation.field import aggregate, forbidden, go_quote, invalid, required
+from llmaz.apis.validation.names import LABEL_FORMAT_MESSAGE, MAX_LENGTH_MESSAGE, dns1123_label_messages, validate_name
 
 
 def test_forbidden_renders_path_type_and_detail() -> None:

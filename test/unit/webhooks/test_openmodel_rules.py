@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from llmaz.apis import OpenModel
-from llmaz.webhooks.field import aggregate
-from llmaz.webhooks.names import LABEL_FORMAT_MESSAGE
+from llmaz.apis.validation.field import aggregate
+from llmaz.apis.validation.names import LABEL_FORMAT_MESSAGE
 from llmaz.webhooks.openmodel import HUB_AND_URI_WARNING, default_openmodel, openmodel_warnings, validate_openmodel
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from llmaz.apis import Playground
+from llmaz.apis.validation import validate_playground
+from llmaz.apis.validation.names import LABEL_FORMAT_MESSAGE
 from llmaz.webhooks.lookup import StaticLookup
-from llmaz.webhooks.names import LABEL_FORMAT_MESSAGE
-from llmaz.webhooks.playground import default_playground, playground_warnings, validate_playground
+from llmaz.webhooks.playground import default_playground, playground_warnings
 
 
 def playground(spec: dict[str, Any], name: str = "qwen", **meta: Any) -> dict[str, Any]:

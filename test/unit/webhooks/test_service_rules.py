@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from llmaz.apis import Service
+from llmaz.apis.validation import validate_service
+from llmaz.apis.validation.names import LABEL_FORMAT_MESSAGE
 from llmaz.webhooks.lookup import StaticLookup
-from llmaz.webhooks.names import LABEL_FORMAT_MESSAGE
-from llmaz.webhooks.service import service_warnings, validate_service
+from llmaz.webhooks.service import service_warnings
 
 RUNNER = {"workerTemplate": {"spec": {"containers": [{"name": "model-runner", "image": "vllm"}]}}}
 
@@ -77,6 +78,17 @@ CONTAINERS = "spec.workloadTemplate.workerTemplate.spec.containers: Forbidden: m
 def test_a_worker_template_without_model_runner_is_denied_on_create_only(template: dict[str, Any]) -> None:
     assert errors(service([{"name": "a"}], template)) == [CONTAINERS]
     assert errors(service([{"name": "a"}], template), creating=False) == []
+
+
+SIZE = "spec.workloadTemplate.size: Invalid value: {}: must be greater than or equal to 1"
+
+
+@pytest.mark.parametrize(("size", "expected"), [(0, [SIZE.format(0)]), (-1, [SIZE.format(-1)]), (1, []), (4, [])])
+def test_a_workload_size_below_one_is_denied_on_create_and_update(size: int, expected: list[str]) -> None:
+    # Fix: llmaz admitted it, and the LeaderWorkerSet it became could never run.
+    template = {**RUNNER, "size": size}
+    assert errors(service([{"name": "a"}], template)) == expected
+    assert errors(service([{"name": "a"}], template), creating=False) == expected
 
 
 def test_the_name_is_checked_on_create_only() -> None:

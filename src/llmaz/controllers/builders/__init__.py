@@ -3,10 +3,11 @@
 A Playground reconcile: `playground_model_refs` -> fetch each OpenModel -> `main_first` -> `build_service` and
 `build_hpa` (apply both; None means delete an owned HPA) -> `playground_status`. A Service reconcile:
 `with_scheduler_name` -> `service_model_refs` -> fetch -> `main_first` -> `build_leader_worker_set` and
-`build_lb_service` (apply both) -> `diagnose_pods` (why its pods are not ready) -> `service_status`. Every
-`BuildError` carries the message of the `Progressing=False`/`AbortProcessing` condition to surface
-(`abort_status`); a `PodFinding` goes into the in-progress `Progressing` message (`progressing_finding` reads
-it back).
+`build_lb_service` (apply both) -> `diagnose_pods` (why its pods are not ready) -> `service_status`. Before
+any of that both reconcilers run the admission rules (`InvalidSpecError`), and before applying, `ownership_conflict`
+says whether an existing child may be written (`ChildConflictError`). Every `BuildError` carries the message of
+the `Progressing=False`/`AbortProcessing` condition to surface (`abort_status`); a `PodFinding` goes into the
+in-progress `Progressing` message (`progressing_finding` reads it back).
 """
 
 from llmaz.controllers.builders.diagnosis import PodFinding, diagnose_pod, diagnose_pods, finding_reason
@@ -15,6 +16,7 @@ from llmaz.controllers.builders.errors import (
     BackendRuntimeNotFoundError,
     BuildError,
     InvalidModelSourceError,
+    InvalidSpecError,
     NoModelClaimedError,
     RecommendedConfigNotFoundError,
 )
@@ -27,8 +29,10 @@ from llmaz.controllers.builders.models import (
     service_model_refs,
     skip_model_loader,
 )
+from llmaz.controllers.builders.ownership import ChildConflictError, Conflict, kind_label, ownership_conflict
 from llmaz.controllers.builders.playground import build_hpa, build_service
 from llmaz.controllers.builders.service import (
+    LB_SERVICE_SUFFIX,
     build_lb_service,
     build_leader_worker_set,
     lb_service_name,
@@ -43,10 +47,14 @@ from llmaz.controllers.builders.status import (
 )
 
 __all__ = [
+    "LB_SERVICE_SUFFIX",
     "ArgRenderError",
     "BackendRuntimeNotFoundError",
     "BuildError",
+    "ChildConflictError",
+    "Conflict",
     "InvalidModelSourceError",
+    "InvalidSpecError",
     "NoModelClaimedError",
     "PodFinding",
     "RecommendedConfigNotFoundError",
@@ -62,8 +70,10 @@ __all__ = [
     "diagnose_pods",
     "effective_config_name",
     "finding_reason",
+    "kind_label",
     "lb_service_name",
     "main_first",
+    "ownership_conflict",
     "playground_model_refs",
     "playground_status",
     "progressing_finding",

@@ -7,7 +7,10 @@ reason why; here each one knows its `message` (naming the missing thing), so a r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmaz.apis import constants as c
+from llmaz.apis.validation import FieldError, aggregate
 
 
 class BuildError(Exception):
@@ -58,3 +61,12 @@ class NoModelClaimedError(BuildError):
 
     def __init__(self) -> None:
         super().__init__(c.MESSAGE_NO_MODEL_CLAIMED)
+
+
+class InvalidSpecError(BuildError):
+    """The object breaks the admission rules: it was stored without admission (before the webhooks were
+    installed, or while a `failurePolicy: Ignore` webhook was down). The message is the webhook's denial text."""
+
+    def __init__(self, errors: Sequence[FieldError]) -> None:
+        super().__init__(aggregate(errors))
+        self.errors = tuple(errors)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from llmaz.webhooks.field import FieldError, invalid
+from llmaz.apis.validation.field import FieldError, invalid
 
 DNS1123_LABEL_MAX_LENGTH: Final = 63
 DNS1123_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
