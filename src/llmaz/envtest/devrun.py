@@ -231,6 +231,8 @@ def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | N
     kubectl = "kubectl" if shutil.which("kubectl") else str(cluster.kubectl_path)
     lines = ["", "llmaz runs on a real node. In another terminal:", "", f"  export KUBECONFIG={cluster.kubeconfig}"]
     lines += [f"  {kubectl} get nodes,pods -A", f"  {kubectl} logs -n llmaz-system deployment/llmaz-controller-manager"]
+    if answer is not None:
+        lines += [f"  {kubectl} get playground tiny-llama"]
     lines += ["", "Every model llmaz serves, through llmaz-gateway, for any OpenAI client:", ""]
     lines += [f"  export OPENAI_BASE_URL={GATEWAY_URL}/v1", f"  curl {GATEWAY_URL}/v1/models"]
     if url is not None and answer is not None:
@@ -245,7 +247,6 @@ def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | N
             "",
             f"It just answered through the gateway ({answer['usage']['completion_tokens']} tokens): {reply[:200]}",
             f"Its own Service, {url} (tiny-llama-lb), answers the same requests.",
-            f"  {kubectl} get playground tiny-llama",
         ]
     lines += ["", "Ctrl-C stops llmaz, the node and everything it started, and restores the host.", ""]
     return "\n".join(lines)
