@@ -14,7 +14,11 @@ LLMAZ_CACHE ?= $(HOME)/.cache/llmaz
 TOOLS_BIN := $(LLMAZ_CACHE)/bin/tools
 KUSTOMIZE_VERSION := v5.8.1
 KUSTOMIZE := $(TOOLS_BIN)/kustomize-$(KUSTOMIZE_VERSION)
+HELM_VERSION := v3.22.0
+HELM := $(TOOLS_BIN)/helm-$(HELM_VERSION)
 export LLMAZ_CACHE
+# The tests run these exact binaries (llmaz.envtest._assets.tool_path reads the same names).
+export KUSTOMIZE HELM
 
 PYTEST_ARGS ?=
 
@@ -52,6 +56,23 @@ $(KUSTOMIZE):
 kustomize: $(KUSTOMIZE) ## Build the pinned kustomize into the cache.
 	@echo $(KUSTOMIZE)
 
+# helm as its release Makefile stamps it: its version, and the Kubernetes version `helm template` assumes (that of
+# the client-go it is built with) instead of the v1.20 fallback.
+$(HELM):
+	@mkdir -p $(TOOLS_BIN)
+	@gomod=$$(go mod download -json helm.sh/helm/v3@$(HELM_VERSION) | awk -F'"' '$$2 == "GoMod" { print $$4 }'); \
+	kube=$$(awk '$$1 == "k8s.io/client-go" { sub(/^v0\./, "", $$2); split($$2, v, "."); print v[1]; exit }' "$$gomod"); \
+	pkg=helm.sh/helm/v3; \
+	flags="-s -w -X $$pkg/internal/version.version=$(HELM_VERSION) -X $$pkg/internal/version.gitTreeState=clean"; \
+	for p in chartutil lint/rules; do flags+=" -X $$pkg/pkg/$$p.k8sVersionMajor=1 -X $$pkg/pkg/$$p.k8sVersionMinor=$$kube"; done; \
+	echo "building helm $(HELM_VERSION) (Kubernetes 1.$$kube) into $(TOOLS_BIN)" >&2; \
+	CGO_ENABLED=0 GOBIN=$(TOOLS_BIN)/.helm-build go install -trimpath -ldflags "$$flags" $$pkg/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS_BIN)/.helm-build/helm $@ && rmdir $(TOOLS_BIN)/.helm-build
+
+.PHONY: helm
+helm: $(HELM) ## Build the pinned helm (v3, from its Go module) into the cache.
+	@echo $(HELM)
+
 .PHONY: cluster-bins
 cluster-bins: ## Build kube-apiserver, etcd, kubectl (versions: hack/cluster/go.mod) into the cache if missing.
 	@hack/cluster/build.sh >&2
@@ -75,10 +96,15 @@ node-bins: ## Also build kubelet, kube-proxy and CoreDNS (the real node of the e
 ##@ Development
 
 .PHONY: manifests
-manifests: install ## Generate CRDs (and other generated manifests) from src/llmaz/apis.
+manifests: install $(KUSTOMIZE) ## Generate CRDs, webhook and RBAC manifests from src/llmaz, then the chart.
 	$(PY) -m llmaz.apis.crdgen config/crd/bases
 	$(PY) -m llmaz.webhooks.manifests config/webhook/manifests.yaml
 	$(PY) -m llmaz.rbacgen config/rbac
+	$(PY) -m llmaz.chartgen --kustomize $(KUSTOMIZE) chart
+
+.PHONY: chart
+chart: install $(KUSTOMIZE) ## Generate the Helm chart, chart/, from config/ (kustomize build, then templating).
+	$(PY) -m llmaz.chartgen --kustomize $(KUSTOMIZE) chart
 
 .PHONY: fmt
 fmt: install ## Format the code.
@@ -106,7 +132,7 @@ kustomize-build: $(KUSTOMIZE) ## Check that every kustomize directory under conf
 ##@ Test
 
 .PHONY: test-unit
-test-unit: install ## Fast tests: pure logic, no cluster.
+test-unit: install $(KUSTOMIZE) $(HELM) ## Fast tests: pure logic, no cluster (the chart's with kustomize and helm).
 	$(PY) -m pytest test/unit $(PYTEST_ARGS)
 
 # The integration tier also runs llama-server and starts and stops the real node (test/integration/node).
@@ -123,7 +149,7 @@ E2E_IMG ?= llmaz:e2e
 E2E_CLUSTER ?= $(if $(filter true,$(USE_EXISTING_CLUSTER)),existing,$(if $(shell command -v $(KIND) 2>/dev/null && $(CONTAINER_TOOL) info >/dev/null 2>&1 && echo y),kind,simulated))
 
 .PHONY: test-e2e
-test-e2e: install ## End-to-end tests: kind if available, USE_EXISTING_CLUSTER=true, else a simulated cluster.
+test-e2e: install $(HELM) ## End-to-end tests: kind if available, USE_EXISTING_CLUSTER=true, else a simulated cluster.
 	@echo "e2e cluster: $(E2E_CLUSTER)" >&2
 	@case "$(E2E_CLUSTER)" in \
 	  simulated) $(MAKE) --no-print-directory cluster-bins e2e-bins && \

@@ -8,6 +8,9 @@ Invariants:
   Kubernetes release. `hack/cluster/build.sh` (`make cluster-bins`) fills that directory.
 - The LWS CRD comes from `$LLMAZ_LWS_CRD` or from `$LLMAZ_CACHE/crd/lws-<version>/`, the version being the
   `sigs.k8s.io/lws` requirement in `hack/cluster/lws/go.mod`.
+- Tools the Makefile builds into the cache (`$(KUSTOMIZE)`, `$(HELM)`) come from the environment variable of that
+  name when set, else from `$LLMAZ_CACHE/bin/tools/<tool>-<version>`, `<version>` being the Makefile's
+  `<TOOL>_VERSION`, the single statement of that tool's release.
 - Nothing here builds or downloads; a missing asset is reported with the command that provides it.
 """
 
@@ -62,6 +65,26 @@ def module_version(go_mod: Path, module: str) -> str:
 def kubernetes_version() -> str:
     """The pinned Kubernetes release, e.g. "v1.35.4"."""
     return module_version(_cluster_dir() / "go.mod", "k8s.io/kubernetes")
+
+
+def tool_path(name: str) -> Path:
+    """The pinned `kustomize` or `helm` the Makefile builds (see the module docstring)."""
+    variable = name.upper()
+    explicit = os.environ.get(variable)
+    if explicit:
+        path = Path(explicit)
+    else:
+        root = source_root()
+        if root is None:
+            raise AssetsMissingError(f"no source checkout to read the {name} version from: set {variable}")
+        match = re.search(rf"^{variable}_VERSION\s*:?=\s*(\S+)", (root / "Makefile").read_text(), re.MULTILINE)
+        if match is None:
+            raise AssetsMissingError(f"the Makefile sets no {variable}_VERSION")
+        path = cache_root() / "bin" / "tools" / f"{name}-{match.group(1)}"
+    found = _executable(path)
+    if found is None:
+        raise AssetsMissingError(f"{name} not found at {path}: run `make {name}` or set {variable}")
+    return found
 
 
 def find_assets() -> ClusterAssets:

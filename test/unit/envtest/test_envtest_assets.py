@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from llmaz.envtest import AssetsMissingError, ExistingCluster, find_assets, kubernetes_version
-from llmaz.envtest._assets import cache_root, module_version, source_root
+from llmaz.envtest._assets import cache_root, module_version, source_root, tool_path
 from llmaz.envtest._cluster import ClusterOperationError
 from llmaz.envtest._crds import load_crds
 
@@ -127,3 +127,24 @@ def test_existing_cluster_writes_embedded_credentials_to_files(tmp_path: Path) -
     finally:
         cluster.close()
     assert not cluster.scratch_dir.exists()
+
+
+@pytest.mark.parametrize("tool", ["kustomize", "helm"])
+def test_tools_come_from_the_cache_at_the_makefiles_version_unless_their_variable_names_one(
+    tool: str, empty_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(tool.upper(), raising=False)
+    version = next(
+        line.split(":=")[1].strip()
+        for line in (REPO / "Makefile").read_text().splitlines()
+        if line.startswith(f"{tool.upper()}_VERSION :=")
+    )
+    with pytest.raises(AssetsMissingError, match=f"run `make {tool}`"):
+        tool_path(tool)
+
+    cached = fake_binaries(empty_cache / "bin" / "tools", f"{tool}-{version}") / f"{tool}-{version}"
+    assert tool_path(tool) == cached
+
+    explicit = fake_binaries(tmp_path / "elsewhere", tool) / tool
+    monkeypatch.setenv(tool.upper(), str(explicit))
+    assert tool_path(tool) == explicit

@@ -1,0 +1,197 @@
+"""llmaz installed with Helm on the real node, as users install it: the chart with the images built here, a model
+really served, an upgrade to another image under a steady stream of creates, and an uninstall leaving the CRDs.
+
+Node tier only, and disruptive (it runs after the other node tests): the session installed llmaz with `make deploy`
+of config/node, so the test first stops that manager and removes that install but for the CRDs and the namespace,
+and puts it back afterwards whatever happened (`install_llmaz`, as the session did). The chart gets config/node's
+local images through values: the manager image `make image-build` made, the global settings of
+config/node/global-config.yaml (the local model loader) and the llama.cpp server image of config/node/llamacpp.yaml.
+The chart does not template BackendRuntime resources, so the Playground (config/samples/tiny-llama.yaml) asks
+for the small resources config/node gives the llamacpp backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llmaz.envtest import ClusterOperationError
+from llmaz.envtest._rest import ApiError
+from llmaz.envtest.helm import Helm, HelmError
+from llmaz.envtest.images import find_images
+from llmaz.envtest.node.cluster import DEV_TAG
+from llmaz.envtest.node.install import install_llmaz
+from llmaz.envtest.objectstore import ObjectStore, tiny_model
+
+from .charts import CHART, CRD_NAMES, NAMESPACE, RELEASE, labelled_leftovers, live, release_objects, release_records
+from .conftest import REPO
+from .managers import DEPLOYMENT, DeployedManager
+from .support import Environment, eventually, open_model, pod_ready, wait_playground_ready
+from .test_serving import BUCKET, KEY, credentials, first_answer, lb_url, node_of
+
+pytestmark = [pytest.mark.tier("node"), pytest.mark.disruptive]
+NODE = REPO / "config" / "node"
+SAMPLE = REPO / "config" / "samples" / "tiny-llama.yaml"
+PLAYGROUND = "tiny-llama"
+
+
+@pytest.fixture(scope="module")
+def object_store(e2e: Environment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    node = node_of(e2e)
+    log = tmp_path_factory.mktemp("object-store") / "moto.log"
+    with ObjectStore(node.layout.host_ip, node.layout.ports.object_store, log) as store:
+        store.upload(BUCKET, KEY, tiny_model())
+        yield store
+
+
+@pytest.fixture
+def helm(e2e: Environment, tmp_path: Path) -> Iterator[Helm]:
+    """Helm on the node, with the session's kustomize install of llmaz removed for the test and put back after."""
+    assert isinstance(e2e.manager, DeployedManager)
+    image = find_images(["manager"])["manager"].image
+    e2e.manager.scale(0)  # no manager left to re-create what is deleted next (its certificate Secret, say)
+    eventually(
+        lambda: not e2e.items("pods", NAMESPACE, "control-plane=controller-manager"),
+        within=120,
+        what="the kustomize-installed manager's pods gone, terminating ones included",
+    )
+    built = yaml.safe_load_all(e2e.kubectl("kustomize", str(NODE)))
+    removed = [doc for doc in built if doc and doc["kind"] not in ("CustomResourceDefinition", "Namespace")]
+    e2e.kubectl(
+        "delete", "--ignore-not-found", "--wait", "--timeout=180s", "-f", "-", input=yaml.safe_dump_all(removed)
+    )
+    helm = Helm(tmp_path / "helm", e2e.cluster)
+    try:
+        yield helm
+    finally:
+        with contextlib.suppress(HelmError):
+            helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=3m")
+        install_llmaz(e2e.cluster, image)
+
+
+def _node_values(manager_image: str) -> dict[str, Any]:
+    """config/node's images as chart values."""
+    repository, tag = manager_image.rsplit(":", 1)
+    global_config = yaml.safe_load((NODE / "global-config.yaml").read_text())
+    llamacpp = {op["path"]: op["value"] for op in yaml.safe_load((NODE / "llamacpp.yaml").read_text())}
+    return {
+        "controllerManager": {"manager": {"image": {"repository": repository, "tag": tag}}},
+        "globalConfig": {"configData": global_config["data"]["config.data"]},
+        "backendRuntime": {
+            "llamacpp": {"image": {"repository": llamacpp["/spec/image"], "tag": str(llamacpp["/spec/version"])}}
+        },
+    }
+
+
+def _sample(store: ObjectStore) -> list[dict[str, Any]]:
+    """config/samples/tiny-llama.yaml, its Playground with config/node's llamacpp resources."""
+    documents = [doc for doc in yaml.safe_load_all(SAMPLE.read_text()) if doc]
+    (playground,) = [doc for doc in documents if doc["kind"] == "Playground"]
+    config = playground["spec"]["backendRuntimeConfig"]
+    assert {"name": "AWS_ENDPOINT_URL", "value": store.url} in config["envs"], "the sample names the node's store"
+    ops = yaml.safe_load((NODE / "llamacpp.yaml").read_text())
+    config["resources"] = next(op["value"] for op in ops if op["path"] == "/spec/recommendedConfigs/0/resources")
+    return documents
+
+
+def _manager_pods(e2e: Environment) -> list[dict[str, Any]]:
+    pods = e2e.items("pods", NAMESPACE, "control-plane=controller-manager")
+    return [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+
+
+def _running(e2e: Environment, image: str) -> bool:
+    pods = _manager_pods(e2e)
+    return len(pods) == 2 and all(pod_ready(p) and p["spec"]["containers"][0]["image"] == image for p in pods)
+
+
+def _admitting(e2e: Environment) -> bool:
+    try:
+        e2e.kubectl(
+            "apply", "--server-side", "--dry-run=server", "-f", "-", input=yaml.safe_dump(open_model("admission-probe"))
+        )
+    except ClusterOperationError:
+        return False
+    return True
+
+
+def test_helm_installs_llmaz_that_serves_a_model_upgrades_it_without_failing_admission_and_uninstalls_it(
+    e2e: Environment, namespace: str, helm: Helm, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    image = find_images(["manager"])["manager"].image
+    values = tmp_path / "node-values.yaml"
+    values.write_text(yaml.safe_dump(_node_values(image)))
+
+    helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(values), "--wait", "--timeout=3m")
+    eventually(lambda: _running(e2e, image), what=f"two Ready manager pods running {image}")
+    eventually(lambda: _admitting(e2e), within=120, what="admission through the webhook Service")
+    print(e2e.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide"))
+
+    e2e.apply([credentials()], namespace)
+    sample = _sample(object_store)
+    e2e.apply(sample, namespace)
+    try:
+        wait_playground_ready(e2e, namespace, PLAYGROUND, replicas=1)
+        url = lb_url(e2e, namespace, PLAYGROUND)
+        first_answer(url, PLAYGROUND)
+
+        upgraded = f"{image.rsplit(':', 1)[0]}:{DEV_TAG}"  # the same build under its other local name
+        failures, created = _upgrade_under_creates(e2e, helm, namespace, upgraded)
+        assert created >= 20, created
+        assert failures == [], f"{len(failures)} of {created} creates failed: {failures[:3]}"
+        eventually(lambda: _running(e2e, upgraded), what=f"two Ready manager pods running {upgraded}")
+        first_answer(url, PLAYGROUND)
+
+        rendered = release_objects(helm)
+        helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=3m")
+        left = [f"{o['kind']} {o['metadata']['name']}" for o in rendered if live(e2e.cluster, o) is not None]
+        assert left == [], "helm uninstall left these"
+        assert release_records(e2e.cluster) == []
+        assert labelled_leftovers(e2e.cluster, {"deployments", "pods", "services", "secrets", "backendruntimes"}) == []
+        for crd in CRD_NAMES:
+            e2e.kubectl("get", "crd", crd)
+        assert e2e.get("playgrounds", PLAYGROUND, namespace) is not None, "llmaz objects stay with their CRDs"
+        eventually(lambda: not _manager_pods(e2e), what="the manager's pods gone")
+    finally:
+        e2e.kubectl("delete", "-n", namespace, "-f", str(SAMPLE), "--ignore-not-found", "--wait=false")
+
+
+def _upgrade_under_creates(e2e: Environment, helm: Helm, namespace: str, image: str) -> tuple[list[str], int]:
+    """`helm upgrade` to `image` while OpenModels are created every 0.1 s; the failed creates and the count."""
+    client = e2e.cluster.admin_client()
+    failures: list[str] = []
+    created = 0
+    stop = threading.Event()
+
+    def create_steadily() -> None:
+        nonlocal created
+        while not stop.is_set() and created < 2000:
+            model = open_model(f"helm-{namespace.rsplit('-', 1)[-1]}-{created}")
+            model["metadata"]["labels"] = {"e2e-helm-upgrade": namespace}
+            try:
+                client.request("POST", "/apis/llmaz.io/v1alpha1/openmodels", model)
+            except (ApiError, OSError) as error:
+                failures.append(str(error)[:300])
+            created += 1
+            stop.wait(0.1)
+
+    repository, tag = image.rsplit(":", 1)
+    writer = threading.Thread(target=create_steadily, name="creates", daemon=True)
+    writer.start()
+    try:
+        helm(
+            "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values", "--wait", "--timeout=3m",
+            "--set", f"controllerManager.manager.image.repository={repository}",
+            "--set-string", f"controllerManager.manager.image.tag={tag}",
+        )  # fmt: skip
+        e2e.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=180s")
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+        e2e.kubectl("delete", "openmodels", "-l", f"e2e-helm-upgrade={namespace}", "--wait=false")
+    return failures, created
