@@ -27,27 +27,18 @@ from llmaz.envtest.helm import Helm, HelmError
 from llmaz.envtest.images import find_images
 from llmaz.envtest.node.cluster import DEV_TAG
 from llmaz.envtest.node.install import install_llmaz
-from llmaz.envtest.objectstore import ObjectStore, tiny_model
+from llmaz.envtest.objectstore import ObjectStore
 
 from .charts import CHART, CRD_NAMES, NAMESPACE, RELEASE, labelled_leftovers, live, release_objects, release_records
 from .conftest import REPO
 from .managers import DEPLOYMENT, DeployedManager
+from .serving import credentials, first_answer, lb_url
 from .support import Environment, eventually, open_model, pod_ready, wait_playground_ready
-from .test_serving import BUCKET, KEY, credentials, first_answer, lb_url, node_of
 
 pytestmark = [pytest.mark.tier("node"), pytest.mark.disruptive]
 NODE = REPO / "config" / "node"
 SAMPLE = REPO / "config" / "samples" / "tiny-llama.yaml"
 PLAYGROUND = "tiny-llama"
-
-
-@pytest.fixture(scope="module")
-def object_store(e2e: Environment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
-    node = node_of(e2e)
-    log = tmp_path_factory.mktemp("object-store") / "moto.log"
-    with ObjectStore(node.layout.host_ip, node.layout.ports.object_store, log) as store:
-        store.upload(BUCKET, KEY, tiny_model())
-        yield store
 
 
 @pytest.fixture
