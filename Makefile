@@ -181,6 +181,10 @@ bench-quick: install $(BENCH_STAMP) cluster-bins ## A few-minute smoke run of ev
 bench-runtime: install $(BENCH_STAMP) cluster-bins ## Runtime alone: no-op reconciler vs controller-runtime, 10k objects.
 	BENCH_SCENARIOS=runtime $(PY) bench/run.py
 
+.PHONY: bench-memory
+bench-memory: install $(BENCH_STAMP) cluster-bins ## Manager RSS with 10k unrelated Services, HPAs and LWS each vs none.
+	BENCH_SCENARIOS=memory $(PY) bench/run.py
+
 .PHONY: test
 test: lint kustomize-build test-unit test-integration ## Everything CI runs: lint and every test tier.
 	@$(MAKE) --no-print-directory test-e2e E2E_CLUSTER=simulated

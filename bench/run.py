@@ -27,7 +27,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from suite import admission_bench, controllers_bench, golang, limit_bench, report, runtime_bench, serving_bench
+from suite import (
+    admission_bench,
+    controllers_bench,
+    golang,
+    limit_bench,
+    memory_bench,
+    report,
+    runtime_bench,
+    serving_bench,
+)
 from suite.settings import Settings
 from suite.subjects import GO_CERT_DIR
 from suite.templates import load_templates
@@ -157,6 +166,13 @@ def serving(suite: Suite) -> None:
     suite.record("serving", {"subject": "python"}, partial(serving_bench.serving_run, s.repeats, suite.log_dir))
 
 
+def memory(suite: Suite) -> None:
+    s = suite.settings
+    for rep in range(s.repeats):
+        run = partial(memory_bench.run_once, s.memory_objects, suite.log_dir, s.max_concurrent_reconciles)
+        suite.record("memory", {"subject": "python", "k": s.memory_objects, "rep": rep}, run)
+
+
 def main() -> None:
     settings = Settings.from_env()
     if "--report-only" in sys.argv:  # redraw summary.md and the plots from an earlier (or running) raw.json
@@ -179,6 +195,8 @@ def main() -> None:
             loader(suite)
         if "serving" in settings.scenarios:
             serving(suite)
+        if "memory" in settings.scenarios:
+            memory(suite)
     finally:
         suite.save()
         if created_cert_dir:

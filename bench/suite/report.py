@@ -173,6 +173,27 @@ def serving_section(results: dict[str, Any]) -> list[str]:
     return ["", title, "", *lines]
 
 
+def memory_section(results: dict[str, Any]) -> list[str]:
+    rs = runs(results, "memory")
+    if not rs:
+        return []
+    rows: list[Row] = [
+        ("RSS, no unrelated objects MB", lambda r: r["none"]["rss_mb"]),
+        ("RSS, 3K unrelated objects MB", lambda r: r["unrelated"]["rss_mb"]),
+        ("RSS ratio (goal <= 1.10)", lambda r: r["rss_ratio"]),
+        ("peak RSS, no unrelated objects MB", lambda r: r["none"]["peak_rss_mb"]),
+        ("peak RSS, 3K unrelated objects MB", lambda r: r["unrelated"]["peak_rss_mb"]),
+        ("peak RSS ratio", lambda r: r["peak_rss_ratio"]),
+        ("start to caches synced, none s", lambda r: r["none"]["synced_seconds"]),
+        ("start to caches synced, 3K unrelated s", lambda r: r["unrelated"]["synced_seconds"]),
+        ("creating the 3K objects s", lambda r: r["create_seconds"]),
+    ]
+    lines = ["| reading | median (min-max) |", "|---|---|"]
+    lines += [f"| {label} | {cell(summary([get(r) for r in rs]))} |" for label, get in rows]
+    title = f"### Memory in a large cluster: K = {rs[0]['k']} unrelated Services, HPAs and LWS each (Python)"
+    return ["", title, "", *lines]
+
+
 def failures_section(results: dict[str, Any]) -> list[str]:
     failed = [e for e in results["runs"] if "error" in e]
     if not failed:
@@ -196,7 +217,8 @@ def write(results: dict[str, Any], out: Path) -> str:
     header = ["# llmaz benchmark results", "", f"- started {results['started']}, machine {results['machine']}",
               *go_section(results)]  # fmt: skip
     body = [*controllers_section(results), *runtime_section(results), *admission_section(results),
-            *limit_section(results), *loader_section(results), *serving_section(results), *targets.section(results),
+            *limit_section(results), *loader_section(results), *serving_section(results), *memory_section(results),
+            *targets.section(results),
             *failures_section(results)]  # fmt: skip
     text = "\n".join([*header, *body]) + "\n"
     (out / "summary.md").write_text(text)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO = BENCH_DIR.parent
-ALL_SCENARIOS = ("controllers", "runtime", "admission", "limit", "loader", "serving")
+ALL_SCENARIOS = ("controllers", "runtime", "admission", "limit", "loader", "serving", "memory")
 
 
 def _cache_dir() -> Path:
@@ -49,12 +49,15 @@ class Settings:
     timeout: float
     """BENCH_TIMEOUT: seconds a phase may take before the run is recorded as timed out (full: 900)."""
     scenarios: tuple[str, ...]
-    """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving (default: all; serving
-    needs root and the node tier's binaries and images)."""
+    """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, memory (default: all;
+    serving needs root and the node tier's binaries and images)."""
     subjects: tuple[str, ...]
     """BENCH_SUBJECTS: subset of python, go (default: both)."""
     loader_megabytes: int
     """BENCH_LOADER_MB: size of the object the loader scenario downloads (full: 512; quick: 64)."""
+    memory_objects: int
+    """BENCH_MEMORY_OBJECTS: K unrelated Services, HPAs and LWS each for the memory scenario (full: 10000;
+    quick: 1000)."""
     max_concurrent_reconciles: int
     """BENCH_MCR: --max-concurrent-reconciles for our manager (the Go manager has no flag: 1 worker)."""
     results_dir: Path
@@ -79,6 +82,7 @@ class Settings:
             scenarios=scenarios,
             subjects=tuple(os.environ.get("BENCH_SUBJECTS", "python go").replace(",", " ").split()),
             loader_megabytes=_int("BENCH_LOADER_MB", 64 if quick else 512),
+            memory_objects=_int("BENCH_MEMORY_OBJECTS", 1000 if quick else 10000),
             max_concurrent_reconciles=_int("BENCH_MCR", 1),
             results_dir=Path(os.environ.get("BENCH_RESULTS", BENCH_DIR / "results")),
             cache_dir=_cache_dir(),

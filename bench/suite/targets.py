@@ -31,6 +31,7 @@ def section(results: dict[str, Any]) -> list[str]:
     steady = [r["steady"] for r in runs(results, "controllers", subject="python", n=n) if "steady" in r]
     p99s = [row["p99_ms"] for r in runs(results, "admission", subject="python") for row in r["rates"]
             if row["rate"] == 500]  # fmt: skip
+    memory = [r["rss_ratio"] for r in runs(results, "memory")]
     return [
         "",
         f"### Targets (N = {n})",
@@ -43,4 +44,5 @@ def section(results: dict[str, Any]) -> list[str]:
         _check("steady state: writes", _median([s["writes"] for s in steady]), 0),
         _check("steady state: CPU", _median([s["cpu_percent_of_core"] for s in steady]), 1.0, "% of a core"),
         _check("admission p99 at 500/s", _median(p99s), 10.0, " ms"),
+        _check("RSS with 3K unrelated objects / with none", _median(memory), 1.1),
     ]

@@ -126,6 +126,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--kube-api-burst", type=int, default=100, help="API request burst, per resource (default 100)")
     add("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or $KUBECONFIG)")
     add("--max-concurrent-reconciles", type=int, default=1, help="workers per controller (default 1)")
+    add(
+        "--reconcile-timeout",
+        type=duration,
+        default=60.0,
+        help="how long one reconcile may take before it is cancelled and retried; 0 disables (default 60s)",
+    )
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add("--log-format", default="auto", choices=["auto", "json", "console"])
     args = parser.parse_args(argv)
@@ -143,6 +149,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         )
     except ValueError as err:
         parser.error(f"--webhook-*: {err}")
+    if args.reconcile_timeout < 0:
+        parser.error("--reconcile-timeout must not be negative")
     return args
 
 
@@ -209,6 +217,14 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
     )
 
 
+def controller_settings(args: argparse.Namespace) -> ControllerSettings:
+    return ControllerSettings(
+        namespace=args.namespace,
+        max_concurrent_reconciles=args.max_concurrent_reconciles,
+        reconcile_timeout=args.reconcile_timeout,
+    )
+
+
 async def rest_config(args: argparse.Namespace) -> RestConfig:
     config = await load(args.kubeconfig)
     config.qps, config.burst = args.kube_api_qps, args.kube_api_burst
@@ -219,10 +235,7 @@ async def run(args: argparse.Namespace) -> None:
     client = Client(await rest_config(args))
     try:
         manager = Manager(client, manager_options(args))
-        setup_controllers(
-            manager,
-            ControllerSettings(namespace=args.namespace, max_concurrent_reconciles=args.max_concurrent_reconciles),
-        )
+        setup_controllers(manager, controller_settings(args))
         if webhooks_enabled():
             add_webhooks(manager, args)
         add_metrics(manager, args)

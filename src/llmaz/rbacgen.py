@@ -22,7 +22,7 @@ from types import ModuleType
 import yaml
 
 from llmaz.certs import rotator
-from llmaz.controllers import playground, readiness, service, setup
+from llmaz.controllers import legacy, playground, readiness, service, setup
 from llmaz.gateway import catalog, waker
 from llmaz.runtime import authn, events, leaderelection, metrics_server
 from llmaz.runtime.rbac import PolicyRule, role_manifests
@@ -56,7 +56,7 @@ ROLE_FILES = (
         "role.yaml",
         "manager-role",
         "What the manager calls: controllers, webhooks' caches, certificate rotation and events.",
-        (setup, playground, service, readiness, cachelookup, rotator, events),
+        (setup, playground, service, readiness, legacy, cachelookup, rotator, events),
     ),
     RoleFile("leader_election_role.yaml", "leader-election-role", "The leader-election Lease.", (leaderelection,)),
     RoleFile(

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llmaz.__main__ import duration, main, manager_options, parse_args, rest_config
+from llmaz.__main__ import controller_settings, duration, main, manager_options, parse_args, rest_config
+from llmaz.controllers.setup import setup_controllers
+from llmaz.runtime.client import Client, RestConfig
+from llmaz.runtime.manager import Manager
 
 
 def test_a_missing_kubeconfig_is_one_clear_error_and_exit_code_1(
@@ -76,6 +79,7 @@ async def test_the_flags_reach_the_manager_and_the_client(tmp_path: Path) -> Non
         ["--leader-elect-renew-deadline=20s"],  # not below the 15 s lease
         ["--leader-elect-retry-period=9s"],  # no room for a retry before the 10 s deadline
         ["--kube-api-qps=10", "--kube-api-burst=0"],
+        ["--reconcile-timeout=-1"],
     ],
 )
 def test_timings_or_limits_that_cannot_work_are_usage_errors(
@@ -85,3 +89,15 @@ def test_timings_or_limits_that_cannot_work_are_usage_errors(
         parse_args(flags)
     assert exit_info.value.code == 2
     assert "llmaz-manager: error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "seconds"), [([], 60.0), (["--reconcile-timeout=2m"], 120.0), (["--reconcile-timeout=0"], 0.0)]
+)
+async def test_the_reconcile_timeout_flag_reaches_every_controller(flags: list[str], seconds: float) -> None:
+    client = Client(RestConfig(host="http://127.0.0.1:1"))
+    try:
+        controllers = setup_controllers(Manager(client), controller_settings(parse_args(flags)))
+    finally:
+        await client.close()
+    assert [c.options.reconcile_timeout for c in controllers] == [seconds] * 4

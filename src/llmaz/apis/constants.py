@@ -22,7 +22,13 @@ SKIP_MODEL_LOADER_ANNOTATION: Final = "llmaz.io/skip-model-loader"
 INFERENCE_SERVICE_FLAVORS_ANNOTATION: Final = "llmaz.io/inference-service-flavors"
 ACTIVATOR_MODEL_NAME_ANNOTATION: Final = "activator.llmaz.io/model-name"
 ACTIVATOR_CACHED_STATE_ANNOTATION: Final = "activator.llmaz.io/cached-state"
+# On every object the controllers create (LeaderWorkerSets, core Services, HPAs, inference Services): the manager
+# caches only the core Services, HPAs and LeaderWorkerSets that carry it (llmaz itself set no such label).
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "llmaz"
 LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
+# The LeaderWorkerSet release llmaz runs against (its CRD schema is vendored from it; the install hint names it).
+LWS_VERSION: Final = "v0.6.2"
 LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
 
 # Model hubs, roles, presets and defaults.

@@ -104,6 +104,23 @@ def is_controlled_by(obj: Obj, owner_uid: str | None) -> bool:
     return owner_uid is not None and controller_uid(obj) == owner_uid
 
 
+async def live_child(client: Client, cache: Store, resource: Resource, namespace: str, name: str) -> Obj | None:
+    """A child as it is: from the cache, else from the API server.
+
+    The caches of LeaderWorkerSets, core Services and HPAs hold only objects with llmaz's managed-by label, so an
+    object of the child's name without it (a user's, or one made before the label) is not there. It must still be
+    seen before anything is applied over it (ownership) and is read directly: one GET for each reconcile that finds
+    no child cached, which in steady state is none.
+    """
+    cached = cache.get(f"{namespace}/{name}")
+    if cached is not None:
+        return cached
+    try:
+        return await client.get(resource, name, namespace)
+    except NotFound:
+        return None
+
+
 async def apply_if_changed(client: Client, resource: Resource, desired: Obj, live: Obj | None) -> tuple[Obj, bool]:
     """Server-side apply `desired` unless `live` already matches; returns (object, written)."""
     if apply_is_noop(desired, live, c.FIELD_MANAGER):

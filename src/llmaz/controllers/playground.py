@@ -45,6 +45,7 @@ from llmaz.controllers.common import (
     apply_if_changed,
     fetch_models,
     is_controlled_by,
+    live_child,
     parse_backend_runtime,
     parse_cached,
     record_new_finding,
@@ -110,7 +111,11 @@ class PlaygroundReconciler:
             await self._abort(obj, playground, err)
             return Result()
         live_hpa = self._hpas.get(request.key)
-        conflict = ownership_conflict(playground, r.HORIZONTAL_POD_AUTOSCALERS.kind, live_hpa) if desired_hpa else None
+        conflict = None
+        if desired_hpa is not None:
+            hpas = r.HORIZONTAL_POD_AUTOSCALERS
+            live_hpa = await live_child(self._client, self._hpas, hpas, request.namespace, request.name)
+            conflict = ownership_conflict(playground, hpas.kind, live_hpa)
         if conflict is not None:
             await self._abort(obj, playground, ChildConflictError(playground, [conflict]))
             return Result(requeue=True)  # also woken by the HPA watch, which maps by name

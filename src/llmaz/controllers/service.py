@@ -5,8 +5,9 @@ One reconcile:
 2. Run the admission rules (`validate_service`, as on create): a Service stored without admission that the
    webhook would deny -> `Progressing=False`/`AbortProcessing` with the webhook's text, a Warning Event, no
    children, and no retry until it changes.
-3. Without valid global settings (`llmaz-global-config`) nothing can be built: fail and retry; the ConfigMap
-   watch re-enqueues every Service when the settings arrive or change (llmaz waited for an unrelated event).
+3. Without valid global settings (`llmaz-global-config`) nothing can be built: stop there, without an error or a
+   retry; the ConfigMap watch re-enqueues every Service when the settings arrive or change (llmaz waited for an
+   unrelated event), and `globalconfig` says once, with the fix, why nothing happens meanwhile.
 4. Persist the global scheduler name into pod templates that name none (llmaz's contract), with a merge patch
    of just those fields, and only when missing.
 5. Fetch the claimed OpenModels; a missing one or an unusable source -> `Progressing=False`/`AbortProcessing`.
@@ -44,12 +45,13 @@ from llmaz.controllers.builders import (
 from llmaz.controllers.common import (
     apply_if_changed,
     fetch_models,
+    live_child,
     parse_cached,
     record_new_finding,
     unless_deleted,
     write_status_if_changed,
 )
-from llmaz.runtime.cache import DeletedFinalStateUnknown, Obj
+from llmaz.runtime.cache import Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client, PatchType
 from llmaz.runtime.clock import Clock
@@ -57,7 +59,7 @@ from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import allow
-from llmaz.settings import SettingsError, SettingsHolder
+from llmaz.settings import SettingsHolder
 
 # Where the API server enforces owner-reference permissions (OwnerReferencesPermissionEnforcement, on in
 # OpenShift): blockOwnerDeletion needs `update` on the owner's finalizers, and changing the owner reference of
@@ -71,10 +73,6 @@ RBAC_RULES = (
 )
 
 _log = get_logger("llmaz.controllers.service")
-
-
-class SettingsNotLoadedError(RuntimeError):
-    pass
 
 
 class ServiceReconciler:
@@ -111,7 +109,8 @@ class ServiceReconciler:
             return Result()
         settings = self._settings.current
         if settings is None:
-            raise SettingsNotLoadedError(f"global settings not loaded: {self._settings.last_error or 'no ConfigMap'}")
+            _log.debug("waiting for the global config", reason=self._settings.last_error or "no ConfigMap")
+            return Result()
         obj, service = await self._persist_scheduler_name(obj, service, settings.scheduler_name)
         try:
             models = fetch_models(self._models, service_model_refs(service))
@@ -120,8 +119,9 @@ class ServiceReconciler:
         except BuildError as err:
             await self._abort(obj, service, err)
             return Result()
-        live_lws = self._lws.get(request.key)
-        live_lb = self._lb_services.get(f"{request.namespace}/{lb_service_name(request.name)}")
+        ns, lb_name = request.namespace, lb_service_name(request.name)
+        live_lws = await live_child(self._client, self._lws, r.LEADER_WORKER_SETS, ns, request.name)
+        live_lb = await live_child(self._client, self._lb_services, r.SERVICES, ns, lb_name)
         children = ((r.LEADER_WORKER_SETS.kind, live_lws), (r.SERVICES.kind, live_lb))
         conflicts = [found for kind, live in children if (found := ownership_conflict(service, kind, live))]
         if conflicts:
@@ -165,27 +165,3 @@ class ServiceReconciler:
             field_manager="llmaz",
         )
         return patched, Service.from_dict(patched)
-
-
-class GlobalSettingsHandler:
-    """Keeps `SettingsHolder` current from the global ConfigMap; a bad edit is logged and the old settings kept."""
-
-    def __init__(self, settings: SettingsHolder) -> None:
-        self._settings = settings
-
-    def on_add(self, obj: Obj, is_initial_list: bool) -> None:
-        self._load(obj)
-
-    def on_update(self, old: Obj, new: Obj) -> None:
-        self._load(new)
-
-    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        self._settings.forget()
-        _log.warning("global config deleted, keeping the last settings")
-
-    def _load(self, obj: Obj) -> None:
-        try:
-            if self._settings.update(obj):
-                _log.info("global config updated", settings=str(self._settings.current))
-        except SettingsError as err:
-            _log.error("failed to parse global config", error=str(err))

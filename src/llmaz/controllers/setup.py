@@ -13,6 +13,12 @@ Watches (each change wakes only the objects it concerns, with their namespace):
 Children are mapped to their owner by name, not through owner references (`owns`): a user's object that stands
 in the way of a child has no reference to the owner, and its deletion must still wake the owner at once (the
 owner also retries with the rate limiter's backoff while it is blocked; see builders/ownership.py).
+
+Caches (`caches`): core Services, HPAs and LeaderWorkerSets only with llmaz's managed-by label, stripped of what no
+reader reads; what fixes a resource that is not served (the LeaderWorkerSet CRD, llmaz's CRDs) or not allowed is
+registered with the informers, which log it once and serve it on /readyz. The global ConfigMap's absence is said
+the same way (`globalconfig`, readiness check "global-config"), and HPAs from before the label are relabelled once
+per leadership (`legacy`).
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ from llmaz.apis import constants as c
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import LB_SERVICE_SUFFIX
+from llmaz.controllers.caches import configure_caches
+from llmaz.controllers.globalconfig import GlobalConfig
+from llmaz.controllers.legacy import LegacyHpaRelabeler
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.readiness import backend_reconciler, model_reconciler
-from llmaz.controllers.service import GlobalSettingsHandler, ServiceReconciler
+from llmaz.controllers.service import ServiceReconciler
 from llmaz.runtime.controller import Controller, ControllerBuilder, Scope
 from llmaz.runtime.controller import predicate as p
 from llmaz.runtime.manager import Manager
@@ -57,12 +66,15 @@ class ControllerSettings:
     namespace: str = c.GLOBAL_CONFIG_NAMESPACE
     """Namespace of the manager, where the global ConfigMap lives. Default llmaz-system."""
     max_concurrent_reconciles: int = 1
+    reconcile_timeout: float = 60.0
+    """Seconds a reconcile may take before it is cancelled and retried; 0: no limit. Default 60 s."""
 
 
 def setup_controllers(manager: Manager, options: ControllerSettings | None = None) -> list[Controller]:
     """Build the four controllers, register them with `manager`, and return them."""
     opts = options or ControllerSettings()
     informers, clock = manager.informers, manager.options.clock
+    configure_caches(informers)
     playgrounds = informers.informer_for(r.PLAYGROUNDS)
     services = informers.informer_for(r.INFERENCE_SERVICES)
     playgrounds.add_indexers({ix.PLAYGROUND_MODELS: ix.playground_models, ix.PLAYGROUND_BACKEND: ix.playground_backend})
@@ -73,10 +85,16 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
     )
     settings = SettingsHolder()
     config_scope = Scope(namespace=opts.namespace, field_selector=f"metadata.name={c.GLOBAL_CONFIG_NAME}")
-    # Registered before the Service controller's own handler, so settings are current when Services are enqueued.
-    informers.informer_for(
+    config_informer = informers.informer_for(
         r.CONFIG_MAPS, config_scope.namespace, field_selector=config_scope.field_selector
-    ).add_event_handler(GlobalSettingsHandler(settings))
+    )
+    global_config = GlobalConfig(settings, opts.namespace, config_informer)
+    # Registered before the Service controller's own handler, so settings are current when Services are enqueued.
+    config_informer.add_event_handler(global_config)
+    manager.add(global_config)
+    manager.add_readyz_check("global-config", global_config.check)
+    manager.add(LegacyHpaRelabeler(manager.leader_client))
+    workers, timeout = opts.max_concurrent_reconciles, opts.reconcile_timeout
 
     controllers = [
         ControllerBuilder("playground")
@@ -85,7 +103,7 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
         .watches(r.INFERENCE_SERVICES, ix.owner_named_like(playgrounds.store), predicates=[CHILD_SPEC_OR_STATUS])
         .watches(r.OPEN_MODELS, ix.users_of(playgrounds.store, ix.PLAYGROUND_MODELS), predicates=[SPEC])
         .watches(r.BACKEND_RUNTIMES, ix.users_of(playgrounds.store, ix.PLAYGROUND_BACKEND), predicates=[SPEC])
-        .with_options(max_concurrent_reconciles=opts.max_concurrent_reconciles)
+        .with_options(max_concurrent_reconciles=workers, reconcile_timeout=timeout)
         .build(
             PlaygroundReconciler(
                 manager.leader_client, informers, manager.event_recorder("playground-controller"), clock
@@ -99,7 +117,7 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
         .watches(r.OPEN_MODELS, ix.users_of(services.store, ix.SERVICE_MODELS), predicates=[SPEC])
         .watches(r.CONFIG_MAPS, ix.everything_in(services.store), scope=config_scope)
         .watches(r.PODS, ix.service_of_pod, predicates=[ix.pod_finding_changed()], scope=pod_scope)
-        .with_options(max_concurrent_reconciles=opts.max_concurrent_reconciles)
+        .with_options(max_concurrent_reconciles=workers, reconcile_timeout=timeout)
         .build(
             ServiceReconciler(
                 manager.leader_client, informers, manager.event_recorder("service-controller"), clock, settings
@@ -108,9 +126,11 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
         ),
         ControllerBuilder("openmodel")
         .for_(r.OPEN_MODELS, predicates=[SPEC])
+        .with_options(reconcile_timeout=timeout)
         .build(model_reconciler(manager.leader_client, informers.informer_for(r.OPEN_MODELS).store, clock), informers),
         ControllerBuilder("backendruntime")
         .for_(r.BACKEND_RUNTIMES, predicates=[SPEC])
+        .with_options(reconcile_timeout=timeout)
         .build(
             backend_reconciler(manager.leader_client, informers.informer_for(r.BACKEND_RUNTIMES).store, clock),
             informers,

@@ -9,6 +9,13 @@ The bind address takes an IPv6 host in brackets (`[::1]:8081`); an empty host (`
 every interface, IPv4 and IPv6. A connection must deliver each request head within `read_timeout` (default
 `READ_TIMEOUT`), and an idle keep-alive connection is closed after as long; connections are bounded
 (`MAX_CONNECTIONS`, `MAX_SERVED`, see `llmaz.runtime.listener`).
+
+A check that raises `CheckFailed` chooses to say why: its message is served in place of "reason withheld"
+("[-]informers failed: resource ... is not served by the API server; fix: ..."), so whoever reads /readyz learns
+what to fix. Only messages written for that are served; any other exception stays withheld.
+
+A check's failure is logged (info) when it starts failing or its reason changes, and again when it passes, not at
+every probe: a kubelet probing every few seconds would otherwise repeat the same line for as long as it lasts.
 """
 
 from __future__ import annotations
@@ -30,6 +37,13 @@ READ_TIMEOUT = 10.0
 # kubelet opens one connection per probe, a few per minute.
 MAX_CONNECTIONS, MAX_SERVED = 256, 32
 
+WITHHELD = "reason withheld"
+
+
+class CheckFailed(Exception):  # noqa: N818 (a check's outcome, named like the probe line it becomes)
+    """Raised by a check to fail with a reason the probe endpoints serve: say what is wrong and how to fix it,
+    never anything secret."""
+
 
 class Checker:
     """One endpoint's named checks, run in registration order."""
@@ -37,6 +51,7 @@ class Checker:
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
         self._checks: dict[str, Check] = {}
+        self._failing: dict[str, str] = {}
         self._log = get_logger("llmaz.runtime.healthz").bind(endpoint=endpoint)
 
     def add(self, name: str, check: Check) -> None:
@@ -50,30 +65,47 @@ class Checker:
 
     async def run(self, only: str | None = None, exclude: frozenset[str] = frozenset()) -> list[tuple[str, bool]]:
         """(name, passed) per check; `only` restricts to one check (KeyError if unknown)."""
-        names = [only] if only is not None else [n for n in self._checks if n not in exclude]
-        return [(name, await self._passes(name, self._checks[name])) for name in names]
+        return [(name, reason is None) for name, reason in await self.reasons(only, exclude)]
 
-    async def _passes(self, name: str, check: Check) -> bool:
+    async def reasons(
+        self, only: str | None = None, exclude: frozenset[str] = frozenset()
+    ) -> list[tuple[str, str | None]]:
+        """(name, None when it passed, else the reason it may serve) per check; `only` restricts to one check."""
+        names = [only] if only is not None else [n for n in self._checks if n not in exclude]
+        return [(name, await self._reason(name, self._checks[name])) for name in names]
+
+    async def _reason(self, name: str, check: Check) -> str | None:
         try:
             result = check()
             if inspect.isawaitable(result):
                 result = await result
         except asyncio.CancelledError:
             raise
+        except CheckFailed as exc:
+            return self._failed(name, str(exc) or WITHHELD, str(exc))
         except Exception as exc:
-            self._log.info("check failed", check=name, error=repr(exc))
-            return False
-        return result is not False
+            return self._failed(name, WITHHELD, repr(exc))
+        if result is False:
+            return self._failed(name, WITHHELD, "returned False")
+        if self._failing.pop(name, None) is not None:
+            self._log.info("check passed", check=name)
+        return None
+
+    def _failed(self, name: str, served: str, error: str) -> str:
+        if self._failing.get(name) != error:
+            self._failing[name] = error
+            self._log.info("check failed", check=name, error=error)
+        return served
 
     async def handle(self, request: web.Request) -> web.Response:
         only = request.match_info.get("name")
         if only is not None and only not in self._checks:
             return web.Response(status=404, text=f"no {self.endpoint} check named {bounded(repr(only))}\n")
-        results = await self.run(only, frozenset(request.query.getall("exclude", [])))
-        healthy = all(ok for _, ok in results)
+        results = await self.reasons(only, frozenset(request.query.getall("exclude", [])))
+        healthy = all(reason is None for _, reason in results)
         if healthy and "verbose" not in request.query:
             return web.Response(text="ok")
-        lines = [f"[+]{n} ok" if ok else f"[-]{n} failed: reason withheld" for n, ok in results]
+        lines = [f"[+]{n} ok" if reason is None else f"[-]{n} failed: {reason}" for n, reason in results]
         lines.append(f"{self.endpoint} check {'passed' if healthy else 'failed'}")
         return web.Response(status=200 if healthy else 500, text="\n".join(lines) + "\n")
 

@@ -8,8 +8,12 @@ Start order, and why:
    API server calls admission webhooks regardless of who leads.
 2. Informers, then wait (at most `cache_sync_timeout`, default 2 min) until every informer requested so far
    has synced. Followers keep warm caches too, so a takeover reconciles at once; readiness reports
-   "informers" unready until then. With `freeze_heap_after_sync`, the heap is frozen here (`runtime.heap`):
-   everything alive now lives as long as the process, and later full collections skip it.
+   "informers" unready until then. An informer that cannot list for a reason retrying will not fix (its
+   resource is not served: a CRD not installed; or the list is forbidden) logs that once and is waited for
+   past the deadline: readiness serves the reason (and the fix, when the caller registered one with
+   `informers.add_fix_hint`), and the manager goes on by itself once the resource can be listed. With
+   `freeze_heap_after_sync`, the heap is frozen here (`runtime.heap`): everything alive now lives as long as
+   the process, and later full collections skip it.
 3. Leader election (if enabled), then the leader-elected runnables (controllers) only while leading.
    Losing the Lease cancels them at that instant, without grace, and `start` raises `LeadershipLostError` so
    the process exits non-zero and restarts clean, as controller-runtime does. Their writes go through
@@ -23,6 +27,10 @@ if configured (leader-only work has ended, so a successor cannot overlap it), th
 so webhooks keep answering while controllers drain. One `graceful_shutdown_timeout` (default 30 s) bounds
 the whole sequence; runnables still running at the deadline are cancelled. A runnable that fails stops the
 manager the same way, and `start` re-raises its error.
+
+Readiness (/readyz): "informers" fails, saying why, while a cache has not synced or cannot list; "api-server"
+fails while requests do not reach the API server (the client logs a warning once when that starts, and an info
+line when it ends).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from llmaz.runtime.client.client import Client
 from llmaz.runtime.client.config import in_cluster_namespace
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.events import EventBroadcaster, EventRecorder
-from llmaz.runtime.healthz import Check, HealthProbeServer
+from llmaz.runtime.healthz import Check, CheckFailed, HealthProbeServer
 from llmaz.runtime.leaderelection import (
     LeaderElectionConfig,
     LeaderElector,
@@ -119,7 +127,8 @@ class Manager:
         self.informers = SharedInformerFactory(client, clock=opts.clock)
         self.events = EventBroadcaster(client, clock=opts.clock)
         self.health = HealthProbeServer(opts.health_probe_bind_address or ":0")
-        self.health.readyz.add("informers", self.informers.has_synced)
+        self.health.readyz.add("informers", self._informers_ready)
+        self.health.readyz.add("api-server", self._api_server_reachable)
         self._runnables: list[Runnable] = []
         self._halt = asyncio.Event()  # stop requested, or a runnable failed
         self._failure: BaseException | None = None
@@ -140,6 +149,19 @@ class Manager:
 
     def add_readyz_check(self, name: str, check: Check) -> None:
         self.health.readyz.add(name, check)
+
+    def _informers_ready(self) -> None:
+        problems = self.informers.problems()
+        if problems:
+            raise CheckFailed("; ".join(str(problem) for problem in problems))
+        unsynced = self.informers.unsynced()
+        if unsynced:
+            raise CheckFailed(f"caches not synced yet: {', '.join(unsynced)}")
+
+    def _api_server_reachable(self) -> None:
+        lost = self.client.connectivity.describe()
+        if lost:
+            raise CheckFailed(lost)
 
     @property
     def is_leader(self) -> bool:

@@ -23,6 +23,11 @@ class Resource:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    @property
+    def gvr(self) -> str:
+        """ "group/version/plural" ("v1/services" for the core group), as people name a resource in messages."""
+        return f"{self.api_version}/{self.plural}"
+
     def __str__(self) -> str:
         return f"{self.plural}.{self.version}.{self.group}" if self.group else f"{self.plural}.{self.version}"
 

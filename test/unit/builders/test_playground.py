@@ -41,6 +41,7 @@ def test_worked_example_service_identity_and_owner() -> None:
     assert service["metadata"] == {
         "name": "playground-llama3-8b",
         "namespace": "X",
+        "labels": {"app.kubernetes.io/managed-by": "llmaz"},
         "ownerReferences": [
             {
                 "apiVersion": "inference.llmaz.io/v1alpha1",
@@ -307,6 +308,7 @@ def test_hpa_from_the_playground_scale_trigger_targets_the_playground() -> None:
         "metadata": {
             "name": "playground-llama3-8b",
             "namespace": "X",
+            "labels": {"app.kubernetes.io/managed-by": "llmaz"},
             "ownerReferences": [
                 {
                     "apiVersion": "inference.llmaz.io/v1alpha1",

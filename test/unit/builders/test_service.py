@@ -60,6 +60,7 @@ def test_worked_example_lws_identity_and_spec() -> None:
     assert lws["metadata"] == {
         "name": "playground-llama3-8b",
         "namespace": "X",
+        "labels": {"app.kubernetes.io/managed-by": "llmaz"},
         "ownerReferences": [
             {
                 "apiVersion": "inference.llmaz.io/v1alpha1",
@@ -147,6 +148,7 @@ def test_worked_example_lb_service() -> None:
         "metadata": {
             "name": "playground-llama3-8b-lb",
             "namespace": "X",
+            "labels": {"app.kubernetes.io/managed-by": "llmaz"},
             "annotations": {"activator.llmaz.io/model-name": "llama3-8b"},
             "ownerReferences": [
                 {

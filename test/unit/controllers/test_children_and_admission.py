@@ -15,6 +15,7 @@ from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.service import ServiceReconciler
+from llmaz.runtime.client.errors import error_from_status
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.resource import Resource
 from llmaz.runtime.webhook import AdmissionRequest, GroupVersionKind
@@ -28,9 +29,16 @@ RUNNER = {"name": "model-runner", "image": "engine:v1"}
 
 
 class RecordingClient:
+    """Records writes; a read finds nothing, so what exists is what the fake caches hold."""
+
     def __init__(self) -> None:
         self.applied: list[tuple[str, str]] = []
         self.statuses: list[dict[str, Any]] = []
+        self.read: list[tuple[str, str]] = []
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None, **opts: Any) -> dict[str, Any]:
+        self.read.append((resource.kind, name))
+        raise error_from_status(404, {"kind": "Status", "reason": "NotFound"})
 
     async def apply(self, resource: Resource, obj: dict[str, Any], **opts: Any) -> dict[str, Any]:
         self.applied.append((resource.kind, obj["metadata"]["name"]))

@@ -71,12 +71,16 @@ async def running(controller: Controller) -> AsyncIterator[asyncio.Task[None]]:
         await asyncio.wait_for(task, timeout=5)
 
 
-def build(name: str, reconciler: Any, clock: FakeClock, workers: int = 1) -> tuple[Controller, FakeInformer]:
+def build(
+    name: str, reconciler: Any, clock: FakeClock, workers: int = 1, reconcile_timeout: float = 0.0
+) -> tuple[Controller, FakeInformer]:
+    """A controller over one FakeInformer; no reconcile timeout unless asked (its timer is one more sleeper on the
+    clock, which the backoff tests count)."""
     source = FakeInformerSource()
     controller = (
         ControllerBuilder(name)
         .for_(MODEL)
-        .with_options(max_concurrent_reconciles=workers, clock=clock)
+        .with_options(max_concurrent_reconciles=workers, clock=clock, reconcile_timeout=reconcile_timeout)
         .build(reconciler, source)
     )
     informer = source.informer_for(MODEL)
@@ -249,6 +253,7 @@ async def test_reconcile_metrics_add_up(clock: FakeClock, name: str) -> None:
     assert sample("controller_runtime_reconcile_errors_total", controller=name) == 2
     assert sample("controller_runtime_terminal_reconcile_errors_total", controller=name) == 1
     assert sample("controller_runtime_reconcile_panics_total", controller=name) == 0
+    assert sample("controller_runtime_reconcile_timeouts_total", controller=name) == 0
     assert sample("controller_runtime_active_workers", controller=name) == 0
     assert sample("workqueue_adds_total", name=name, controller=name) == 5
 
@@ -354,9 +359,12 @@ async def test_stopping_before_sync_returns_without_reconciling(clock: FakeClock
     assert reconciler.calls == []
 
 
-async def test_cancelling_the_controller_cancels_in_flight_reconciles(clock: FakeClock, name: str) -> None:
+@pytest.mark.parametrize("reconcile_timeout", [0.0, 60.0])
+async def test_cancelling_the_controller_cancels_in_flight_reconciles(
+    clock: FakeClock, name: str, reconcile_timeout: float
+) -> None:
     reconciler = BlockingReconciler()
-    controller, informer = build(name, reconciler, clock)
+    controller, informer = build(name, reconciler, clock, reconcile_timeout=reconcile_timeout)
     task = asyncio.create_task(controller.run(asyncio.Event()))
     informer.add(model("a"))
     await until(lambda: reconciler.started == ["a"])
@@ -390,3 +398,92 @@ async def test_a_conflict_is_retried_and_logged_at_info_without_a_traceback(cloc
     assert conflict["log_level"] == "info"
     assert "exc_info" not in conflict
     assert "the object has been modified" in conflict["error"]
+
+
+class HangingReconciler:
+    """The first reconcile waits on a call that never answers; later ones succeed at once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.cancelled = 0
+
+    async def reconcile(self, request: Request) -> Result:
+        self.calls += 1
+        if self.calls == 1:
+            try:
+                await self.call_that_never_answers()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        return Result()
+
+    async def call_that_never_answers(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_reconcile_past_its_timeout_is_cancelled_counted_as_a_timeout_and_retried(
+    clock: FakeClock, name: str
+) -> None:
+    reconciler = HangingReconciler()
+    controller, informer = build(name, reconciler, clock, reconcile_timeout=30.0)
+    start = clock.now()
+    with capture_logs() as logs:
+        async with running(controller):
+            informer.add(model("a"))
+            await until(lambda: reconciler.calls == 1)
+            await clock.wait_for_sleepers()  # the reconcile's deadline
+            clock.set(start + 29.9)
+            await settle()
+            assert reconciler.cancelled == 0
+            clock.set(start + 30.0)
+            await until(lambda: reconciler.cancelled == 1)
+            await until(lambda: controller.queue.num_requeues(Request("ns", "a")) == 1)  # rate-limited retry
+            await clock.wait_for_sleepers()
+            clock.step(0.005)
+            await until(lambda: reconciler.calls == 2)
+            await settle()
+    assert reconciles(controller, "error") == 1
+    assert reconciles(controller, "success") == 1
+    assert sample("controller_runtime_reconcile_errors_total", controller=name) == 1
+    assert sample("controller_runtime_reconcile_timeouts_total", controller=name) == 1
+    assert sample("controller_runtime_terminal_reconcile_errors_total", controller=name) == 0
+    (error,) = [log for log in logs if log["event"] == "Reconciler error"]
+    assert error["log_level"] == "error"
+    assert "within 30s" in error["error"]
+    # Innermost first: the Event it waits on, the hung call, the reconcile.
+    assert [frame.split(" ")[0] for frame in error["stuck_at"].split(" <- ")] == [
+        "wait",
+        "call_that_never_answers",
+        "reconcile",
+    ]
+
+
+async def test_a_reconcile_within_its_timeout_is_not_affected(clock: FakeClock, name: str) -> None:
+    reconciler = ScriptedReconciler(clock, [Result(), RuntimeError("boom")])
+    controller, informer = build(name, reconciler, clock, reconcile_timeout=30.0)
+    async with running(controller):
+        informer.add(model("a"))
+        await until(lambda: len(reconciler.calls) == 1)
+        informer.update(model("a", generation=2))
+        await until(lambda: len(reconciler.calls) == 2)
+        await settle()
+        assert clock.sleepers == 1  # the retry's backoff; no deadline is left behind
+    assert reconciles(controller, "success") == 1
+    assert reconciles(controller, "error") == 1
+    assert sample("controller_runtime_reconcile_timeouts_total", controller=name) == 0
+
+
+async def test_a_zero_reconcile_timeout_lets_a_reconcile_run_as_long_as_it_takes(clock: FakeClock, name: str) -> None:
+    reconciler = HangingReconciler()
+    controller, informer = build(name, reconciler, clock, reconcile_timeout=0.0)
+    task = asyncio.create_task(controller.run(asyncio.Event()))
+    informer.add(model("a"))
+    await until(lambda: reconciler.calls == 1)
+    clock.step(10_000.0)
+    await settle()
+    assert reconciler.cancelled == 0
+    assert clock.sleepers == 0
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sample("controller_runtime_reconcile_timeouts_total", controller=name) == 0

@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 import pytest_asyncio
+from structlog.testing import capture_logs
 
-from llmaz.runtime.healthz import HealthProbeServer, parse_bind_address
+from llmaz.runtime.healthz import CheckFailed, HealthProbeServer, parse_bind_address
 
 
 @pytest_asyncio.fixture
@@ -56,6 +57,43 @@ async def test_a_failing_check_answers_500_and_names_it_without_the_reason(serve
         "readyz check failed",
     ]
     assert "secret" not in body
+
+
+async def test_a_check_failing_with_checkfailed_serves_its_reason(server: HealthProbeServer) -> None:
+    def missing_crd() -> None:
+        raise CheckFailed("resource x.example.com/v1/ys is not served by the API server; fix: install it")
+
+    server.readyz.add("informers", missing_crd)
+    assert await get(server, "/readyz") == (
+        500,
+        "[-]informers failed: resource x.example.com/v1/ys is not served by the API server; fix: install it\n"
+        "readyz check failed\n",
+    )
+
+
+async def test_a_failing_check_is_logged_when_it_starts_failing_and_when_it_passes_again(
+    server: HealthProbeServer,
+) -> None:
+    failing = ["cache empty"]
+
+    def check() -> None:
+        if failing:
+            raise CheckFailed(failing[0])
+
+    server.readyz.add("cache", check)
+    with capture_logs() as logs:
+        for _ in range(3):
+            await get(server, "/readyz")
+        failing[0] = "cache half full"
+        await get(server, "/readyz")
+        failing.clear()
+        for _ in range(2):
+            await get(server, "/readyz")
+    assert [(log["event"], log.get("error")) for log in logs] == [
+        ("check failed", "cache empty"),
+        ("check failed", "cache half full"),
+        ("check passed", None),
+    ]
 
 
 async def test_verbose_lists_passing_checks(server: HealthProbeServer) -> None:

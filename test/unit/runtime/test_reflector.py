@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from llmaz.runtime.cache.reflector import Reflector
-from llmaz.runtime.client import ApiConnectionError, Expired, ServerError, TooManyRequests
+from llmaz.runtime.client import ApiConnectionError, Expired, Forbidden, NotFound, ServerError, TooManyRequests
 from llmaz.runtime.client.watch import WatchEvent
 from llmaz.testing.clock import FakeClock
 from llmaz.testing.listwatch import Pause, ScriptedListWatch, bookmark, event, obj
@@ -282,3 +283,45 @@ async def test_watch_timeouts_are_random_between_five_and_ten_minutes(seed: int)
             await task
     assert all(300 <= t < 600 for t in lw.watch_timeouts)
     assert len(set(lw.watch_timeouts)) > 5
+
+
+def not_served() -> NotFound:
+    return NotFound(404, "NotFound", "the server could not find the requested resource")
+
+
+async def test_a_resource_not_served_is_reported_at_each_failed_list_and_cleared_by_the_list_that_succeeds() -> None:
+    clock, sink = RecordingClock(), RecordingSink()
+    reports: list[str | None] = []
+    lw = ScriptedListWatch(clock).add_list_error(not_served()).add_list_error(not_served())
+    lw.add_list_error(Forbidden(403, "Forbidden", "cannot list")).add_list([obj("a", "5")], "7")
+    reflector = Reflector(
+        lw.list,
+        lw.watch,
+        sink,
+        name="crd",
+        clock=clock,
+        rng=NoJitter(),
+        on_problem=lambda exc: reports.append(type(exc).__name__ if exc else None),
+    )
+    task = asyncio.create_task(reflector.run())
+    with capture_logs() as logs:
+        try:
+            await step_until_exhausted(lw, clock)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert reports == ["NotFound", "NotFound", "Forbidden", None]
+    assert lw.calls == [("list", "0"), ("list", "0"), ("list", "0"), ("list", "0"), ("watch", "7")]
+    assert clock.sleeps == [0.8, 1.6, 3.2]  # the relist backoff: the server is fine, a person has to act
+    assert [log for log in logs if log["log_level"] == "error"] == []  # the receiver logs it, once
+    assert sink.log == [("replace", "a", "7")]
+
+
+async def test_without_a_problem_receiver_a_resource_not_served_is_logged_as_an_error() -> None:
+    clock, sink = RecordingClock(), RecordingSink()
+    lw = ScriptedListWatch(clock).add_list_error(not_served()).add_list([], "7")
+    with capture_logs() as logs:
+        async with running(lw, clock, sink):
+            pass
+    assert [log["event"] for log in logs if log["log_level"] == "error"] == ["list and watch failed"]

@@ -26,10 +26,10 @@ from typing import Any
 
 import yaml
 
+from llmaz.apis.constants import LWS_VERSION
 from llmaz.apis.quantity import QUANTITY_PATTERN
 
 LWS_MODULE = "sigs.k8s.io/lws"
-LWS_VERSION = "v0.6.2"
 LWS_CRD_PATH = "config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 KUBERNETES_MODULE = "k8s.io/kubernetes"
 KUBERNETES_VERSION = "v1.35.4"

@@ -14,6 +14,9 @@ Invariants (the eventual-consistency contract):
 - Objects are shared, read-only dicts (see `interfaces`).
 - With a transform (`set_transform`), the store and every handler see only transformed objects: the reflector's
   objects are passed through it once, on arrival, before anything else happens to them.
+- `problem` is the reason the reflector cannot list right now when retrying will not fix it (see `problems`), or
+  None; it is logged once when it appears (error, with the fix when one was registered) and once when a list
+  succeeds again (info).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from llmaz.runtime.cache.interfaces import DeletedFinalStateUnknown, IndexFunc, Obj, ResourceEventHandler
+from llmaz.runtime.cache.problems import SourceProblem, error_text, problem_reason
 from llmaz.runtime.cache.reflector import ListFunc, Reflector, WatchFunc
 from llmaz.runtime.cache.store import IndexedStore
 from llmaz.runtime.client.client import Client, ObjectList
@@ -81,6 +85,8 @@ class SharedInformer:
 
     `resync_period` (default None: off) replays every cached object to every handler as
     `on_update(obj, obj)` at that interval; prefer `requeue_after` in reconcilers for polling.
+    `resource` names what is listed in problem reports (default: `name`); `fix_hints` maps a problem reason to
+    what fixes it, read when the problem appears (so hints added to the mapping later still count).
     """
 
     def __init__(
@@ -92,14 +98,21 @@ class SharedInformer:
         clock: Clock = REAL_CLOCK,
         resync_period: float | None = None,
         rng: random.Random | None = None,
+        resource: str = "",
+        fix_hints: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.resource = resource or name
+        self._fix_hints = fix_hints if fix_hints is not None else {}
+        self._problem: SourceProblem | None = None
         self._store = IndexedStore()
         self._handlers: list[ResourceEventHandler] = []
         self._synced = asyncio.Event()
         self._clock = clock
         self._resync_period = resync_period
-        self._reflector = Reflector(list_fn, watch_fn, self, name=name, clock=clock, rng=rng)
+        self._reflector = Reflector(
+            list_fn, watch_fn, self, name=name, clock=clock, rng=rng, on_problem=self._report_problem
+        )
         self._log = get_logger("llmaz.runtime.informer").bind(informer=name)
         self._transform: Callable[[Obj], Obj] | None = None
         self._started = False
@@ -116,7 +129,7 @@ class SharedInformer:
     ) -> SharedInformer:
         lw = ClientListWatch(client, resource, namespace, label_selector, field_selector)
         scope = "/".join(p for p in (str(resource), namespace, label_selector, field_selector) if p)
-        return cls(lw.list, lw.watch, name=scope, **options)  # type: ignore[arg-type]
+        return cls(lw.list, lw.watch, name=scope, resource=resource.gvr, **options)  # type: ignore[arg-type]
 
     # Informer protocol
 
@@ -152,6 +165,27 @@ class SharedInformer:
     @property
     def last_sync_resource_version(self) -> str:
         return self._reflector.last_sync_resource_version
+
+    @property
+    def problem(self) -> SourceProblem | None:
+        """Why the resource cannot be listed now, when retrying will not fix it; None otherwise."""
+        return self._problem
+
+    def _report_problem(self, exc: BaseException | None) -> None:
+        old = self._problem
+        reason = problem_reason(exc) if exc is not None else None
+        if reason is None:
+            if old is not None:
+                self._problem = None
+                self._log.info("resource can be listed again", resource=self.resource, was=old.reason)
+            return
+        assert exc is not None
+        if old is not None and old.reason == reason:
+            return
+        fix = self._fix_hints.get(reason, "")
+        self._problem = problem = SourceProblem(reason, self.resource, error_text(exc), fix)
+        extra = {"fix": fix} if fix else {}
+        self._log.error(problem.summary, resource=self.resource, reason=reason, error=problem.error, **extra)
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Run the reflector (and resync timer) until `stopping` is set."""

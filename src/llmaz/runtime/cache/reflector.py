@@ -19,8 +19,13 @@ Invariants (the resourceVersion protocol, after client-go's reflector):
   the server, however long it was away), reset as soon as the server answers; relists wait 0.8 s doubling
   to 30 s with jitter (client-go's constants: they spare a sick server full lists), reset after two minutes
   without one.
-Log levels follow the error class: expiry and normal ends are debug, throttling and connection trouble info,
-anything unexplained error.
+- A list or watch refused with 404 (the resource is not served: a CRD not installed) or 403 (not allowed) is
+  a problem retrying cannot fix (`problems`): with an `on_problem` callback it goes there, once per failure,
+  and the next successful list reports `None`; the reflector keeps relisting on the relist backoff, so the
+  cache fills by itself once someone installs the CRD or grants the rule.
+Log levels follow the error class: expiry and normal ends are debug, throttling and connection trouble info
+(`Connectivity` in the client says once, as a warning, that the server is gone), a reported problem debug (its
+receiver logs it once), anything unexplained error.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any, Protocol
 
 from llmaz.runtime.backoff import Backoff, ExponentialBackoff
 from llmaz.runtime.cache.interfaces import Obj
+from llmaz.runtime.cache.problems import problem_reason
 from llmaz.runtime.client.client import ObjectList
 from llmaz.runtime.client.errors import (
     ApiConnectionError,
@@ -45,6 +51,7 @@ from llmaz.runtime.log import get_logger
 
 ListFunc = Callable[[str], Awaitable[ObjectList]]
 WatchFunc = Callable[[str, int], AsyncIterator[WatchEvent]]
+ProblemCallback = Callable[[BaseException | None], None]
 
 MIN_WATCH_TIMEOUT = 300
 # A watch that ends this soon (seconds) with no event is treated as a failure.
@@ -71,7 +78,8 @@ def _is_stale_rv(exc: BaseException) -> bool:
 
 
 class Reflector:
-    """`list_fn(resource_version)` lists; `watch_fn(resource_version, timeout_seconds)` streams events."""
+    """`list_fn(resource_version)` lists; `watch_fn(resource_version, timeout_seconds)` streams events;
+    `on_problem` (optional) hears of failures retrying cannot fix, and of the list that ends them (None)."""
 
     def __init__(
         self,
@@ -82,8 +90,10 @@ class Reflector:
         name: str,
         clock: Clock = REAL_CLOCK,
         rng: random.Random | None = None,
+        on_problem: ProblemCallback | None = None,
     ) -> None:
         self._list_fn = list_fn
+        self._on_problem = on_problem
         self._watch_fn = watch_fn
         self._sink = sink
         self._clock = clock
@@ -115,7 +125,11 @@ class Reflector:
                 await self._wait_for_connection(exc)
                 continue
             except Exception as exc:
-                self._log.error("list and watch failed", error=repr(exc), resource_version=self._last_rv)
+                if self._on_problem is not None and problem_reason(exc) is not None:
+                    self._log.debug("list and watch failed", error=repr(exc), resource_version=self._last_rv)
+                    self._on_problem(exc)
+                else:
+                    self._log.error("list and watch failed", error=repr(exc), resource_version=self._last_rv)
             await self._relist_backoff.wait()
 
     async def _wait_for_connection(self, exc: BaseException | None = None) -> None:
@@ -142,6 +156,8 @@ class Reflector:
             result = await self._list_fn("")
         self._connection_backoff.reset()
         self._last_rv_unavailable = False
+        if self._on_problem is not None:
+            self._on_problem(None)
         self._sink.replace(result.items, result.resource_version)
         self._last_rv = result.resource_version
 

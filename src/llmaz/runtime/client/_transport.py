@@ -4,7 +4,8 @@ Invariants: every HTTP attempt passes the token bucket of its resource (see `lim
 `rest_client_requests_total` exactly once; every non-stream request has one deadline that bounds all its
 attempts and the waits between them (as a client-go request's context does), so a retrying request never
 outlives its timeout; a response >= 400 becomes a typed `ApiError` (through `error_from_status`) and nothing
-else escapes except `ApiConnectionError` and `CancelledError`.
+else escapes except `ApiConnectionError` and `CancelledError`; `connectivity` hears of every response and of every
+request that ended without one (after its retries).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import orjson
 
 from llmaz.runtime.client import _metrics
 from llmaz.runtime.client.config import RestConfig
+from llmaz.runtime.client.connectivity import Connectivity
 from llmaz.runtime.client.errors import ApiConnectionError, ApiError, TooManyRequests, error_from_status
 from llmaz.runtime.client.throttle import TokenBucket
 from llmaz.runtime.clock import REAL_CLOCK, Clock
@@ -57,6 +59,7 @@ class Transport:
         self._buckets: dict[str, TokenBucket] = {}
         self._session: aiohttp.ClientSession | None = None
         self._host = config.host_label
+        self.connectivity = Connectivity(config.host_label, clock)
 
     def _get_session(self) -> aiohttp.ClientSession:
         # Created on first use so it binds to the running event loop.
@@ -116,6 +119,8 @@ class Transport:
             except ApiError as err:
                 delay = self._retry_delay(err, attempt, method)
                 if delay is None or self._clock.now() + delay >= deadline:
+                    if isinstance(err, ApiConnectionError):
+                        self.connectivity.failed(err.message)
                     raise
                 _metrics.REQUEST_RETRIES.labels(str(err.status), method, self._host).inc()
                 await self._clock.sleep(delay)
@@ -176,7 +181,11 @@ class Transport:
         as a typed error.
         """
         await self._throttle(method, path)
-        return await self._send(method, path, params, body, content_type, client_timeout)
+        try:
+            return await self._send(method, path, params, body, content_type, client_timeout)
+        except ApiConnectionError as err:
+            self.connectivity.failed(err.message)
+            raise
 
     async def _send(
         self,
@@ -208,6 +217,7 @@ class Transport:
         finally:
             _metrics.REQUEST_DURATION.labels(method, self._host).observe(self._clock.now() - start)
         _metrics.REQUESTS_TOTAL.labels(str(resp.status), method, self._host).inc()
+        self.connectivity.reached()
         if resp.status < 400:
             return resp
         try:

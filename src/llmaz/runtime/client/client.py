@@ -20,6 +20,7 @@ import orjson
 
 from llmaz.runtime.client._transport import Params, Transport
 from llmaz.runtime.client.config import RestConfig
+from llmaz.runtime.client.connectivity import Connectivity
 from llmaz.runtime.client.errors import Expired
 from llmaz.runtime.client.watch import WatchEvent, iter_events
 from llmaz.runtime.clock import REAL_CLOCK, Clock
@@ -109,6 +110,11 @@ class Client:
             setattr(cfg, key, value)
         return cls(cfg)
 
+    @property
+    def connectivity(self) -> Connectivity:
+        """Whether the API server answers this client (shared with its guarded views)."""
+        return self._transport.connectivity
+
     async def close(self) -> None:
         if self._owns_transport:
             await self._transport.close()
@@ -188,21 +194,52 @@ class Client:
         limit: int | None,
         request_timeout: float | None,
     ) -> ObjectList:
-        path = _path(resource, namespace)
         items: builtins.list[Obj] = []
+        last: ObjectList | None = None
+        async for last in self._pages(resource, namespace, params, limit, request_timeout):
+            items.extend(last.items)
+        assert last is not None
+        return ObjectList(items, last.resource_version)
+
+    async def list_pages(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        request_timeout: float | None = None,
+    ) -> AsyncIterator[ObjectList]:
+        """The matching objects one page of at most `limit` at a time (client-go's pager), so a caller that only
+        passes through them never holds them all. An expired continue token (410) raises `Expired`."""
+        params = _selectors(label_selector, field_selector)
+        async for page in self._pages(resource, namespace, params, limit, request_timeout):
+            yield page
+
+    async def _pages(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        params: Params,
+        limit: int | None,
+        request_timeout: float | None,
+    ) -> AsyncIterator[ObjectList]:
+        path = _path(resource, namespace)
         page = dict(params)
         while True:
             if limit:
                 page["limit"] = str(limit)
             body: Obj = await self.request("GET", path, params=page, request_timeout=request_timeout)
-            for item in body.get("items") or []:
+            items = body.get("items") or []
+            for item in items:
                 item.setdefault("apiVersion", resource.api_version)
                 item.setdefault("kind", resource.kind)
-                items.append(item)
             meta = body.get("metadata") or {}
+            yield ObjectList(items, str(meta.get("resourceVersion", "")))
             token = meta.get("continue")
             if not token:
-                return ObjectList(items, str(meta.get("resourceVersion", "")))
+                return
             # The server refuses resourceVersion together with a continue token.
             page = {k: v for k, v in params.items() if k != "resourceVersion"}
             page["continue"] = token

@@ -11,7 +11,13 @@ from llmaz.runtime.controller.handler import (
     enqueue_mapped,
 )
 from llmaz.runtime.controller.predicate import Predicate
-from llmaz.runtime.controller.reconcile import Reconciler, Request, Result, TerminalError
+from llmaz.runtime.controller.reconcile import (
+    Reconciler,
+    ReconcileTimeoutError,
+    Request,
+    Result,
+    TerminalError,
+)
 
 __all__ = [
     "CacheSyncTimeoutError",
@@ -22,6 +28,7 @@ __all__ = [
     "InformerSource",
     "ObjectMapper",
     "Predicate",
+    "ReconcileTimeoutError",
     "Reconciler",
     "Request",
     "Result",

@@ -94,14 +94,17 @@ class ControllerBuilder:
         *,
         max_concurrent_reconciles: int | None = None,
         cache_sync_timeout: float | None = None,
+        reconcile_timeout: float | None = None,
         needs_leader_election: bool | None = None,
         rate_limiter: RateLimiter | None = None,
         clock: Clock | None = None,
     ) -> Self:
-        """Override `ControllerOptions` defaults; arguments left as None keep the current value."""
+        """Override `ControllerOptions` defaults; arguments left as None keep the current value (so a
+        `reconcile_timeout` of 0, not None, turns the timeout off)."""
         changes: dict[str, Any] = {
             "max_concurrent_reconciles": max_concurrent_reconciles,
             "cache_sync_timeout": cache_sync_timeout,
+            "reconcile_timeout": reconcile_timeout,
             "needs_leader_election": needs_leader_election,
             "rate_limiter": rate_limiter,
             "clock": clock,

@@ -14,11 +14,19 @@ Every outcome is decided in `_reconcile_handler`, and nowhere else:
 | raises TerminalError              | forget (not retried)      | error                  | errors, terminal |
 | raises Conflict (409)             | add_rate_limited          | error                  | errors           |
 | raises any other Exception        | add_rate_limited          | error                  | errors           |
+| runs past `reconcile_timeout`     | add_rate_limited          | error                  | errors, timeouts |
 
 Errors are logged once, here, as "Reconciler error" with the traceback, except a Conflict: a write from a
-cache one event behind, expected under load and fixed by the retry, logged at info without one. Nothing a
-reconciler raises stops a worker, except `CancelledError` (and other BaseExceptions), which always propagate.
-Each reconcile runs with controller, kind, namespace, name and a fresh reconcile_id bound to the log context.
+cache one event behind, expected under load and fixed by the retry, logged at info without one; and a timeout,
+logged with where the reconcile was waiting (`stuck_at`) instead of a traceback. Nothing a reconciler raises
+stops a worker, except `CancelledError` (and other BaseExceptions), which always propagate. Each reconcile runs
+with controller, kind, namespace, name and a fresh reconcile_id bound to the log context.
+
+Timeout: a reconcile runs in its own task, raced against `reconcile_timeout` on the controller's clock. At the
+deadline the task is cancelled and the worker waits for it to unwind (so the key is still never reconciled twice
+at once), then counts the timeout. Unlike Go's advisory context, cancellation interrupts whatever `await` the
+reconcile is in (a request to a hung server, a lock); only code that blocks the event loop or swallows
+`CancelledError` can hold a worker past it.
 
 Shutdown: when `stopping` is set the queue shuts down with drain. In-flight reconciles finish; queued keys
 that no worker has started are dropped (the controller is level-triggered, so whoever runs next relists and
@@ -28,9 +36,11 @@ reconciles everything); then `run` returns. A controller runs once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from llmaz.runtime.cache.factory import CacheSyncTimeoutError
 from llmaz.runtime.cache.interfaces import Informer
@@ -39,7 +49,7 @@ from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.controller import metrics
 from llmaz.runtime.controller.handler import EnqueueHandler, ObjectMapper
 from llmaz.runtime.controller.predicate import Predicate
-from llmaz.runtime.controller.reconcile import Reconciler, Request, Result, TerminalError
+from llmaz.runtime.controller.reconcile import Reconciler, ReconcileTimeoutError, Request, Result, TerminalError
 from llmaz.runtime.log import bound_context, get_logger
 from llmaz.runtime.workqueue import QueueShutDownError, RateLimiter, RateLimitingQueue
 
@@ -63,6 +73,9 @@ class ControllerOptions:
     """Workers over the queue. Default 1."""
     cache_sync_timeout: float = 120.0
     """Seconds to wait for the informers to sync before `run` fails. Default 2 minutes."""
+    reconcile_timeout: float | None = 60.0
+    """Seconds one reconcile may take before it is cancelled and counted as a timed-out error; None or 0: no
+    limit. Default 60 s (controller-runtime's `ReconciliationTimeout` has none by default)."""
     needs_leader_election: bool = True
     """Run only while this replica leads. Default True."""
     rate_limiter: RateLimiter | None = None
@@ -182,7 +195,7 @@ class Controller:
 
     async def _reconcile_handler(self, request: Request) -> None:
         try:
-            result = await self._reconciler.reconcile(request)
+            result = await self._reconcile(request)
             if not isinstance(result, Result):
                 raise TypeError(f"reconcile returned {type(result).__name__}, not Result")
         except TerminalError:
@@ -193,7 +206,10 @@ class Controller:
         except Exception as err:  # CancelledError is a BaseException: it is not caught and always propagates.
             self.queue.add_rate_limited(request)
             self._count_error(terminal=False)
-            if isinstance(err, Conflict):
+            if isinstance(err, ReconcileTimeoutError):
+                metrics.RECONCILE_TIMEOUTS.labels(controller=self.name).inc()
+                _log.error("Reconciler error", error=str(err), stuck_at=err.stuck_at)
+            elif isinstance(err, Conflict):
                 # A write based on a cache one event behind: the retry reads the newer version. Expected under
                 # load, so no traceback at error level; still counted as an error, as controller-runtime does.
                 _log.info("Reconcile conflict, requeued", error=str(err))
@@ -212,6 +228,35 @@ class Controller:
             self._count("success")
             _log.debug("Reconcile successful")
 
+    async def _reconcile(self, request: Request) -> Result:
+        """The reconciler's answer, or ReconcileTimeoutError once `reconcile_timeout` has passed."""
+        timeout = self.options.reconcile_timeout
+        if not timeout or timeout <= 0:
+            return await self._reconciler.reconcile(request)
+        work = asyncio.ensure_future(self._reconciler.reconcile(request))  # copies the bound log context
+        timer = asyncio.ensure_future(self._clock.sleep(timeout))
+        try:
+            await asyncio.wait((work, timer), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # The worker is being cancelled (shutdown without grace): the reconcile goes with it, and is gone
+            # when the worker is.
+            work.cancel()
+            work.add_done_callback(_retrieve)
+            await asyncio.wait((work,))
+            raise
+        finally:
+            timer.cancel()
+        if work.done():
+            return work.result()
+        stuck_at = _suspended_at(work)
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise asyncio.CancelledError
+        raise ReconcileTimeoutError(f"reconcile did not finish within {timeout:g}s and was cancelled", stuck_at)
+
     def _count(self, result: str) -> None:
         metrics.RECONCILE_TOTAL.labels(controller=self.name, result=result).inc()
 
@@ -220,3 +265,20 @@ class Controller:
         metrics.RECONCILE_ERRORS.labels(controller=self.name).inc()
         if terminal:
             metrics.TERMINAL_RECONCILE_ERRORS.labels(controller=self.name).inc()
+
+
+def _retrieve(task: asyncio.Future[Result]) -> None:
+    if not task.cancelled():
+        task.exception()  # an abandoned reconcile's error is not worth a "never retrieved" warning
+
+
+def _suspended_at(task: asyncio.Future[Result], limit: int = 4) -> str:
+    """Where a suspended task waits: its innermost coroutine frames, innermost first ("fn (file:line)")."""
+    frames = []
+    coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            frames.append(f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return " <- ".join(reversed(frames[-limit:]))

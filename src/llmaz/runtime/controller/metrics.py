@@ -2,7 +2,9 @@
 
 `controller_runtime_reconcile_panics_total` exists for dashboard compatibility and stays at 0: a Python
 reconciler reports failure by raising, so every exception is an error (`reconcile_errors_total`); there is
-no separate panic path to count.
+no separate panic path to count. `controller_runtime_reconcile_timeouts_total` counts reconciles cancelled at the
+controller's `reconcile_timeout`; each is also an error (`reconcile_total{result="error"}`, `reconcile_errors_total`),
+as in controller-runtime.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ RECONCILE_ERRORS = Counter(
 TERMINAL_RECONCILE_ERRORS = Counter(
     "controller_runtime_terminal_reconcile_errors_total",
     "Total number of terminal reconciliation errors per controller",
+    ["controller"],
+    registry=REGISTRY,
+)
+RECONCILE_TIMEOUTS = Counter(
+    "controller_runtime_reconcile_timeouts_total",
+    "Total number of reconciliation timeouts per controller",
     ["controller"],
     registry=REGISTRY,
 )
@@ -67,7 +75,7 @@ def init_controller_metrics(controller: str, max_concurrent_reconciles: int) -> 
     """Create every series at zero so dashboards show the controller before its first reconcile."""
     for result in RESULTS:
         RECONCILE_TOTAL.labels(controller=controller, result=result)
-    for counter in (RECONCILE_ERRORS, TERMINAL_RECONCILE_ERRORS, RECONCILE_PANICS):
+    for counter in (RECONCILE_ERRORS, TERMINAL_RECONCILE_ERRORS, RECONCILE_TIMEOUTS, RECONCILE_PANICS):
         counter.labels(controller=controller)
     RECONCILE_TIME.labels(controller=controller)
     ACTIVE_WORKERS.labels(controller=controller).set(0)

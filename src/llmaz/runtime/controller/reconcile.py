@@ -13,6 +13,10 @@ Outcomes, decided in one place by the controller's worker loop:
 - return `Result(requeue=True)`: reconcile again after the rate limiter's backoff.
 - raise `TerminalError`: counted as an error and logged, but not retried; a later event retries it.
 - raise anything else: counted, logged once with its traceback, retried after the rate limiter's backoff.
+- take longer than the controller's `reconcile_timeout` (default 60 s): cancelled at its current `await`, then
+  counted as an error and a timeout (`ReconcileTimeoutError`), logged with where it was stuck, and retried after
+  the rate limiter's backoff. Cancellation can only interrupt an `await`: a reconciler that blocks the event loop
+  or swallows `CancelledError` still holds its worker.
 """
 
 from __future__ import annotations
@@ -55,6 +59,15 @@ class TerminalError(Exception):
     The controller counts and logs it, then forgets the key; the object's next event reconciles it again.
     Wrap the cause: `raise TerminalError("invalid spec") from err`.
     """
+
+
+class ReconcileTimeoutError(TimeoutError):
+    """A reconcile ran past the controller's `reconcile_timeout` and was cancelled; `stuck_at` says where it was
+    waiting (innermost frame first)."""
+
+    def __init__(self, message: str, stuck_at: str = "") -> None:
+        super().__init__(message)
+        self.stuck_at = stuck_at
 
 
 class Reconciler(Protocol):

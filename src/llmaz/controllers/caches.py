@@ -1,0 +1,103 @@
+"""What the manager caches of the kinds it does not define: only llmaz's own children, and only what is read.
+
+A cluster's core Services, HPAs and LeaderWorkerSets mostly belong to others. Their informers select
+`app.kubernetes.io/managed-by=llmaz`, which the builders put on every child (`builders.meta.owned_metadata`), so
+the manager holds its own children and nothing else whatever the size of the cluster. Model pods were already
+selected by label (`indexes.MODEL_POD_SELECTOR`).
+
+Children created before the label existed (by llmaz, or by an older llmaz for Python) are not in the cache. The
+reconcile of their owner then sees no live child and applies the desired one, which carries the label: server-side
+apply patches the existing object in place (same name, same owner reference; `force` takes over any field another
+manager holds), so the child is relabelled, not re-created, and appears in the cache from the next event on. Every
+owner is reconciled once at start, so an upgrade relabels every child at once, one apply each. The one child that is
+never applied is an HPA whose Playground no longer wants one; `legacy.LegacyHpaRelabeler` labels those, once.
+
+Transforms drop what no reader reads: managedFields except llmaz's own Apply entry (the apply no-op check reads it),
+the `kubectl.kubernetes.io/last-applied-configuration` annotation, the status of Services and HPAs, and all but
+the few pod fields diagnosis reads. The readers, which this list must follow:
+
+- LeaderWorkerSets: `ServiceReconciler` (`apply_if_changed`: spec, metadata, llmaz's Apply managedFields;
+  `service_status`: status conditions, replicas, hpaPodSelector); the Service controller's `owns` watch (owner
+  reference; generation and status for its predicates).
+- core Services: `ServiceReconciler` (`apply_if_changed` of `<name>-lb`: spec, metadata, llmaz's managedFields); the
+  `owns` watch (owner reference, resourceVersion). Nobody reads their status.
+- HPAs: `PlaygroundReconciler` (`apply_if_changed`; `is_controlled_by`: owner reference; uid for the delete
+  precondition); the `owns` watch (owner reference, generation). Nobody reads their status.
+- model pods: `diagnose_pod` (name, deletionTimestamp; name, image and restartPolicy of containers and init
+  containers; status conditions and container statuses), the `pod_service` index and `service_of_pod` (labels,
+  namespace), `pod_finding_changed` (`diagnose_pod`).
+- The webhooks read only OpenModels and BackendRuntimes (`CacheLookup`); llmaz-gateway runs its own informers.
+"""
+
+from __future__ import annotations
+
+from llmaz.apis import constants as c
+from llmaz.controllers import resources as r
+from llmaz.runtime.cache import FORBIDDEN, NOT_SERVED
+from llmaz.runtime.cache.factory import SharedInformerFactory
+from llmaz.runtime.cache.transform import Paths, applied_by, chain, drop_fields, keep_paths, strip_metadata
+
+CHILD_SELECTOR = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY}"
+CHILD_KINDS = (r.LEADER_WORKER_SETS, r.SERVICES, r.HORIZONTAL_POD_AUTOSCALERS)
+
+strip_child = strip_metadata(keep_managed_fields=applied_by(c.FIELD_MANAGER))
+strip_child_and_status = chain(strip_child, drop_fields("status"))
+
+_CONTAINER: Paths = {"name": True, "image": True, "restartPolicy": True}
+POD_PATHS: Paths = {
+    "apiVersion": True,
+    "kind": True,
+    "metadata": {
+        "name": True,
+        "namespace": True,
+        "uid": True,
+        "resourceVersion": True,
+        "labels": True,
+        "deletionTimestamp": True,
+        "ownerReferences": True,
+    },
+    "spec": {"containers": _CONTAINER, "initContainers": _CONTAINER},
+    "status": {"conditions": True, "containerStatuses": True, "initContainerStatuses": True},
+}
+strip_pod = keep_paths(POD_PATHS)
+
+LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
+LWS_MANIFESTS = f"https://github.com/kubernetes-sigs/lws/releases/download/{c.LWS_VERSION}/manifests.yaml"
+LWS_FIX = (
+    f"the LeaderWorkerSet CRD {LWS_CRD} is not installed: install LeaderWorkerSet {c.LWS_VERSION} with "
+    f"`kubectl apply --server-side -f {LWS_MANIFESTS}`"
+)
+LLMAZ_CRD_FIX = (
+    "llmaz's CRDs are not installed: `make deploy`, or `kubectl apply --server-side -k config/crd` from the "
+    "llmaz repository"
+)
+RBAC_FIX = (
+    "the manager's ServiceAccount lacks llmaz's RBAC rules: re-apply config/default (`make deploy`, or "
+    "`kubectl apply --server-side -k config/default`)"
+)
+_READ = (
+    r.PLAYGROUNDS,
+    r.INFERENCE_SERVICES,
+    r.OPEN_MODELS,
+    r.BACKEND_RUNTIMES,
+    r.LEADER_WORKER_SETS,
+    r.SERVICES,
+    r.HORIZONTAL_POD_AUTOSCALERS,
+    r.PODS,
+    r.CONFIG_MAPS,
+)
+
+
+def configure_caches(informers: SharedInformerFactory) -> None:
+    """Scope and strip the child kinds and model pods; register the fixes of the problems the manager can name.
+
+    Call before any informer of these kinds is requested."""
+    informers.configure(r.LEADER_WORKER_SETS, label_selector=CHILD_SELECTOR, transform=strip_child)
+    informers.configure(r.SERVICES, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
+    informers.configure(r.HORIZONTAL_POD_AUTOSCALERS, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
+    informers.configure(r.PODS, transform=strip_pod)
+    informers.add_fix_hint(r.LEADER_WORKER_SETS, NOT_SERVED, LWS_FIX)
+    for resource in (r.PLAYGROUNDS, r.INFERENCE_SERVICES, r.OPEN_MODELS, r.BACKEND_RUNTIMES):
+        informers.add_fix_hint(resource, NOT_SERVED, LLMAZ_CRD_FIX)
+    for resource in _READ:
+        informers.add_fix_hint(resource, FORBIDDEN, RBAC_FIX)

@@ -1,0 +1,178 @@
+"""What the manager caches of children and pods: selected by label, stripped without changing any reader's answer."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmaz.apis import constants as c
+from llmaz.controllers import resources as r
+from llmaz.controllers.builders import build_hpa, build_lb_service, build_leader_worker_set, diagnose_pod
+from llmaz.controllers.caches import (
+    CHILD_SELECTOR,
+    LWS_FIX,
+    configure_caches,
+    strip_child,
+    strip_child_and_status,
+    strip_pod,
+)
+from llmaz.controllers.indexes import pod_service, service_of_pod
+from llmaz.envtest._assets import module_version
+from llmaz.runtime.cache import NOT_SERVED, SharedInformerFactory
+from llmaz.runtime.cache.transform import LAST_APPLIED_ANNOTATION, keep_paths, strip_metadata
+from llmaz.runtime.client import Client, NotFound, RestConfig
+from llmaz.runtime.client.applycheck import apply_is_noop
+
+from ..builders.factories import LOADER_IMAGE, llama3_8b, playground
+from ..builders.test_diagnosis import CASES
+from ..builders.test_playground import BEHAVIOR, CPU_50, elastic, scaled_backend
+from ..builders.test_playground import worked_example as worked_playground
+from ..builders.test_service import worked_example as worked_service
+
+REPO = Path(__file__).resolve().parents[3]
+OTHER_MANAGERS = [
+    {
+        "manager": "kube-controller-manager",
+        "operation": "Update",
+        "subresource": "status",
+        "fieldsV1": {"f:status": {}},
+    },
+    {"manager": "kubectl-client-side-apply", "operation": "Update", "fieldsV1": {"f:metadata": {"f:annotations": {}}}},
+]
+
+
+def _fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """llmaz's managedFields for an applied object: every label and annotation, each top-level spec field."""
+    meta = obj["metadata"]
+    fields: dict[str, Any] = {"f:metadata": {}, "f:spec": {f"f:{key}": {} for key in obj.get("spec") or {}}}
+    for group in ("labels", "annotations"):
+        if meta.get(group):
+            fields["f:metadata"][f"f:{group}"] = {f"f:{key}": {} for key in meta[group]}
+    return fields
+
+
+def served(desired: dict[str, Any], **extra_spec: Any) -> dict[str, Any]:
+    """`desired` as the API server returns it after llmaz applied it and others touched it."""
+    live = copy.deepcopy(desired)
+    meta = live["metadata"]
+    meta.update(uid="u-1", resourceVersion="42", generation=3, creationTimestamp="2025-01-01T00:00:00Z")
+    meta.setdefault("annotations", {})[LAST_APPLIED_ANNOTATION] = '{"a": "huge"}'
+    meta["managedFields"] = [
+        {"manager": c.FIELD_MANAGER, "operation": "Apply", "fieldsV1": _fields(desired)},
+        *copy.deepcopy(OTHER_MANAGERS),
+    ]
+    live["spec"].update(extra_spec)
+    live["status"] = {"conditions": [{"type": "Available", "status": "True"}], "replicas": 1}
+    return live
+
+
+def children() -> list[tuple[str, dict[str, Any]]]:
+    service = worked_service()
+    hpa = build_hpa(
+        playground(elastic(scaleTrigger={"hpa": {"metrics": CPU_50, "behavior": BEHAVIOR}})), scaled_backend()
+    )
+    assert hpa is not None
+    return [
+        ("lws", build_leader_worker_set(service, [llama3_8b()], LOADER_IMAGE)),
+        ("lb", build_lb_service(service, [llama3_8b()])),
+        ("hpa", hpa),
+        ("inference service", worked_playground()),
+    ]
+
+
+@pytest.mark.parametrize("strip", [strip_child, strip_child_and_status], ids=["child", "child-and-status"])
+@pytest.mark.parametrize(("kind", "desired"), children(), ids=[kind for kind, _ in children()])
+def test_stripping_a_child_never_changes_the_apply_noop_decision(
+    kind: str, desired: dict[str, Any], strip: Any
+) -> None:
+    unchanged = served(desired)
+    drifted = copy.deepcopy(unchanged)
+    drifted["metadata"]["labels"] = {}
+    orphaned = served(desired, extra={"x": 1})  # a field llmaz applied earlier and no longer wants
+    orphaned["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:extra"] = {}
+    for live, noop in ((unchanged, True), (drifted, False), (orphaned, False)):
+        assert apply_is_noop(desired, live, c.FIELD_MANAGER) is noop
+        assert apply_is_noop(desired, strip(live), c.FIELD_MANAGER) is noop
+
+
+def test_a_stripped_child_keeps_llmaz_s_apply_entry_and_drops_the_rest() -> None:
+    _, lws = children()[0]
+    live = served(lws)
+    original = copy.deepcopy(live)
+    stripped = strip_child(live)
+    assert live == original  # the informer's object is not changed in place
+    assert [entry["manager"] for entry in stripped["metadata"]["managedFields"]] == [c.FIELD_MANAGER]
+    assert LAST_APPLIED_ANNOTATION not in stripped["metadata"].get("annotations", {})
+    assert stripped["status"] == live["status"]  # the LWS status is read by the Service's status
+    assert stripped["spec"] == live["spec"]
+    assert "status" not in strip_child_and_status(live)
+    assert stripped["metadata"]["labels"] == {c.MANAGED_BY_LABEL: c.MANAGED_BY}
+
+
+def test_every_child_carries_the_label_the_child_informers_select() -> None:
+    key, value = CHILD_SELECTOR.split("=")
+    for _, child in children():
+        assert child["metadata"]["labels"][key] == value
+
+
+def _noisy(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod with what kubelet and the API server add and nothing in llmaz reads."""
+    noisy = copy.deepcopy(pod)
+    noisy["metadata"].update(managedFields=OTHER_MANAGERS, annotations={"big": "x" * 1000}, generateName="pg-")
+    noisy["spec"].update(volumes=[{"name": "v", "emptyDir": {}}], nodeName="node-1", tolerations=[{"key": "k"}])
+    for container in noisy["spec"]["containers"] + noisy["spec"].get("initContainers", []):
+        container.update(env=[{"name": "A", "value": "b"}], args=["--x"], resources={"limits": {"cpu": "1"}})
+    noisy["status"].update(podIP="10.0.0.9", qosClass="Burstable", hostIP="10.0.0.1")
+    return noisy
+
+
+@pytest.mark.parametrize(("case", "pod", "expected"), CASES, ids=[case[0] for case in CASES])
+def test_stripping_a_pod_keeps_what_diagnosis_and_the_pod_indexes_read(case: str, pod: Any, expected: Any) -> None:
+    stripped = strip_pod(_noisy(pod))
+    assert diagnose_pod(stripped) == expected
+    assert pod_service(stripped) == pod_service(pod) == ["ns/pg"]
+    assert service_of_pod(stripped) == service_of_pod(pod)
+    assert "managedFields" not in stripped["metadata"]
+    assert "annotations" not in stripped["metadata"]
+    assert "volumes" not in stripped["spec"]
+    assert "podIP" not in stripped["status"]
+
+
+def test_keep_paths_projects_mappings_and_each_mapping_of_a_list() -> None:
+    keep = keep_paths({"a": True, "b": {"c": True}, "l": {"n": True}})
+    obj = {"a": {"x": 1}, "b": {"c": 2, "d": 3}, "l": [{"n": 1, "m": 2}, {"m": 3}], "z": 0}
+    assert keep(obj) == {"a": {"x": 1}, "b": {"c": 2}, "l": [{"n": 1}, {}]}
+
+
+def test_strip_metadata_removes_empty_groups_and_keeps_objects_without_metadata() -> None:
+    strip = strip_metadata()
+    assert strip({"metadata": {"name": "a", "annotations": {LAST_APPLIED_ANNOTATION: "{}"}, "managedFields": []}}) == {
+        "metadata": {"name": "a"}
+    }
+    assert strip({"kind": "X"}) == {"kind": "X"}
+
+
+def test_the_manager_caches_only_labelled_children_and_knows_how_to_install_a_missing_lws() -> None:
+    factory = SharedInformerFactory(Client(RestConfig(host="http://127.0.0.1:1")))
+    configure_caches(factory)
+    for resource in (r.LEADER_WORKER_SETS, r.SERVICES, r.HORIZONTAL_POD_AUTOSCALERS):
+        assert factory.informer_for(resource).name.endswith(f"/{CHILD_SELECTOR}")
+    assert factory.informer_for(r.INFERENCE_SERVICES).name == str(r.INFERENCE_SERVICES)
+    lws = factory.informer_for(r.LEADER_WORKER_SETS)
+    lws._report_problem(NotFound(404, "NotFound", "the server could not find the requested resource"))
+    assert lws.problem is not None
+    assert lws.problem.reason == NOT_SERVED
+    assert lws.problem.fix == LWS_FIX
+    assert str(lws.problem) == (
+        "resource leaderworkerset.x-k8s.io/v1/leaderworkersets is not served by the API server; fix: the "
+        "LeaderWorkerSet CRD leaderworkersets.leaderworkerset.x-k8s.io is not installed: install LeaderWorkerSet "
+        "v0.6.2 with `kubectl apply --server-side -f "
+        "https://github.com/kubernetes-sigs/lws/releases/download/v0.6.2/manifests.yaml`"
+    )
+
+
+def test_the_lws_release_named_in_the_fix_is_the_one_the_tests_run() -> None:
+    assert module_version(REPO / "hack" / "cluster" / "lws" / "go.mod", "sigs.k8s.io/lws") == c.LWS_VERSION
