@@ -100,7 +100,7 @@ def checks(sources: Sources) -> str:
         ]
     image_required = (
         "globalConfig.configData: init-container-image is required (the model-loader image every model pod starts "
-        "with), e.g. init-container-image: inftyai/model-loader:v0.0.10"
+        "with), e.g. init-container-image: <registry>/llmaz-model-loader:<tag>"
     )
     lines += [
         "{{- $settings := fromYaml .Values.globalConfig.configData }}",

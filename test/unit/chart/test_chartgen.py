@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llmaz.apis import constants as c
 from llmaz.chartgen import SourceError, Sources, read_sources, render_chart, write_chart
 from llmaz.chartgen.objects import manager_args
 from llmaz.chartgen.values import defaults, leaves, values_tree
@@ -121,7 +122,7 @@ def test_llmaz_chart_defects_are_fixed_in_the_generated_chart(sources: Sources) 
     assert not [name for name, text in rendered.items() if "cert-manager.io" in text]
     values = yaml.safe_load(rendered["values.yaml"])
     settings = yaml.safe_load(values["globalConfig"]["configData"])
-    assert settings["init-container-image"] == "inftyai/model-loader:v0.0.10"
+    assert settings["init-container-image"] == c.DEFAULT_INIT_CONTAINER_IMAGE
     assert "#" not in values["globalConfig"]["configData"], "no setting is commented out"
     for toggle in ("leaderWorkerSet", "open-webui", "envoy-gateway", "envoy-ai-gateway", "kube-scheduler"):
         assert values[toggle] == {"enabled": False}, toggle
