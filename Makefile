@@ -16,6 +16,12 @@ KUSTOMIZE_VERSION := v5.8.1
 KUSTOMIZE := $(TOOLS_BIN)/kustomize-$(KUSTOMIZE_VERSION)
 HELM_VERSION := v3.22.0
 HELM := $(TOOLS_BIN)/helm-$(HELM_VERSION)
+# The releases whose CRDs docs/examples/ is validated against (test/integration/examples): Envoy Gateway's (with the
+# Gateway API CRDs it bundles) and Envoy AI Gateway's, copied from their Go modules by `make example-crds`.
+ENVOY_GATEWAY_VERSION := v1.9.1
+ENVOY_GATEWAY_CRDS := $(LLMAZ_CACHE)/crd/envoy-gateway-$(ENVOY_GATEWAY_VERSION)
+ENVOY_AI_GATEWAY_VERSION := v1.0.0
+ENVOY_AI_GATEWAY_CRDS := $(LLMAZ_CACHE)/crd/envoy-ai-gateway-$(ENVOY_AI_GATEWAY_VERSION)
 export LLMAZ_CACHE
 # The tests run these exact binaries (llmaz.envtest._assets.tool_path reads the same names).
 export KUSTOMIZE HELM
@@ -72,6 +78,27 @@ $(HELM):
 .PHONY: helm
 helm: $(HELM) ## Build the pinned helm (v3, from its Go module) into the cache.
 	@echo $(HELM)
+
+# $(call copy-crds,module,version,directories in the module,destination): the *.yaml of those directories,
+# copied from the module (`go mod download`: only that module's zip, checked against the Go checksum database)
+# into the destination, which appears complete or not at all.
+define copy-crds
+	@json=$$(go mod download -json $(1)@$(2)) || { echo "$$json" >&2; echo "cannot download $(1)@$(2)" >&2; exit 1; }; \
+	dir=$$(echo "$$json" | awk -F'"' '$$2 == "Dir" { print $$4 }'); \
+	rm -rf $(4).partial && mkdir -p $(4).partial; \
+	for d in $(3); do cp "$$dir/$$d"/*.yaml $(4).partial/; done; \
+	chmod -R u+w $(4).partial && mv $(4).partial $(4); \
+	echo "copied the CRDs of $(1)@$(2) into $(4)" >&2
+endef
+
+$(ENVOY_GATEWAY_CRDS):
+	$(call copy-crds,github.com/envoyproxy/gateway,$(ENVOY_GATEWAY_VERSION),charts/gateway-helm/charts/crds/crds charts/gateway-helm/charts/crds/crds/generated,$@)
+
+$(ENVOY_AI_GATEWAY_CRDS):
+	$(call copy-crds,github.com/envoyproxy/ai-gateway,$(ENVOY_AI_GATEWAY_VERSION),manifests/charts/ai-gateway-crds-helm/templates,$@)
+
+.PHONY: example-crds
+example-crds: $(ENVOY_GATEWAY_CRDS) $(ENVOY_AI_GATEWAY_CRDS) ## Copy the Envoy Gateway and Envoy AI Gateway CRDs docs/examples is checked against into the cache.
 
 .PHONY: cluster-bins
 cluster-bins: ## Build kube-apiserver, etcd, kubectl (versions: hack/cluster/go.mod) into the cache if missing.
@@ -137,7 +164,7 @@ test-unit: install $(KUSTOMIZE) $(HELM) ## Fast tests: pure logic, no cluster (t
 
 # The integration tier also runs llama-server and starts and stops the real node (test/integration/node).
 .PHONY: test-integration
-test-integration: install cluster-bins node-bins image-build ## Tests against a real kube-apiserver + etcd, llama-server, the node's lifecycle.
+test-integration: install cluster-bins node-bins image-build example-crds ## Tests against a real kube-apiserver + etcd, llama-server, the node's lifecycle.
 	$(PY) -m pytest test/integration $(PYTEST_ARGS)
 
 # test-e2e: kind when it and a container engine work (hack/e2e/kind.sh), USE_EXISTING_CLUSTER=true for the

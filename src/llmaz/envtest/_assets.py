@@ -10,7 +10,7 @@ Invariants:
   `sigs.k8s.io/lws` requirement in `hack/cluster/lws/go.mod`.
 - Tools the Makefile builds into the cache (`$(KUSTOMIZE)`, `$(HELM)`) come from the environment variable of that
   name when set, else from `$LLMAZ_CACHE/bin/tools/<tool>-<version>`, `<version>` being the Makefile's
-  `<TOOL>_VERSION`, the single statement of that tool's release.
+  `<TOOL>_VERSION`, the single statement of that tool's release (`makefile_version` reads any such pin).
 - Nothing here builds or downloads; a missing asset is reported with the command that provides it.
 """
 
@@ -67,6 +67,17 @@ def kubernetes_version() -> str:
     return module_version(_cluster_dir() / "go.mod", "k8s.io/kubernetes")
 
 
+def makefile_version(variable: str) -> str:
+    """The release the source checkout's Makefile pins as `<variable>_VERSION`, e.g. "v3.22.0" for "HELM"."""
+    root = source_root()
+    if root is None:
+        raise AssetsMissingError(f"no source checkout to read {variable}_VERSION from")
+    match = re.search(rf"^{variable}_VERSION\s*:?=\s*(\S+)", (root / "Makefile").read_text(), re.MULTILINE)
+    if match is None:
+        raise AssetsMissingError(f"the Makefile sets no {variable}_VERSION")
+    return match.group(1)
+
+
 def tool_path(name: str) -> Path:
     """The pinned `kustomize` or `helm` the Makefile builds (see the module docstring)."""
     variable = name.upper()
@@ -74,13 +85,9 @@ def tool_path(name: str) -> Path:
     if explicit:
         path = Path(explicit)
     else:
-        root = source_root()
-        if root is None:
+        if source_root() is None:
             raise AssetsMissingError(f"no source checkout to read the {name} version from: set {variable}")
-        match = re.search(rf"^{variable}_VERSION\s*:?=\s*(\S+)", (root / "Makefile").read_text(), re.MULTILINE)
-        if match is None:
-            raise AssetsMissingError(f"the Makefile sets no {variable}_VERSION")
-        path = cache_root() / "bin" / "tools" / f"{name}-{match.group(1)}"
+        path = cache_root() / "bin" / "tools" / f"{name}-{makefile_version(variable)}"
     found = _executable(path)
     if found is None:
         raise AssetsMissingError(f"{name} not found at {path}: run `make {name}` or set {variable}")

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from llmaz.envtest import AssetsMissingError, ExistingCluster, find_assets, kubernetes_version
-from llmaz.envtest._assets import cache_root, module_version, source_root, tool_path
+from llmaz.envtest._assets import cache_root, makefile_version, module_version, source_root, tool_path
 from llmaz.envtest._cluster import ClusterOperationError
 from llmaz.envtest._crds import load_crds
 
@@ -148,3 +148,11 @@ def test_tools_come_from_the_cache_at_the_makefiles_version_unless_their_variabl
     explicit = fake_binaries(tmp_path / "elsewhere", tool) / tool
     monkeypatch.setenv(tool.upper(), str(explicit))
     assert tool_path(tool) == explicit
+
+
+@pytest.mark.parametrize("variable", ["KUSTOMIZE", "HELM", "ENVOY_GATEWAY", "ENVOY_AI_GATEWAY"])
+def test_makefile_version_is_the_makefiles_pin(variable: str) -> None:
+    pins = [line for line in (REPO / "Makefile").read_text().splitlines() if line.startswith(f"{variable}_VERSION :=")]
+    assert pins == [f"{variable}_VERSION := {makefile_version(variable)}"]
+    with pytest.raises(AssetsMissingError, match="sets no NOT_PINNED_VERSION"):
+        makefile_version("NOT_PINNED")
