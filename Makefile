@@ -188,6 +188,31 @@ test-e2e: install $(HELM) ## End-to-end tests: kind if available, USE_EXISTING_C
 	  *) echo "E2E_CLUSTER must be simulated, node, kind or existing" >&2; exit 2 ;; \
 	esac
 
+# make test-webui (opt-in, not part of `make test`): Open WebUI from PyPI (hack/webui/requirements.txt, pinned, in a
+# venv of its own under the cache, never .venv) against the llmaz-gateway at WEBUI_GATEWAY_URL, where `make run`
+# serves tiny-llama, driven in headless Chromium (Debian packages of hack/webui/packages.txt, installed if missing):
+# one chat, then a screenshot in WEBUI_OUT. WEBUI_STANDIN=true serves the gateway itself instead, over in-memory
+# objects and a scripted engine (llmaz.testing.standin_gateway), for a check without a node. docs/gateway.md.
+WEBUI_VENV := $(LLMAZ_CACHE)/webui/venv
+WEBUI_GATEWAY_URL ?= http://127.0.0.1:8000/v1
+WEBUI_STANDIN ?= false
+WEBUI_OUT ?= .dev/webui
+# Bounds the browser run (Open WebUI's start, the chat, the screenshot); each install step has its own bound.
+# --foreground: Ctrl-C reaches the run, and on the deadline run.py alone is stopped and stops what it started.
+WEBUI_TIMEOUT ?= 900
+
+.PHONY: test-webui
+test-webui: $(if $(filter true,$(WEBUI_STANDIN)),install) ## Open WebUI against llmaz-gateway (`make run` first), a chat in headless Chromium, a screenshot.
+	@hack/node/install-packages.sh hack/webui/packages.txt test-webui
+	@webui_py=$$(PYTHON=$(PYTHON) hack/webui/install.sh $(WEBUI_VENV) | tail -n 1); \
+	timeout --foreground -k 20 $(WEBUI_TIMEOUT) $$webui_py hack/webui/run.py --gateway '$(WEBUI_GATEWAY_URL)' --out '$(WEBUI_OUT)' \
+	  $(if $(filter true,$(WEBUI_STANDIN)),--standin $(abspath $(PY))) || { \
+	  rc=$$?; if [ $$rc = 124 ]; then echo "make test-webui: stopped after WEBUI_TIMEOUT=$(WEBUI_TIMEOUT) s" >&2; fi; exit $$rc; }
+
+.PHONY: test-webui-lock
+test-webui-lock: ## Reinstall the test-webui venv ignoring hack/webui/constraints.txt, then rewrite it (after a version bump).
+	@PYTHON=$(PYTHON) hack/webui/install.sh --lock $(WEBUI_VENV) >/dev/null
+
 .PHONY: bench-admission
 bench-admission: install ## Admission latency p50/p99 at 100 and 500 requests/s over loopback HTTPS (not a test).
 	$(PY) bench/admission.py
