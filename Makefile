@@ -237,6 +237,10 @@ bench-runtime: install $(BENCH_STAMP) cluster-bins ## Runtime alone: no-op recon
 bench-memory: install $(BENCH_STAMP) cluster-bins ## Manager RSS with 10k unrelated Services, HPAs and LWS each vs none.
 	BENCH_SCENARIOS=memory $(PY) bench/run.py
 
+.PHONY: bench-gateway
+bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream.
+	BENCH_SCENARIOS=gateway $(PY) bench/run.py
+
 .PHONY: test
 test: lint kustomize-build test-unit test-integration ## Everything CI runs: lint and every test tier.
 	@$(MAKE) --no-print-directory test-e2e E2E_CLUSTER=simulated

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite import (
     admission_bench,
     controllers_bench,
+    gateway_bench,
     golang,
     limit_bench,
     memory_bench,
@@ -173,6 +174,20 @@ def memory(suite: Suite) -> None:
         suite.record("memory", {"subject": "python", "k": s.memory_objects, "rep": rep}, run)
 
 
+def gateway(suite: Suite) -> None:
+    s = suite.settings
+    try:
+        loader = golang.go_gwload(s.cache_dir)
+    except golang.GoUnavailableError as err:
+        suite.results.setdefault("go", {})["gwload_error"] = str(err)
+        print(f"[bench] gateway: no load generator: {err}", flush=True)
+        return
+    for rep in range(s.repeats):
+        run = partial(gateway_bench.run_once, loader, s.gateway_concurrency, s.gateway_requests, s.gateway_blocks,
+                      s.gateway_streams, suite.log_dir, s.gateway_block_seconds)  # fmt: skip
+        suite.record("gateway", {"subject": "python", "rep": rep}, run)
+
+
 def main() -> None:
     settings = Settings.from_env()
     if "--report-only" in sys.argv:  # redraw summary.md and the plots from an earlier (or running) raw.json
@@ -197,6 +212,8 @@ def main() -> None:
             serving(suite)
         if "memory" in settings.scenarios:
             memory(suite)
+        if "gateway" in settings.scenarios:
+            gateway(suite)
     finally:
         suite.save()
         if created_cert_dir:

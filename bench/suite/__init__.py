@@ -8,6 +8,8 @@ Entry point: `bench/run.py` (`make bench`). Modules:
 - `cluster`: one fresh control plane per run, set up for a subject's API flavour; API server request counts.
 - `workload`, `tracker`: the objects a run creates, and a watch that sees when they have converged.
 - `subjects`: how each subject process is started and stopped.
-- `controllers_bench`, `runtime_bench`, `admission_bench`, `limit_bench`: the scenarios.
+- `controllers_bench`, `runtime_bench`, `admission_bench`, `limit_bench`, `memory_bench`, `serving_bench`,
+  `gateway_bench`: the scenarios (`gateway_engine` and `gateway_launcher` are the gateway scenario's fake engine
+  and gateway processes).
 - `report`: the Markdown table, the plots and the stdout summary.
 """

@@ -6,8 +6,8 @@
   some llmaz releases (v0.1.1), so llmaz alone is exempt from it (GONOSUMDB); its dependencies are still
   verified, and the binary is a local benchmark subject, never shipped. LLMAZ_GO_BINARY (with
   LLMAZ_GO_CRDS) uses a binary built elsewhere instead.
-- bench/go-noop, the controller-runtime no-op controller, and bench/go-load, the admission load generator,
-  each keyed by a hash of its sources.
+- bench/go-noop, the controller-runtime no-op controller, bench/go-load, the admission load generator, and
+  bench/go-gwload, the gateway load generator, each keyed by a hash of its sources.
 """
 
 from __future__ import annotations
@@ -86,6 +86,10 @@ def go_noop(cache: Path) -> Path:
 
 def go_load(cache: Path) -> Path:
     return _local_program(cache, "go-load", ("go.mod", "main.go"))
+
+
+def go_gwload(cache: Path) -> Path:
+    return _local_program(cache, "go-gwload", ("go.mod", "main.go"))
 
 
 def _local_program(cache: Path, name: str, files: tuple[str, ...]) -> Path:

@@ -162,9 +162,10 @@ def serving_section(results: dict[str, Any]) -> list[str]:
     if not rs:
         return []
     phases = [p for r in rs for p in r["phases"]]
-    names = list(phases[0]) if phases else []
+    names = list(dict.fromkeys(name for p in phases for name in p))  # the wake is missing where it failed
     lines = ["| phase (seconds after apply) | median (min-max) |", "|---|---|"]
-    lines += [f"| {name} | {cell(summary([p[name] for p in phases]))} |" for name in names]
+    lines += [f"| {name} | {cell(summary([p[name] for p in phases if name in p]))} |" for name in names]
+    lines += [f"| wake failed | {error} |" for r in rs for error in r.get("wake_errors", [])]
     up = cell(summary([r["node_up_seconds"] for r in rs]))
     installed = cell(summary([r["installed_seconds"] for r in rs]))
     title = (
@@ -194,6 +195,59 @@ def memory_section(results: dict[str, Any]) -> list[str]:
     return ["", title, "", *lines]
 
 
+GATEWAY_ADDED = (("TTFB p50", "ttfb_p50_ms"), ("TTFB p99", "ttfb_p99_ms"), ("total p50", "total_p50_ms"),
+                 ("total p99", "total_p99_ms"))  # fmt: skip
+GATEWAY_TTFB = ("ttfb_p50_ms", "ttfb_p99_ms")
+
+
+def gateway_levels(results: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    """Every run's reading of each concurrency level of the gateway scenario, by concurrency."""
+    levels: dict[int, list[dict[str, Any]]] = {}
+    for r in runs(results, "gateway"):
+        for level in r["levels"]:
+            levels.setdefault(level["concurrency"], []).append(level)
+    return levels
+
+
+def gateway_section(results: dict[str, Any]) -> list[str]:
+    rs = runs(results, "gateway")
+    if not rs:
+        return []
+    levels = gateway_levels(results)
+    columns = [f"{label} added ms" for label, _ in GATEWAY_ADDED]
+    columns += ["direct TTFB p50 / p99 ms", "gateway TTFB p50 / p99 ms"]
+    added = ["| concurrency | answer | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    load = ["| concurrency | requests/s direct | requests/s gateway | gateway CPU us per request | errors | load 1m |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    for c, ls in sorted(levels.items()):
+        for kind in ("stream", "plain"):
+            cells = [cell(summary([lv[kind]["added"][key] for lv in ls])) for _, key in GATEWAY_ADDED]
+            absolute = [" / ".join(cell(summary([lv[kind][s][key] for lv in ls])) for key in GATEWAY_TTFB)
+                        for s in ("direct", "gateway")]  # fmt: skip
+            added.append(f"| {c} | {kind} | " + " | ".join([*cells, *absolute]) + " |")
+        rates = [cell(summary([lv["requests_per_second"][s] for lv in ls])) for s in ("direct", "gateway")]
+        cpu = cell(summary([lv["gateway_cpu_us_per_request"] for lv in ls]))
+        errors = sum(lv["errors"][s] for lv in ls for s in ("direct", "gateway"))
+        load.append(
+            f"| {c} | {rates[0]} | {rates[1]} | {cpu} | {errors} | {cell(summary([lv['load_1m'] for lv in ls]))} |"
+        )
+    memory_rows: list[Row] = [
+        ("gateway RSS, no stream open MB", lambda r: r["memory"]["rss_before_mb"]),
+        ("gateway RSS, K streams open MB", lambda r: r["memory"]["rss_open_mb"]),
+        ("KiB per open stream", lambda r: r["memory"]["kib_per_stream"]),
+        ("KiB per open stream, second half (K/2 -> K)", lambda r: r["memory"]["kib_per_stream_second_half"]),
+        ("gateway RSS after closing them MB", lambda r: r["memory"]["rss_closed_mb"]),
+        ("gateway open files added by the K streams", lambda r: r["memory"]["fds_open"] - r["memory"]["fds_before"]),
+    ]
+    memory = ["| reading | median (min-max) |", "|---|---|"]
+    memory += [f"| {label} | {cell(summary([get(r) for r in rs]))} |" for label, get in memory_rows]
+    blocks = f"{rs[0]['blocks_per_subject']} blocks x {rs[0]['requests_per_block']} requests per subject and level"
+    return ["", f"### Gateway: latency added to a fast fake engine, closed loop (runs: {len(rs)}; {blocks})", "",
+            *added, "", *load, "",
+            f"### Gateway: memory per open stream, K = {rs[0]['memory']['streams']} (runs: {len(rs)})", "",
+            *memory]  # fmt: skip
+
+
 def failures_section(results: dict[str, Any]) -> list[str]:
     failed = [e for e in results["runs"] if "error" in e]
     if not failed:
@@ -218,6 +272,7 @@ def write(results: dict[str, Any], out: Path) -> str:
               *go_section(results)]  # fmt: skip
     body = [*controllers_section(results), *runtime_section(results), *admission_section(results),
             *limit_section(results), *loader_section(results), *serving_section(results), *memory_section(results),
+            *gateway_section(results),
             *targets.section(results),
             *failures_section(results)]  # fmt: skip
     text = "\n".join([*header, *body]) + "\n"

@@ -3,7 +3,10 @@
 - `serving` (needs root and the node tier: `make node-bins image-build`): one real node with llmaz installed by
   `make deploy`; the tiny llama is applied `repeats` times (deleted in between) and each run is timed from apply
   to pod scheduled, model loaded (init containers done), engine Ready and the first chat completion through the
-  `-lb` Service.
+  `-lb` Service. Each repetition then puts the Playground to sleep (annotated `llmaz.io/scale-to-zero-after`,
+  scaled to 0 through its scale subresource, its pods gone) and times a chat completion sent through the gateway
+  from the request to the answer: scale from zero on demand (docs/gateway.md). A failure there is recorded
+  (`wake_errors`) without failing the other timings.
 - `loader`: a random object of BENCH_LOADER_MB on the local S3-compatible store (moto on loopback), downloaded
   by `llmaz-loader` and by a plain boto3 `download_file`, alternating which goes first; the ratio is the loader's
   throughput over boto3's, measured in the same run.
@@ -11,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -24,13 +28,15 @@ from typing import Any
 from llmaz.envtest._process import free_loopback_ports
 from llmaz.envtest.images import find_images
 from llmaz.envtest.node import NodeCluster
-from llmaz.envtest.node.demo import DEMO_NAME, serve_demo, upload_tiny_model
-from llmaz.envtest.node.install import install_llmaz
+from llmaz.envtest.node.demo import DEMO_NAME, serve_demo, upload_tiny_model, wait_answer
+from llmaz.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
 from llmaz.envtest.objectstore import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, ObjectStore
 from suite.settings import REPO
 
 _BUCKET = "bench"
 _CHUNK = 1 << 20
+WAKE_PHASE = "scaled from zero: first answer through the gateway (s after the request)"
+_WAKE_TIMEOUT = 300.0
 
 
 def serving_run(repeats: int, log_dir: Path) -> dict[str, Any]:
@@ -51,12 +57,31 @@ def serving_run(repeats: int, log_dir: Path) -> dict[str, Any]:
             with ObjectStore(layout.host_ip, layout.ports.object_store, log_dir / "serving-s3.log") as store:
                 upload_tiny_model(store)
                 phases = []
+                wake_errors = []
                 for _ in range(repeats):
                     _, _, timings = serve_demo(cluster, "default", lambda _line: None)
+                    try:
+                        timings.seconds[WAKE_PHASE] = _wake_seconds(cluster)
+                    except Exception as err:  # the timings above stand on their own
+                        wake_errors.append(f"{type(err).__name__}: {err}"[:500])
                     phases.append(timings.seconds)
                     cluster.kubectl("delete", "playground", DEMO_NAME, "-n", "default", "--wait=true")
                     _wait_no_pods(cluster)
-    return {"node_up_seconds": node_up, "installed_seconds": installed, "phases": phases}
+    return {"node_up_seconds": node_up, "installed_seconds": installed, "phases": phases, "wake_errors": wake_errors}
+
+
+def _wake_seconds(cluster: NodeCluster) -> float:
+    """Put the demo Playground to sleep, then time one chat completion through the gateway, which wakes it."""
+    playground = ("playground", DEMO_NAME, "-n", "default")
+    cluster.kubectl("annotate", *playground, "llmaz.io/scale-to-zero-after=1h", "--overwrite")  # not asleep by idling
+    cluster.kubectl("scale", *playground, "--replicas=0")
+    _wait_no_pods(cluster)
+    service = json.loads(cluster.kubectl("get", "service", GATEWAY, "-n", NAMESPACE, "-o", "json"))
+    started = time.monotonic()
+    # The gateway holds the request while the model wakes; a client read timeout meanwhile is retried and joins
+    # the same scale-up (as would a stale endpoint's 502), so the time is request -> answer either way.
+    wait_answer(f"http://{service['spec']['clusterIP']}", DEMO_NAME, _WAKE_TIMEOUT)
+    return time.monotonic() - started
 
 
 def _wait_no_pods(cluster: NodeCluster, timeout: float = 120.0) -> None:

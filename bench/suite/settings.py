@@ -12,7 +12,7 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO = BENCH_DIR.parent
-ALL_SCENARIOS = ("controllers", "runtime", "admission", "limit", "loader", "serving", "memory")
+ALL_SCENARIOS = ("controllers", "runtime", "admission", "limit", "loader", "serving", "memory", "gateway")
 
 
 def _cache_dir() -> Path:
@@ -49,8 +49,8 @@ class Settings:
     timeout: float
     """BENCH_TIMEOUT: seconds a phase may take before the run is recorded as timed out (full: 900)."""
     scenarios: tuple[str, ...]
-    """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, memory (default: all;
-    serving needs root and the node tier's binaries and images)."""
+    """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, memory, gateway (default:
+    all; serving needs root and the node tier's binaries and images)."""
     subjects: tuple[str, ...]
     """BENCH_SUBJECTS: subset of python, go (default: both)."""
     loader_megabytes: int
@@ -58,6 +58,17 @@ class Settings:
     memory_objects: int
     """BENCH_MEMORY_OBJECTS: K unrelated Services, HPAs and LWS each for the memory scenario (full: 10000;
     quick: 1000)."""
+    gateway_concurrency: tuple[int, ...]
+    """BENCH_GATEWAY_CONCURRENCY: requests in flight for the gateway latency phase (1 50 200)."""
+    gateway_requests: int
+    """BENCH_GATEWAY_REQUESTS: timed requests per block of the gateway latency phase (full: 5000; quick: 1000)."""
+    gateway_blocks: int
+    """BENCH_GATEWAY_BLOCKS: blocks per subject (direct, gateway) and concurrency level (full: 4; quick: 2)."""
+    gateway_block_seconds: float
+    """BENCH_GATEWAY_BLOCK_SECONDS: longest a block may run before it stops short of its requests (60)."""
+    gateway_streams: int
+    """BENCH_GATEWAY_STREAMS: streams held open through the gateway for its memory per stream (full: 500; quick:
+    100)."""
     max_concurrent_reconciles: int
     """BENCH_MCR: --max-concurrent-reconciles for our manager (the Go manager has no flag: 1 worker)."""
     results_dir: Path
@@ -83,6 +94,11 @@ class Settings:
             subjects=tuple(os.environ.get("BENCH_SUBJECTS", "python go").replace(",", " ").split()),
             loader_megabytes=_int("BENCH_LOADER_MB", 64 if quick else 512),
             memory_objects=_int("BENCH_MEMORY_OBJECTS", 1000 if quick else 10000),
+            gateway_concurrency=_ints("BENCH_GATEWAY_CONCURRENCY", "1 50 200"),
+            gateway_requests=_int("BENCH_GATEWAY_REQUESTS", 1000 if quick else 5000),
+            gateway_blocks=_int("BENCH_GATEWAY_BLOCKS", 2 if quick else 4),
+            gateway_block_seconds=_float("BENCH_GATEWAY_BLOCK_SECONDS", 60),
+            gateway_streams=_int("BENCH_GATEWAY_STREAMS", 100 if quick else 500),
             max_concurrent_reconciles=_int("BENCH_MCR", 1),
             results_dir=Path(os.environ.get("BENCH_RESULTS", BENCH_DIR / "results")),
             cache_dir=_cache_dir(),

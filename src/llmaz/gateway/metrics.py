@@ -4,9 +4,16 @@ Label `model` is a model the gateway routes (one a Playground or inference Servi
 request that named none it knows (invalid, unknown, unauthenticated): client input never becomes a label
 value, so label cardinality is bounded by the cluster's objects, not by what clients send. Label `code` is the
 HTTP status sent, or 499 when the client went away before the answer was complete (nginx's convention).
+
+The labelled series a request touches are looked up once per model (and status) and kept: prometheus_client's
+`labels()` validates and sorts its arguments and takes a lock on every call, six times a request otherwise. The
+cache holds only series that exist in the registry anyway (which never drops a series), so it is bounded the
+same way.
 """
 
 from __future__ import annotations
+
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.gc_collector import GCCollector
@@ -19,6 +26,24 @@ CLIENT_CLOSED = 499
 # LLM requests run from milliseconds (a cached short answer) to minutes (a long generation).
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)
 TTFB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60)
+
+
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class _ByModel(Generic[M]):
+    """A metric labelled by model alone, and the children already looked up. A child is created on first use, as
+    `labels()` creates it, so the registry exposes exactly the series it would without the cache."""
+
+    def __init__(self, metric: M) -> None:
+        self._metric: M = metric
+        self._children: dict[str, M] = {}
+
+    def __call__(self, model: str) -> M:
+        child = self._children.get(model)
+        if child is None:
+            child = self._children[model] = self._metric.labels(model=model)
+        return child
 
 
 class GatewayMetrics:
@@ -63,17 +88,27 @@ class GatewayMetrics:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
             GCCollector(registry=r)
+        self._answered: dict[tuple[str, int], Counter] = {}
+        self._duration = _ByModel(self.duration)
+        self._time_to_first_byte = _ByModel(self.time_to_first_byte)
+        self._prompt_tokens = _ByModel(self.prompt_tokens)
+        self._completion_tokens = _ByModel(self.completion_tokens)
+        self.in_flight_of = _ByModel(self.in_flight)
+        """`in_flight_of(model)`: the in-flight gauge of `model`."""
 
     def answered(self, model: str, code: int, seconds: float) -> None:
-        self.requests.labels(model=model, code=str(code)).inc()
-        self.duration.labels(model=model).observe(seconds)
+        counter = self._answered.get((model, code))
+        if counter is None:
+            counter = self._answered[(model, code)] = self.requests.labels(model=model, code=str(code))
+        counter.inc()
+        self._duration(model).observe(seconds)
 
     def first_byte(self, model: str, seconds: float) -> None:
-        self.time_to_first_byte.labels(model=model).observe(seconds)
+        self._time_to_first_byte(model).observe(seconds)
 
     def tokens(self, model: str, usage: Usage) -> None:
-        self.prompt_tokens.labels(model=model).inc(usage.prompt_tokens)
-        self.completion_tokens.labels(model=model).inc(usage.completion_tokens)
+        self._prompt_tokens(model).inc(usage.prompt_tokens)
+        self._completion_tokens(model).inc(usage.completion_tokens)
 
     def retried(self, model: str, reason: str) -> None:
         self.upstream_retries.labels(model=model, reason=reason).inc()

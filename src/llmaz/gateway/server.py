@@ -170,7 +170,7 @@ class Gateway:
         if not self.catalog.serves(inference.model):
             raise errors.model_not_found(inference.model, self.catalog.models())
         exchange.model = inference.model
-        gauge = self.metrics.in_flight.labels(model=inference.model)
+        gauge = self.metrics.in_flight_of(inference.model)
         gauge.inc()
         if self.waker is not None:
             self.waker.started(inference.model)
@@ -223,7 +223,12 @@ class Gateway:
             self.metrics.first_byte(model, exchange.first_byte - exchange.started)
         if exchange.usage is not None:
             self.metrics.tokens(model, exchange.usage)
-        log = self._log.warning if code >= 500 or exchange.truncated else self._log.debug
+        if code >= 500 or exchange.truncated:
+            log = self._log.warning
+        elif self._log.is_enabled_for(logging.DEBUG):  # the line's fields are not worth building otherwise
+            log = self._log.debug
+        else:
+            return
         log(
             "request",
             method=request.method,

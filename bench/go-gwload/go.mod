@@ -1,0 +1,3 @@
+module llmaz.local/bench/go-gwload
+
+go 1.25.0

@@ -1,0 +1,218 @@
+"""Scenario 8, the gateway's own cost: latency it adds to a chat completion, and memory per open stream. No control
+plane: three processes on loopback.
+
+- the engine (`gateway_engine.py`): a fast fake OpenAI engine, aiohttp, answering at once (a stream of a few
+  small SSE events, or a small JSON completion);
+- the gateway (`gateway_launcher.py`): `llmaz.gateway.server.Gateway` as `python -m llmaz.gateway` builds it,
+  over static informers holding one Playground whose `-lb` EndpointSlice points at the engine;
+- the load generator (`bench/go-gwload`, Go): closed-loop requests from `concurrency` workers, in blocks that
+  alternate between the engine called directly and the same engine through the gateway (ABBA), each request's
+  time to first body byte (TTFB) and total time recorded.
+
+Phase 1, latency, for each concurrency level: BLOCKS blocks per subject of REQUESTS requests each (half streams,
+half plain completions). Per subject and kind, p50 and p99 over every sample of the level; "added" is the
+gateway's percentile minus the direct one. The gateway's CPU over the level (it is idle during direct blocks)
+divided by the requests it served is its CPU per request.
+
+Phase 2, memory, on a freshly started gateway: after a few warm-up requests, K streams are opened through it and
+held open by the engine (one event sent, then it waits); the gateway's RSS (VmRSS) is read with none, K/2 and K
+open, and again after they are closed. KiB per stream = (RSS with K - RSS with none) / K.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from llmaz.envtest._process import free_loopback_ports
+from suite import procstat
+from suite.settings import BENCH_DIR, REPO
+from suite.subjects import Subject, SubjectFailedError
+
+ENGINE = BENCH_DIR / "suite" / "gateway_engine.py"
+LAUNCHER = BENCH_DIR / "suite" / "gateway_launcher.py"
+MODEL = "bench-model"  # what the launcher's Playground serves (gateway_launcher.MODEL)
+CHAT = "/v1/chat/completions"
+SUBJECTS = ("direct", "gateway")
+KINDS = ("stream", "plain")  # go-gwload's kind 0 and 1
+SETTLE_SECONDS = 1.0
+HOLD_OPEN_TIMEOUT = 60.0
+WARM_UP_REQUESTS = 20
+KIB = 1024
+MB = 1024 * 1024
+
+
+def _subject(name: str, script: Path, args: list[str], log_dir: Path) -> Subject:
+    return Subject(name, [sys.executable, str(script), *args], {"PYTHONPATH": str(REPO / "src")},
+                   log_dir / f"{name}.log")  # fmt: skip
+
+
+def _wait_http(subject: Subject, url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    while True:
+        subject.check_running()
+        try:
+            with opener.open(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise SubjectFailedError(f"{subject.name} did not answer {url} in {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def _quantiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    q = statistics.quantiles(values, n=100)
+    return q[49], q[98]
+
+
+def _percentiles(blocks: list[dict[str, Any]], kind: int) -> dict[str, float]:
+    ttfb = [t / 1e3 for b in blocks for k, t in zip(b["kind"], b["ttfb_us"], strict=True) if k == kind]
+    total = [t / 1e3 for b in blocks for k, t in zip(b["kind"], b["total_us"], strict=True) if k == kind]
+    (ttfb50, ttfb99), (total50, total99) = _quantiles(ttfb), _quantiles(total)
+    return {"ttfb_p50_ms": ttfb50, "ttfb_p99_ms": ttfb99, "total_p50_ms": total50, "total_p99_ms": total99,
+            "samples": len(ttfb)}  # fmt: skip
+
+
+def _added(direct: dict[str, float], gateway: dict[str, float]) -> dict[str, float]:
+    return {key: gateway[key] - direct[key] for key in ("ttfb_p50_ms", "ttfb_p99_ms", "total_p50_ms", "total_p99_ms")}
+
+
+def analyse(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Percentiles per subject and kind over every block of a level, the added figures, and the same per ABBA pair
+    of blocks (the k-th block of each subject) for the spread within the run."""
+    by_subject = {s: [b for b in blocks if b["subject"] == s] for s in SUBJECTS}
+    result: dict[str, Any] = {}
+    for index, kind in enumerate(KINDS):
+        direct, gateway = (_percentiles(by_subject[s], index) for s in SUBJECTS)
+        pairs = [_added(_percentiles([d], index), _percentiles([g], index))
+                 for d, g in zip(by_subject["direct"], by_subject["gateway"], strict=True)]  # fmt: skip
+        result[kind] = {"direct": direct, "gateway": gateway, "added": _added(direct, gateway), "pairs": pairs}
+    for s in SUBJECTS:
+        seconds = sum(b["seconds"] for b in by_subject[s])
+        done = sum(len(b["kind"]) for b in by_subject[s])
+        result.setdefault("requests", {})[s] = done
+        result.setdefault("errors", {})[s] = sum(b["errors"] for b in by_subject[s])
+        result.setdefault("requests_per_second", {})[s] = done / seconds if seconds else 0.0
+    return result
+
+
+def latency_level(
+    loader: Path, engine: Subject, gateway: Subject, urls: dict[str, str], concurrency: int, requests: int,
+    blocks: int, block_seconds: float,
+) -> dict[str, Any]:  # fmt: skip
+    argv = [str(loader), "-direct", urls["direct"], "-gateway", urls["gateway"], "-model", MODEL,
+            "-concurrency", str(concurrency), "-requests", str(requests), "-blocks", str(blocks),
+            "-block-seconds", str(block_seconds)]  # fmt: skip
+    machine_load = os.getloadavg()[0]
+    before = {"gateway": gateway.usage().cpu_seconds, "engine": engine.usage().cpu_seconds}
+    # stderr passes through: one progress line per block.
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=2 * blocks * (block_seconds + 30) + 60,
+                          check=False)  # fmt: skip
+    cpu = {"gateway": gateway.usage().cpu_seconds - before["gateway"],
+           "engine": engine.usage().cpu_seconds - before["engine"]}  # fmt: skip
+    gateway.check_running()
+    if proc.returncode != 0:
+        raise RuntimeError(f"go-gwload failed ({proc.returncode}) at concurrency {concurrency}")
+    result = analyse(json.loads(proc.stdout)["blocks"])
+    served = result["requests"]["gateway"] + result["errors"]["gateway"] + 2 * concurrency * blocks  # + warm-ups
+    result.update(concurrency=concurrency, load_1m=machine_load, cpu_seconds=cpu,
+                  gateway_cpu_us_per_request=cpu["gateway"] / served * 1e6)  # fmt: skip
+    return result
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def _drain(session: aiohttp.ClientSession, url: str, body: bytes) -> None:
+    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"warm-up request answered {resp.status}")
+
+
+async def _open(session: aiohttp.ClientSession, url: str, body: bytes) -> aiohttp.ClientResponse:
+    resp = await session.post(url, data=body, headers={"Content-Type": "application/json"})
+    if resp.status != 200:
+        resp.release()
+        raise RuntimeError(f"a held stream answered {resp.status}")
+    if not await resp.content.readany():  # the first event: the stream is open end to end
+        raise RuntimeError("a held stream ended before its first event")
+    return resp
+
+
+async def hold_streams(url: str, pid: int, streams: int) -> dict[str, Any]:
+    """The gateway's RSS with 0, streams/2 and `streams` streams held open through it, and after closing them."""
+    held_body = json.dumps({"model": MODEL, "stream": True, "hold": True, "messages": []}).encode()
+    connector = aiohttp.TCPConnector(limit=0)
+    readings: list[dict[str, Any]] = []
+
+    def read(open_streams: int) -> None:
+        usage = procstat.usage(pid)
+        readings.append({"streams": open_streams, "rss_mb": usage.rss_bytes / MB, "fds": _fds(pid)})
+        print(f"[gateway] memory: {open_streams} streams open, RSS {usage.rss_bytes / MB:.1f} MB", file=sys.stderr)
+
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        for body in (b'{"model": "%s", "stream": true}' % MODEL.encode(), b'{"model": "%s"}' % MODEL.encode()):
+            for _ in range(WARM_UP_REQUESTS):
+                await _drain(session, url, body)
+        await asyncio.sleep(SETTLE_SECONDS)
+        read(0)
+        held: list[aiohttp.ClientResponse] = []
+        try:
+            async with asyncio.timeout(HOLD_OPEN_TIMEOUT):
+                for target in (streams // 2, streams):
+                    held += await asyncio.gather(*(_open(session, url, held_body) for _ in range(target - len(held))))
+                    await asyncio.sleep(SETTLE_SECONDS)
+                    read(len(held))
+        finally:
+            for resp in held:
+                resp.close()
+        await asyncio.sleep(2 * SETTLE_SECONDS)  # the gateway sees the disconnects and ends the engine requests
+        read(0)
+    none, half, full, closed = readings
+    return {"streams": streams, "readings": readings,
+            "kib_per_stream": (full["rss_mb"] - none["rss_mb"]) * MB / KIB / streams,
+            "kib_per_stream_second_half": (full["rss_mb"] - half["rss_mb"]) * MB / KIB / (streams - streams // 2),
+            "rss_before_mb": none["rss_mb"], "rss_open_mb": full["rss_mb"], "rss_closed_mb": closed["rss_mb"],
+            "fds_before": none["fds"], "fds_open": full["fds"]}  # fmt: skip
+
+
+def run_once(
+    loader: Path, levels: tuple[int, ...], requests: int, blocks: int, streams: int, log_dir: Path,
+    block_seconds: float,
+) -> dict[str, Any]:  # fmt: skip
+    engine_port, gateway_port = free_loopback_ports(2)
+    urls = {"direct": f"http://127.0.0.1:{engine_port}", "gateway": f"http://127.0.0.1:{gateway_port}"}
+    engine = _subject("gateway-engine", ENGINE, ["--port", str(engine_port)], log_dir)
+    gateway = _subject("gateway", LAUNCHER, ["--port", str(gateway_port), "--engine-port", str(engine_port)], log_dir)
+    try:
+        engine.start()
+        _wait_http(engine, urls["direct"] + "/healthz")
+        gateway.start()
+        _wait_http(gateway, urls["gateway"] + "/v1/models")
+        latency = [latency_level(loader, engine, gateway, urls, c, requests, blocks, block_seconds) for c in levels]
+        gateway.stop()  # a fresh gateway for the memory phase: no heap grown by the latency phase
+        gateway.start()
+        _wait_http(gateway, urls["gateway"] + "/v1/models")
+        memory = asyncio.run(hold_streams(urls["gateway"] + CHAT, gateway.process.pid, streams))
+        gateway.check_running()
+    finally:
+        gateway.stop()
+        engine.stop()
+    return {"levels": latency, "memory": memory, "requests_per_block": requests, "blocks_per_subject": blocks}

@@ -1,0 +1,147 @@
+"""llmaz-gateway for the gateway benchmark, without an API server: run as its own process
+(`python bench/suite/gateway_launcher.py --port P --engine-port E`) until SIGTERM.
+
+It builds what `python -m llmaz.gateway` builds, minus the parts that need an API server: the same `Catalog`,
+`Gateway`, `GatewayMetrics` (process collectors included), `Waker` and proxy options (the defaults of the
+command's flags), JSON logs at info level. The four informers are replaced by static ones holding one
+OpenModel, one Playground serving it and one EndpointSlice of its `-lb` Service with a single ready endpoint,
+the engine on 127.0.0.1; the slice goes through the production informer transform
+(`routes.compact_endpoint_slice`) and every object sits in the production `IndexedStore`, so lookups on the
+request path run the same code as in a cluster. The Playground does not opt in to scale to zero, so the Waker's
+client (pointed at an address where nothing listens) is never called; the Waker's idle loop runs as it does in
+production. Not run: the Manager's probe and metrics servers (other ports, off the request path) and the
+informers' watches (nothing changes during the benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import builtins
+import resource
+import signal
+
+from llmaz.gateway import routes
+from llmaz.gateway.catalog import Catalog
+from llmaz.gateway.metrics import GatewayMetrics
+from llmaz.gateway.proxy import ProxyOptions
+from llmaz.gateway.server import Gateway, GatewayOptions
+from llmaz.gateway.waker import Waker
+from llmaz.runtime import log
+from llmaz.runtime.cache.interfaces import IndexFunc, Obj, ResourceEventHandler
+from llmaz.runtime.cache.store import IndexedStore
+from llmaz.runtime.client import Client
+from llmaz.runtime.client.config import RestConfig
+from llmaz.runtime.events import EventBroadcaster
+
+MODEL = "bench-model"
+PLAYGROUND = "bench"
+NAMESPACE = "default"
+# Where the Waker's client would send requests: port 9 (discard) on loopback, where nothing listens.
+NO_API_SERVER = "https://127.0.0.1:9"
+
+
+class StaticInformer:
+    """An informer whose objects are given once and never change; synced from the start."""
+
+    def __init__(self, objects: builtins.list[Obj]) -> None:
+        self._store = IndexedStore()
+        for obj in objects:
+            self._store.upsert(obj)
+        self._synced = asyncio.Event()
+        self._synced.set()
+
+    @property
+    def store(self) -> IndexedStore:
+        return self._store
+
+    def add_event_handler(self, handler: ResourceEventHandler) -> None:
+        for obj in self._store.list():
+            handler.on_add(obj, True)
+
+    def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
+        self._store.add_indexers(indexers)
+
+    def has_synced(self) -> bool:
+        return True
+
+    async def wait_for_sync(self) -> None:
+        await self._synced.wait()
+
+
+def objects(engine_port: int) -> tuple[Obj, Obj, Obj]:
+    """The OpenModel, the Playground and the EndpointSlice of its `-lb` Service, as the API server lists them."""
+    open_model = {
+        "apiVersion": "llmaz.io/v1alpha1",
+        "kind": "OpenModel",
+        "metadata": {"name": MODEL, "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {"familyName": "bench", "source": {"modelHub": {"modelID": "bench/model"}}},
+    }
+    playground = {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Playground",
+        "metadata": {"name": PLAYGROUND, "namespace": NAMESPACE},
+        "spec": {"replicas": 1, "modelClaim": {"modelName": MODEL}},
+    }
+    endpoint_slice = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{PLAYGROUND}-lb-x7k2p",
+            "namespace": NAMESPACE,
+            "labels": {
+                routes.SERVICE_NAME_LABEL: f"{PLAYGROUND}-lb",
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": engine_port, "protocol": "TCP"}],
+        "endpoints": [
+            {
+                "addresses": ["127.0.0.1"],
+                "conditions": {"ready": True, "serving": True, "terminating": False},
+                "nodeName": "node-1",
+                "targetRef": {"kind": "Pod", "namespace": NAMESPACE, "name": f"{PLAYGROUND}-0"},
+            }
+        ],
+    }
+    return open_model, playground, endpoint_slice
+
+
+async def serve(port: int, engine_port: int) -> None:
+    open_model, playground, endpoint_slice = objects(engine_port)
+    catalog = Catalog(
+        StaticInformer([playground]),
+        StaticInformer([]),
+        StaticInformer([open_model]),
+        StaticInformer([routes.compact_endpoint_slice(endpoint_slice)]),
+    )
+    client = Client(RestConfig(host=NO_API_SERVER))
+    recorder = EventBroadcaster(client).recorder("llmaz-gateway")
+    waker = Waker(client, catalog, recorder)
+    options = GatewayOptions(bind_address=f"127.0.0.1:{port}", proxy=ProxyOptions())
+    gateway = Gateway(catalog, options, metrics=GatewayMetrics(), waker=waker)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    try:
+        await asyncio.gather(gateway.run(stopping), waker.run(stopping))
+    finally:
+        await client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--engine-port", type=int, required=True)
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # every open stream is two sockets
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    log.configure("info", "json")
+    asyncio.run(serve(args.port, args.engine_port))
+
+
+if __name__ == "__main__":
+    main()
