@@ -39,6 +39,7 @@ _COLLECTIONS = {
     "endpointslices": "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
     "hpas": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
     "events": "/api/v1/namespaces/{ns}/events",
+    "configmaps": "/api/v1/namespaces/{ns}/configmaps",
     "nodes": "/api/v1/nodes",
     "openmodels": "/apis/llmaz.io/v1alpha1/openmodels",
     "backendruntimes": "/apis/inference.llmaz.io/v1alpha1/backendruntimes",

@@ -138,3 +138,17 @@ REASON_MODEL_READY: Final = "ModelReady"
 REASON_INVALID_MODEL: Final = "InvalidModel"
 REASON_BACKEND_READY: Final = "BackendRuntimeReady"
 REASON_INVALID_BACKEND: Final = "InvalidBackendRuntime"
+
+# Inference flavors of a Service (llmaz left placement among flavors to its external scheduler plugin).
+# `FlavorsResolved` is written only once a claimed flavor was missing from the main model.
+CONDITION_FLAVORS_RESOLVED: Final = "FlavorsResolved"
+REASON_FLAVOR_NOT_FOUND: Final = "FlavorNotFound"
+REASON_FLAVORS_FOUND: Final = "FlavorsFound"
+MESSAGE_FLAVOR_NOT_FOUND: Final = "OpenModel {model} defines no inference flavor {flavors}; {using}"
+MESSAGE_FLAVORS_FOUND: Final = "Every claimed inference flavor is defined by OpenModel {model}"
+# Event reason and texts when the active flavor changes or no flavor is left.
+EVENT_FLAVOR_FALLBACK: Final = "FlavorFallback"
+MESSAGE_FLAVOR_FALLBACK: Final = (
+    "Moved from flavor {previous} to {active}: pod {pod} was unschedulable for {waited}: {why}"
+)
+MESSAGE_NO_FLAVOR_FITS: Final = "no inference flavor fits (tried {tried}): {why}"

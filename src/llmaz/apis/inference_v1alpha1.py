@@ -213,6 +213,17 @@ class ServiceStatus(ApiModel):
         default=0, description="Number of replicas of the LeaderWorkerSet."
     )
     selector: str | None = Field(default=None, description="Label selector of the pods, for autoscaling.")
+    active_flavor: str | None = Field(
+        default=None,
+        description=(
+            "The inference flavor the pods are rendered for: its limits as resources, its nodeSelector as "
+            "required node affinity. Starts at the first claimed flavor (else the model's first) and moves to "
+            "the next one when pods stay unschedulable for the global flavor-fallback-after period."
+        ),
+    )
+    active_flavor_time: Annotated[str, Crd(format="date-time")] | None = Field(
+        default=None, description="When activeFlavor last changed."
+    )
 
 
 class Service(ApiModel):

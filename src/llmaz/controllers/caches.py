@@ -25,7 +25,8 @@ the few pod fields diagnosis reads. The readers, which this list must follow:
   precondition); the `owns` watch (owner reference, generation). Nobody reads their status.
 - model pods: `diagnose_pod` (name, deletionTimestamp; name, image and restartPolicy of containers and init
   containers; status conditions and container statuses), the `pod_service` index and `service_of_pod` (labels,
-  namespace), `pod_finding_changed` (`diagnose_pod`).
+  namespace), `pod_finding_changed` (`diagnose_pod`), the flavor fallback (`flavors.longest_waiting`: name,
+  deletionTimestamp, the `PodScheduled` condition's status, reason, message and lastTransitionTime).
 - The webhooks read only OpenModels and BackendRuntimes (`CacheLookup`); llmaz-gateway runs its own informers.
 """
 

@@ -14,17 +14,23 @@ One reconcile:
 6. An existing LeaderWorkerSet or `-lb` Service that this Service does not control (`ownership_conflict`) ->
    `Progressing=False`/`AbortProcessing` naming it and its controller, a Warning Event, nothing applied, and a
    rate-limited retry (llmaz force-applied over it and took it over).
-7. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
+7. Decide the active inference flavor (`builders.flavors.decide_flavor`): the one in the status, or the next when
+   the pods waited `flavor-fallback-after` for a node of it (a Warning Event `FlavorFallback` names both); the
+   pods are rendered for it. A decision that falls due later requeues the Service for that moment.
+8. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
    `-lb` Service once and never repaired it).
-8. Compute the status from the LeaderWorkerSet and the pods (why they are not ready: a failed model loader, a
-   crash loop, an image pull, scheduling) and write it when it changed; a new finding is also a Warning Event.
+9. Compute the status from the LeaderWorkerSet and the pods (why they are not ready: a failed model loader, a
+   crash loop, an image pull, scheduling; on the last flavor, that no flavor fits) with the active flavor, and
+   write it when it changed; a new finding is also a Warning Event.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from llmaz.apis import Service
+from llmaz.apis import OpenModel, Service
+from llmaz.apis import constants as c
 from llmaz.apis.validation import validate_service
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
@@ -42,6 +48,17 @@ from llmaz.controllers.builders import (
     service_status,
     with_scheduler_name,
 )
+from llmaz.controllers.builders.flavors import (
+    FlavorDecision,
+    decide_flavor,
+    fallback_message,
+    flavor_order,
+    missing_flavors,
+    no_flavor_fits,
+    parse_time,
+)
+from llmaz.controllers.builders.service import claimed_flavors
+from llmaz.controllers.builders.status import with_flavor
 from llmaz.controllers.common import (
     apply_if_changed,
     fetch_models,
@@ -112,9 +129,12 @@ class ServiceReconciler:
             _log.debug("waiting for the global config", reason=self._settings.last_error or "no ConfigMap")
             return Result()
         obj, service = await self._persist_scheduler_name(obj, service, settings.scheduler_name)
+        pods = self._pods.by_index(ix.POD_SERVICE, request.key)
+        now = self._clock.wall()
         try:
             models = fetch_models(self._models, service_model_refs(service))
-            desired_lws = build_leader_worker_set(service, models, settings.init_container_image)
+            flavor = self._decide_flavor(service, models, pods, now, settings.flavor_fallback_after)
+            desired_lws = build_leader_worker_set(service, models, settings.init_container_image, flavor.active)
             desired_lb = build_lb_service(service, models)
         except BuildError as err:
             await self._abort(obj, service, err)
@@ -133,11 +153,28 @@ class ServiceReconciler:
         if written:
             self._events.event(obj, "Normal", "Applied", f"Applied LeaderWorkerSet {request.key}")
         await apply_if_changed(self._client, r.SERVICES, desired_lb, live_lb)
-        finding = diagnose_pods(self._pods.by_index(ix.POD_SERVICE, request.key))
-        status = service_status(service, lws, self._clock.wall(), finding)
+        finding = no_flavor_fits(flavor, models[0], service) if flavor.exhausted else diagnose_pods(pods)
+        status = service_status(service, lws, now, finding)
+        main, claimed = models[0], claimed_flavors(service)
+        missing = missing_flavors(main, claimed)
+        with_flavor(service, status, flavor.active, flavor.changed, missing, main.metadata.name or "", now)
         if await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status):
+            # After the write: a change whose status write failed is decided (and reported) again.
+            if flavor.changed:
+                self._events.event(obj, WARNING, c.EVENT_FLAVOR_FALLBACK, fallback_message(flavor, now))
             record_new_finding(self._events, obj, status)
-        return Result()
+        return Result(requeue_after=flavor.requeue_after)
+
+    @staticmethod
+    def _decide_flavor(
+        service: Service, models: list[OpenModel], pods: list[Obj], now: datetime, fallback_after: float
+    ) -> FlavorDecision:
+        """The flavor to render now: the recorded one, or the next when its pods waited a full period."""
+        order = flavor_order(models[0], claimed_flavors(service))
+        status = service.status
+        current = status.active_flavor if status is not None else None
+        since = parse_time(status.active_flavor_time) if status is not None else None
+        return decide_flavor(order, current, since, pods, now, fallback_after)
 
     async def _abort(self, obj: Obj, service: Service, err: BuildError) -> None:
         """`Progressing=False`/`AbortProcessing` with the error's message; a Warning Event when that is news."""

@@ -2,6 +2,10 @@
 
     scheduler-name: default-scheduler            # optional; set on pod templates that name none
     init-container-image: llmaz-model-loader:v0.1.0   # required; the model-loader image
+    flavor-fallback-after: 60s                   # optional; how long pods may stay unschedulable on one inference
+                                                 # flavor before the Service moves to the next (0 disables)
+
+Durations are a number of seconds (`90`, `1.5`) or Go-style text (`90s`, `2m`, `1m30s`, `1h`, `0`).
 
 `parse_global_config` turns a ConfigMap into `GlobalSettings` or raises `SettingsError` with llmaz's texts.
 `SettingsHolder` keeps the last good value: a bad edit is reported and ignored, never half-applied.
@@ -9,6 +13,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +26,45 @@ class SettingsError(ValueError):
     pass
 
 
+DEFAULT_FLAVOR_FALLBACK_AFTER = 60.0
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(key: str, value: object) -> float:
+    """Seconds from a number or Go-style duration text (`90s`, `1m30s`, `0`); SettingsError naming `key`."""
+    error = SettingsError(
+        f"invalid global config: {key} must be a duration such as 60s, 2m or 0 (to disable), got {value!r}"
+    )
+    if isinstance(value, bool):
+        raise error
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text == "0":
+            return 0.0
+        pos, seconds = 0, 0.0
+        for match in _DURATION.finditer(text):
+            if match.start() != pos:
+                raise error
+            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if pos == 0 or pos != len(text):
+            raise error
+    else:
+        raise error
+    if seconds < 0 or seconds != seconds:
+        raise error
+    return seconds
+
+
 @dataclass(frozen=True, slots=True)
 class GlobalSettings:
     init_container_image: str
     scheduler_name: str = ""
+    # Seconds pods may stay unschedulable on one inference flavor before the next one is tried; 0 disables.
+    flavor_fallback_after: float = DEFAULT_FLAVOR_FALLBACK_AFTER
 
 
 def parse_global_config(config_map: dict[str, Any]) -> GlobalSettings:
@@ -43,7 +83,11 @@ def parse_global_config(config_map: dict[str, Any]) -> GlobalSettings:
     scheduler = parsed.get("scheduler-name") or ""
     if not isinstance(scheduler, str):
         raise SettingsError("invalid global config: scheduler-name must be a string")
-    return GlobalSettings(init_container_image=image, scheduler_name=scheduler)
+    fallback = parsed.get("flavor-fallback-after")
+    fallback_after = (
+        DEFAULT_FLAVOR_FALLBACK_AFTER if fallback is None else parse_duration("flavor-fallback-after", fallback)
+    )
+    return GlobalSettings(init_container_image=image, scheduler_name=scheduler, flavor_fallback_after=fallback_after)
 
 
 class SettingsHolder:

@@ -38,3 +38,12 @@ class CacheLookup:
             return None
         configs = (backend.get("spec") or {}).get("recommendedConfigs") or []
         return [str(config.get("name")) for config in configs]
+
+    def open_model_flavors(self, name: str) -> Collection[str] | None:
+        if not self._synced():
+            return None
+        model = self._models.get(name)
+        if model is None:
+            return None
+        config = (model.get("spec") or {}).get("inferenceConfig") or {}
+        return [str(flavor.get("name")) for flavor in config.get("flavors") or []]

@@ -24,6 +24,10 @@ class ReferenceLookup(Protocol):
         """Whether the cluster-scoped BackendRuntime `name` exists; None when unknown."""
         ...
 
+    def open_model_flavors(self, name: str) -> Collection[str] | None:
+        """The inference flavor names of OpenModel `name`; None when it is missing or unknown."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class StaticLookup:
@@ -31,6 +35,7 @@ class StaticLookup:
 
     backends: Mapping[str, Collection[str]] = field(default_factory=dict)
     models: Collection[str] = ()
+    flavors: Mapping[str, Collection[str]] = field(default_factory=dict)
 
     def open_model_exists(self, name: str) -> bool | None:
         return name in self.models
@@ -40,6 +45,9 @@ class StaticLookup:
 
     def backend_runtime_exists(self, name: str) -> bool | None:
         return name in self.backends
+
+    def open_model_flavors(self, name: str) -> Collection[str] | None:
+        return self.flavors.get(name, () if name in self.models else None)
 
 
 def missing_model_warning(name: str) -> str:
@@ -58,3 +66,20 @@ def model_warnings(lookup: ReferenceLookup | None, names: list[str]) -> list[str
     if lookup is None:
         return []
     return [missing_model_warning(n) for n in dict.fromkeys(names) if lookup.open_model_exists(n) is False]
+
+
+def missing_flavor_warning(model: str, flavor: str) -> str:
+    return (
+        f"OpenModel {model!r} has no inference flavor {flavor!r}; it is skipped (the Service's FlavorsResolved "
+        "condition says which flavor is used)"
+    )
+
+
+def flavor_warnings(lookup: ReferenceLookup | None, main_model: str | None, claimed: list[str] | None) -> list[str]:
+    """A claimed inference flavor the main model does not define (skipped at reconcile)."""
+    if lookup is None or not main_model or not claimed:
+        return []
+    defined = lookup.open_model_flavors(main_model)
+    if defined is None:
+        return []
+    return [missing_flavor_warning(main_model, f) for f in dict.fromkeys(claimed) if f not in defined]

@@ -104,7 +104,39 @@ def _validate_uri(uri: str) -> list[FieldError]:
     return []
 
 
+_NATIVE_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage"})
+
+
+def known_resource(name: str) -> bool:
+    """A resource a node can offer: cpu, memory, ephemeral-storage, hugepages-<size>, or an extended resource
+    qualified by a domain (`nvidia.com/gpu`, `amd.com/gpu`, `google.com/tpu`) outside `kubernetes.io`."""
+    if name in _NATIVE_RESOURCES or name.startswith("hugepages-"):
+        return True
+    domain, separator, resource = name.partition("/")
+    return bool(separator and resource and "." in domain and not domain.endswith("kubernetes.io"))
+
+
+def flavor_warnings(model: OpenModel) -> list[str]:
+    """Flavors that would not place pods as meant: no limits (nothing requested, so any node fits, and fallback
+    never has a reason to move on), or a resource name no node offers (pods stay Pending)."""
+    config = model.spec.inference_config
+    warnings = []
+    for index, flavor in enumerate((config.flavors if config is not None else None) or []):
+        path = f"spec.inferenceConfig.flavors[{index}]"
+        if not flavor.limits:
+            warnings.append(f"{path}: flavor {flavor.name!r} has no limits; its pods request no accelerators")
+        for name in flavor.limits or {}:
+            if not known_resource(name):
+                warnings.append(
+                    f"{path}.limits: {name!r} is not a known resource name (cpu, memory, ephemeral-storage, "
+                    "hugepages-<size>, or a qualified extended resource such as nvidia.com/gpu); no node offers it"
+                )
+    return warnings
+
+
 def openmodel_warnings(model: OpenModel) -> list[str]:
-    """Admitted but surprising: a hub and a URI together (the hub wins everywhere, as in llmaz)."""
+    """Admitted but surprising: a hub and a URI together (the hub wins everywhere, as in llmaz), and flavors
+    that cannot place pods as meant (`flavor_warnings`)."""
     source = model.spec.source
-    return [HUB_AND_URI_WARNING] if source.model_hub is not None and source.uri is not None else []
+    both = [HUB_AND_URI_WARNING] if source.model_hub is not None and source.uri is not None else []
+    return both + flavor_warnings(model)

@@ -10,6 +10,7 @@ from llmaz.apis import constants as c
 from llmaz.apis.validation.playground import is_speculative
 from llmaz.webhooks.lookup import (
     ReferenceLookup,
+    flavor_warnings,
     missing_backend_warning,
     missing_config_warning,
     model_warnings,
@@ -47,13 +48,19 @@ def _main_model_name(spec: dict[str, Any]) -> str:
 
 
 def playground_warnings(playground: Playground, lookup: ReferenceLookup | None) -> list[str]:
-    """Warnings for a claimed OpenModel, the BackendRuntime, or its recommended config not existing yet."""
+    """Warnings for a claimed OpenModel, the BackendRuntime, or its recommended config not existing yet, and
+    for claimed inference flavors the main model lacks."""
     if lookup is None:
         return []
     spec = playground.spec
     names = [spec.model_claim.model_name] if spec.model_claim and spec.model_claim.model_name else []
     names += [m.name for m in (spec.model_claims.models or [])] if spec.model_claims else []
     warnings = model_warnings(lookup, names)
+    if spec.model_claim is not None:
+        warnings += flavor_warnings(lookup, spec.model_claim.model_name, spec.model_claim.inference_flavors)
+    elif spec.model_claims is not None:
+        main = next((m.name for m in spec.model_claims.models or [] if m.role in (None, c.MAIN_ROLE)), None)
+        warnings += flavor_warnings(lookup, main, spec.model_claims.inference_flavors)
     runtime = spec.backend_runtime_config
     backend = (runtime.backend_name if runtime else None) or c.DEFAULT_BACKEND_NAME
     configs = lookup.backend_config_names(backend)

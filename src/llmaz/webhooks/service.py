@@ -1,12 +1,16 @@
 """Service admission: no defaults; the validation rules (`llmaz.apis.validation`, shared with the reconciler)
-and warnings naming missing models."""
+and warnings naming missing models and claimed flavors the main model lacks."""
 
 from __future__ import annotations
 
 from llmaz.apis import Service
-from llmaz.webhooks.lookup import ReferenceLookup, model_warnings
+from llmaz.apis import constants as c
+from llmaz.webhooks.lookup import ReferenceLookup, flavor_warnings, model_warnings
 
 
 def service_warnings(service: Service, lookup: ReferenceLookup | None) -> list[str]:
     claims = service.spec.model_claims
-    return model_warnings(lookup, [m.name for m in (claims.models if claims else None) or []])
+    models = (claims.models if claims else None) or []
+    main = next((m.name for m in models if m.role in (None, c.MAIN_ROLE)), None)
+    flavors = claims.inference_flavors if claims else None
+    return model_warnings(lookup, [m.name for m in models]) + flavor_warnings(lookup, main, flavors)

@@ -196,6 +196,7 @@ CASES: list[tuple[str, dict[str, Any], PodFinding | None]] = [
                     "status": "False",
                     "reason": "Unschedulable",
                     "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                    "lastTransitionTime": "2024-01-01T00:00:00Z",
                 }
             ]
         ),

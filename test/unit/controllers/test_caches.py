@@ -11,6 +11,7 @@ import pytest
 from llmaz.apis import constants as c
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import build_hpa, build_lb_service, build_leader_worker_set, diagnose_pod
+from llmaz.controllers.builders.flavors import longest_waiting
 from llmaz.controllers.caches import (
     CHILD_SELECTOR,
     LWS_FIX,
@@ -133,6 +134,9 @@ def _noisy(pod: dict[str, Any]) -> dict[str, Any]:
 def test_stripping_a_pod_keeps_what_diagnosis_and_the_pod_indexes_read(case: str, pod: Any, expected: Any) -> None:
     stripped = strip_pod(_noisy(pod))
     assert diagnose_pod(stripped) == expected
+    waiting = longest_waiting([stripped], None)
+    assert waiting == longest_waiting([pod], None)
+    assert (waiting is not None) == (case == "an unschedulable pod says what blocks it")
     assert pod_service(stripped) == pod_service(pod) == ["ns/pg"]
     assert service_of_pod(stripped) == service_of_pod(pod)
     assert "managedFields" not in stripped["metadata"]

@@ -53,3 +53,32 @@ def test_an_unchanged_config_reports_no_change() -> None:
     assert holder.update(_cm("init-container-image: img:1\n"))
     assert not holder.update(_cm("init-container-image: img:1\n"))
     assert holder.update(_cm("init-container-image: img:2\n"))
+
+
+def test_flavor_fallback_defaults_to_sixty_seconds() -> None:
+    assert parse_global_config(_cm("init-container-image: img:1\n")).flavor_fallback_after == 60.0
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0.0),
+        ("'0'", 0.0),
+        ("90", 90.0),
+        ("1.5", 1.5),
+        ("90s", 90.0),
+        ("2m", 120.0),
+        ("1m30s", 90.0),
+        ("1h", 3600.0),
+    ],
+)
+def test_flavor_fallback_durations(text: str, seconds: float) -> None:
+    parsed = parse_global_config(_cm(f"init-container-image: img:1\nflavor-fallback-after: {text}\n"))
+    assert parsed.flavor_fallback_after == seconds
+
+
+@pytest.mark.parametrize("text", ["-5", "soon", "10x", "s", "1m 30s", "true", "[1]", "-1s"])
+def test_a_bad_flavor_fallback_is_named_in_the_error(text: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        parse_global_config(_cm(f"init-container-image: img:1\nflavor-fallback-after: {text}\n"))
+    assert str(err.value).startswith("invalid global config: flavor-fallback-after must be a duration such as 60s")

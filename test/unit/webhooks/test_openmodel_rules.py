@@ -184,3 +184,27 @@ def test_hub_and_uri_together_are_admitted_with_a_warning() -> None:
     assert validate_openmodel(both, True) == []
     assert openmodel_warnings(both) == [HUB_AND_URI_WARNING]
     assert openmodel_warnings(OpenModel.from_dict(model(HUB))) == []
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"nvidia.com/gpu": 1, "cpu": 4, "memory": "16Gi", "hugepages-2Mi": "1Gi", "amd.com/gpu": 1}, []),
+        ({}, ["spec.inferenceConfig.flavors[0]: flavor 'a10' has no limits; its pods request no accelerators"]),
+        (None, ["spec.inferenceConfig.flavors[0]: flavor 'a10' has no limits; its pods request no accelerators"]),
+        ({"gpu": 1}, ["spec.inferenceConfig.flavors[0].limits: 'gpu' is not a known resource name"]),
+        ({"kubernetes.io/gpu": 1}, ["spec.inferenceConfig.flavors[0].limits: 'kubernetes.io/gpu' is not a known"]),
+    ],
+)
+def test_flavors_that_cannot_place_pods_as_meant_are_admitted_with_a_warning(
+    limits: dict[str, Any] | None, expected: list[str]
+) -> None:
+    flavor: dict[str, Any] = {"name": "a10"} if limits is None else {"name": "a10", "limits": limits}
+    obj = model(HUB)
+    obj["spec"]["inferenceConfig"] = {"flavors": [flavor]}
+    parsed = OpenModel.from_dict(obj)
+    assert validate_openmodel(parsed, True) == []
+    found = openmodel_warnings(parsed)
+    assert len(found) == len(expected)
+    for warning, start in zip(found, expected, strict=True):
+        assert warning.startswith(start), warning

@@ -186,5 +186,15 @@ class TestWarnings:
         spec = {**SPECULATIVE, "backendRuntimeConfig": {"backendName": "llamacpp"}}
         assert warnings(spec, LOOKUP) == ["BackendRuntime 'llamacpp' has no recommended config 'speculative-decoding'"]
 
+    def test_a_claimed_flavor_the_model_lacks_is_named(self) -> None:
+        lookup = StaticLookup(backends=LOOKUP.backends, models=LOOKUP.models, flavors={"qwen2-0-5b": ["a10"]})
+        spec = {"modelClaim": {"modelName": "qwen2-0-5b", "inferenceFlavors": ["t4", "a10"]}}
+        assert warnings(spec, lookup) == [
+            "OpenModel 'qwen2-0-5b' has no inference flavor 't4'; it is skipped (the Service's FlavorsResolved "
+            "condition says which flavor is used)"
+        ]
+        claims = {"modelClaims": {"models": [{"name": "qwen2-0-5b"}], "inferenceFlavors": ["a10"]}}
+        assert warnings(claims, lookup) == []
+
     def test_no_lookup_means_no_warnings(self) -> None:
         assert warnings({"modelClaim": {"modelName": "nope"}}, None) == []

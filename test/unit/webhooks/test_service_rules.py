@@ -103,3 +103,16 @@ def test_missing_models_are_named_in_warnings_once_each() -> None:
         "OpenModel 'b' not found; the workload waits until it exists"
     ]
     assert service_warnings(svc, None) == []
+
+
+def test_a_claimed_flavor_the_main_model_lacks_is_named_in_a_warning() -> None:
+    svc = service([{"name": "a"}])
+    assert svc.spec.model_claims is not None
+    svc.spec.model_claims.inference_flavors = ["h100", "a10"]
+    lookup = StaticLookup(models={"a"}, flavors={"a": ["a100", "a10"]})
+    assert service_warnings(svc, lookup) == [
+        "OpenModel 'a' has no inference flavor 'h100'; it is skipped (the Service's FlavorsResolved condition says "
+        "which flavor is used)"
+    ]
+    # A model not known yet: only the missing model is named.
+    assert service_warnings(svc, StaticLookup()) == ["OpenModel 'a' not found; the workload waits until it exists"]

@@ -4,7 +4,8 @@ Invariants:
 - Everything already in the template keeps its position; injected init containers, volumes, mounts and envs are
   appended (init containers in model order, main first), and never under a name (mountPath for mounts) that is
   already taken, so the result is always a valid list-map for server-side apply.
-- Only containers named `model-runner` receive mounts, credential envs and flavor resources.
+- Only containers named `model-runner` receive mounts, credential envs and flavor resources; the flavor's
+  nodeSelector becomes required node affinity of the whole pod.
 - Volumes: the loaders share one `model-volume` emptyDir, added only when some model is loaded into it; a `host://`
   model gets its hostPath volume only (llmaz added both under one name, which apply rejects). Host volumes
   are named `model-volume` when they are the only model volume, else `model-volume-<model index>`.
@@ -17,6 +18,7 @@ from typing import Any
 
 from llmaz.apis import Flavor, OpenModel
 from llmaz.apis import constants as c
+from llmaz.controllers.builders.flavors import with_node_selector
 from llmaz.controllers.builders.merge import append_absent, merge_kvs, quantity_text
 from llmaz.controllers.builders.sources import credential_envs, host_path, loader_container
 
@@ -109,23 +111,14 @@ def inject_labels(template: dict[str, Any], main: OpenModel, inference_flavors: 
         metadata["annotations"] = merge_kvs(metadata.get("annotations"), flavors)
 
 
-def chosen_flavor(main: OpenModel, inference_flavors: Sequence[str] | None) -> Flavor | None:
-    """The first claimed flavor (else the model's first) if the model defines it."""
-    config = main.spec.inference_config
-    flavors = (config.flavors if config is not None else None) or []
-    if not flavors:
-        return None
-    wanted = inference_flavors[0] if inference_flavors else flavors[0].name
-    return next((flavor for flavor in flavors if flavor.name == wanted), None)
-
-
-def inject_flavor(template: dict[str, Any], main: OpenModel, inference_flavors: Sequence[str] | None) -> None:
-    """The flavor's limits become both requests and limits of `model-runner`, overwriting those keys."""
-    flavor = chosen_flavor(main, inference_flavors)
-    if flavor is None or not flavor.limits:
+def inject_flavor(template: dict[str, Any], flavor: Flavor | None) -> None:
+    """The flavor's limits become both requests and limits of `model-runner`, overwriting those keys; its
+    nodeSelector is ANDed into the template's required node affinity (`flavors.with_node_selector`)."""
+    if flavor is None:
         return
+    with_node_selector(template, flavor.node_selector)
     runner_list = runners(template)
-    if not runner_list:
+    if not flavor.limits or not runner_list:
         return
     resources = _field(runner_list[-1], "resources", dict)
     for name, quantity in flavor.limits.items():

@@ -19,6 +19,7 @@ from typing import Any
 
 from llmaz.apis import OpenModel, Service
 from llmaz.apis import constants as c
+from llmaz.controllers.builders.flavors import find_flavor, flavor_order
 from llmaz.controllers.builders.inject import inject_flavor, inject_labels, inject_models
 from llmaz.controllers.builders.meta import apply_ready, owned_metadata
 from llmaz.controllers.builders.models import require_models, skip_model_loader
@@ -54,17 +55,27 @@ def _templates(service: Service) -> tuple[dict[str, Any] | None, dict[str, Any]]
     return copy.deepcopy(leader) if leader is not None else None, copy.deepcopy(worker or {})
 
 
-def _leader_worker_template(service: Service, models: Sequence[OpenModel], image: str) -> dict[str, Any]:
-    main = require_models(models)
+def claimed_flavors(service: Service) -> list[str] | None:
     claims = service.spec.model_claims
-    flavors = claims.inference_flavors if claims is not None else None
+    return claims.inference_flavors if claims is not None else None
+
+
+def _leader_worker_template(
+    service: Service, models: Sequence[OpenModel], image: str, active_flavor: str | None
+) -> dict[str, Any]:
+    main = require_models(models)
+    flavors = claimed_flavors(service)
+    if active_flavor is None:
+        order = flavor_order(main, flavors)
+        active_flavor = order[0] if order else None
+    flavor = find_flavor(main, active_flavor)
     skip = skip_model_loader(service.metadata.annotations)
     leader, worker = _templates(service)
     for template in (leader, worker):
         if template is not None:
             inject_models(template, models, skip, image)
             inject_labels(template, main, flavors)
-            inject_flavor(template, main, flavors)
+            inject_flavor(template, flavor)
     workload = service.spec.workload_template
     size = workload.get("size")
     return {
@@ -76,8 +87,13 @@ def _leader_worker_template(service: Service, models: Sequence[OpenModel], image
     }
 
 
-def build_leader_worker_set(service: Service, models: Sequence[OpenModel], init_container_image: str) -> dict[str, Any]:
+def build_leader_worker_set(
+    service: Service, models: Sequence[OpenModel], init_container_image: str, active_flavor: str | None = None
+) -> dict[str, Any]:
     """The desired LeaderWorkerSet running `service`'s templates with its models injected.
+
+    The pods are rendered for `active_flavor` (a flavor name of the main model; by default the first of
+    `flavors.flavor_order`): its limits as resources, its nodeSelector as required node affinity.
 
     Raises `NoModelClaimedError` or `InvalidModelSourceError`.
     """
@@ -87,7 +103,7 @@ def build_leader_worker_set(service: Service, models: Sequence[OpenModel], init_
         "metadata": _owned(service, service.metadata.name or ""),
         "spec": {
             "replicas": 1 if service.spec.replicas is None else service.spec.replicas,
-            "leaderWorkerTemplate": _leader_worker_template(service, models, init_container_image),
+            "leaderWorkerTemplate": _leader_worker_template(service, models, init_container_image, active_flavor),
             "rolloutStrategy": _rollout_strategy(service.spec.rollout_strategy),
             "startupPolicy": "LeaderReady",
         },

@@ -180,3 +180,32 @@ def service_status(
     _mirror_finding(status, _SERVICE_PROGRESSING, finding.message if finding else None, now, generation)
     _copy_scale(status, lws_status.get("replicas"), lws_status.get("hpaPodSelector"))
     return status
+
+
+def with_flavor(
+    service: Service,
+    status: dict[str, Any],
+    active: str | None,
+    changed: bool,
+    missing: list[str],
+    model: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """`status` (mutated and returned) recording the active flavor, when it changed, and claimed flavors the
+    model lacks (`FlavorsResolved`, written only once a flavor was missing, then kept up to date)."""
+    if active is None:
+        status.pop("activeFlavor", None)
+        status.pop("activeFlavorTime", None)
+    elif changed or status.get("activeFlavor") != active:
+        status["activeFlavor"] = active
+        status["activeFlavorTime"] = timestamp(now)
+    generation = service.metadata.generation
+    resolved = c.CONDITION_FLAVORS_RESOLVED
+    if missing:
+        using = f"using {active}" if active else "no flavor resources or node affinity are applied"
+        message = c.MESSAGE_FLAVOR_NOT_FOUND.format(model=model, flavors=", ".join(missing), using=using)
+        set_condition(status, resolved, FALSE, c.REASON_FLAVOR_NOT_FOUND, message, now, generation)
+    elif find_condition(status.get("conditions"), resolved) is not None:
+        message = c.MESSAGE_FLAVORS_FOUND.format(model=model)
+        set_condition(status, resolved, TRUE, c.REASON_FLAVORS_FOUND, message, now, generation)
+    return status
