@@ -70,7 +70,7 @@ async def test_a_resource_not_served_is_logged_once_with_its_fix_waited_for_and_
         stopping = asyncio.Event()
         with capture_logs() as logs:
             run = asyncio.create_task(factory.run(stopping))
-            await eventually(stepping(clock, lambda: api.lists() >= 3), within=10, what="three failed lists")
+            await eventually(stepping(clock, lambda: api.lists() >= 3), within=30, what="three failed lists")
             problem = informer.problem
             assert problem is not None
             assert problem.reason == NOT_SERVED
@@ -80,7 +80,7 @@ async def test_a_resource_not_served_is_logged_once_with_its_fix_waited_for_and_
             await asyncio.sleep(0)
             assert not sync.done()
             api.served = True
-            await eventually(stepping(clock, sync.done), within=10, what="the cache to sync")
+            await eventually(stepping(clock, sync.done), within=30, what="the cache to sync")
             await sync
             stopping.set()
             await run
@@ -131,7 +131,7 @@ async def test_the_manager_waits_past_the_sync_deadline_for_a_resource_not_serve
                 async with session.get(f"http://127.0.0.1:{manager.health.port}/readyz?verbose") as resp:
                     return resp.status, await resp.text()
 
-            await eventually(stepping(clock, lambda: api.lists() >= 2), within=10, what="two failed lists")
+            await eventually(stepping(clock, lambda: api.lists() >= 2), within=30, what="two failed lists")
             status, text = await readyz()
             assert status == 500
             assert (
@@ -141,7 +141,7 @@ async def test_the_manager_waits_past_the_sync_deadline_for_a_resource_not_serve
             assert not run.done()
             assert not started.is_set()
             api.served = True
-            await eventually(stepping(clock, started.is_set), within=10, what="the controller to start")
+            await eventually(stepping(clock, started.is_set), within=30, what="the controller to start")
             assert (await readyz())[0] == 200
         stopping.set()
-        await asyncio.wait_for(run, 10)
+        await asyncio.wait_for(run, 30)
