@@ -226,16 +226,35 @@ class LeaderElector:
         if not self._leader or self._observed is None:
             return
         self._set_leader(False)
-        lease = copy.deepcopy(self._observed)
-        now = micro_time(self._clock.wall())
-        spec = lease.setdefault("spec", {})
-        spec.pop("holderIdentity", None)
-        spec.update({"leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now})
-        try:
-            await self._client.update(LEASES, lease, request_timeout=self.config.request_timeout)
-            self._log.info("released lease")
-        except ApiError as exc:
-            self._log.info("failed to release lease", error=str(exc))
+        observed: dict[str, Any] | None = self._observed
+        # A renew cancelled by the stop may have reached the server after all, leaving our record one version
+        # behind: on a conflict, read the Lease again and release it if it is still ours.
+        for _ in range(2):
+            assert observed is not None
+            lease = copy.deepcopy(observed)
+            now = micro_time(self._clock.wall())
+            spec = lease.setdefault("spec", {})
+            spec.pop("holderIdentity", None)
+            spec.update({"leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now})
+            try:
+                await self._client.update(LEASES, lease, request_timeout=self.config.request_timeout)
+                self._log.info("released lease")
+                return
+            except ApiError as exc:
+                if exc.status != 409:
+                    self._log.info("failed to release lease", error=str(exc))
+                    return
+                conflict = exc
+            try:
+                observed = await self._client.get(
+                    LEASES, self.config.name, self.config.namespace, request_timeout=self.config.request_timeout
+                )
+            except ApiError as exc:
+                self._log.info("failed to release lease", error=str(exc))
+                return
+            if not self._holds(observed):
+                return  # someone else holds it already: nothing to give up
+        self._log.info("failed to release lease", error=str(conflict))
 
     def _set_leader(self, leading: bool) -> None:
         self._leader = leading

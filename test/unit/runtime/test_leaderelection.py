@@ -234,3 +234,33 @@ async def test_a_leader_that_keeps_renewing_stays_leader() -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await hold
     assert on_lost == []
+
+
+async def test_release_after_a_renew_whose_answer_was_lost_reads_the_lease_and_still_gives_it_up() -> None:
+    clock, api, on_lost = FakeClock(), FakeLeases(), list[str]()
+    le, hold = await leading(clock, api, on_lost)
+    # A renew reached the server but its answer never came back (cancelled by the stop): the Lease is one
+    # version ahead of the elector's record, still naming it.
+    assert api.lease is not None
+    api._store(copy.deepcopy(api.lease))
+    hold.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await hold
+    await le.release()
+    assert api.lease is not None
+    assert "holderIdentity" not in api.lease["spec"]
+    assert api.lease["spec"]["leaseDurationSeconds"] == 1
+
+
+async def test_release_gives_up_nothing_someone_else_already_holds() -> None:
+    clock, api, on_lost = FakeClock(), FakeLeases(), list[str]()
+    le, hold = await leading(clock, api, on_lost)
+    api.take("other")
+    hold.cancel()
+    with contextlib.suppress(asyncio.CancelledError, LeadershipLostError):
+        await hold
+    writes = len(api.writes)
+    await le.release()
+    assert api.lease is not None
+    assert api.lease["spec"]["holderIdentity"] == "other"
+    assert len(api.writes) - writes <= 1  # at most the one stale attempt, refused
