@@ -26,18 +26,6 @@ from llmaz.testing.servers import READER_TOKEN, FakeReviewer
 from llmaz.webhooks import webhooks
 
 
-def ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as sock:
-            sock.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-needs_ipv6 = pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
-
-
 @pytest.mark.parametrize(
     ("address", "parsed"),
     [
@@ -76,7 +64,6 @@ def test_the_tcpsite_form_keeps_an_empty_host_as_ipv4_every_interface() -> None:
     assert parse_bind_address("[::1]:0") == ("::1", 0)
 
 
-@needs_ipv6
 @pytest.mark.parametrize("host", ["", "::", "[::]"])
 def test_every_interface_is_one_dual_stack_socket(host: str) -> None:
     with bind_socket(host, 0) as sock:
@@ -137,7 +124,6 @@ async def get(url: str, **options: Any) -> tuple[int, bytes]:
         return resp.status, await resp.read()
 
 
-@needs_ipv6
 @pytest.mark.parametrize(("address", "clients"), [("[::1]:0", ["[::1]"]), (":0", ["[::1]", "127.0.0.1"])])
 async def test_the_probe_server_listens_on_ipv6(address: str, clients: list[str]) -> None:
     probes = HealthProbeServer(address)
@@ -146,7 +132,6 @@ async def test_the_probe_server_listens_on_ipv6(address: str, clients: list[str]
             assert await get(f"http://{host}:{probes.port}/healthz") == (200, b"ok")
 
 
-@needs_ipv6
 async def test_the_metrics_server_listens_on_ipv6_with_tls_and_auth(tmp_path: Path) -> None:
     ensure_self_signed(tmp_path, ["localhost"], ["::1"])
     auth = DelegatingAuth(cast(Client, FakeReviewer()))
@@ -159,7 +144,6 @@ async def test_the_metrics_server_listens_on_ipv6_with_tls_and_auth(tmp_path: Pa
         assert b"# TYPE " in body
 
 
-@needs_ipv6
 @pytest.mark.parametrize(("host", "clients"), [("[::1]", ["[::1]"]), ("::", ["[::1]", "127.0.0.1"])])
 async def test_the_webhook_server_listens_on_ipv6(host: str, clients: list[str]) -> None:
     server = WebhookServer(webhooks(), host=host, port=0, tls=False)
