@@ -6,13 +6,15 @@ would. Waits poll every 0.25 s up to `WAIT` seconds (multiplied by `E2E_TIMEOUT_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import yaml
@@ -261,3 +263,45 @@ def run_python_pod(e2e: Environment, namespace: str, name: str, script: str) -> 
     log = e2e.kubectl("logs", name, "-n", namespace)
     assert phase == "Succeeded", log
     return log
+
+
+@dataclass
+class SteadyCreates:
+    """What `creating_openmodels_steadily` saw: how many creates it sent, and each failure's first 1,000 characters."""
+
+    created: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def assert_none_failed(self, at_least: int = 20) -> None:
+        assert self.created >= at_least, f"only {self.created} creates were sent"
+        assert self.failures == [], f"{len(self.failures)} of {self.created} creates failed: {self.failures[:3]}"
+
+
+@contextlib.contextmanager
+def creating_openmodels_steadily(e2e: Environment, name_prefix: str, every: float = 0.1) -> Iterator[SteadyCreates]:
+    """Create OpenModels one at a time, `every` seconds apart (at most 2,000), from a thread while the block runs,
+    as users' writes go on through an upgrade; every create passes admission. The models are deleted afterwards."""
+    client = e2e.cluster.admin_client()
+    seen = SteadyCreates()
+    label = {"e2e-steady-creates": name_prefix}
+    stop = threading.Event()
+
+    def create_steadily() -> None:
+        while not stop.is_set() and seen.created < 2000:
+            model = open_model(f"{name_prefix}-{seen.created}")
+            model["metadata"]["labels"] = label
+            try:
+                client.request("POST", "/apis/llmaz.io/v1alpha1/openmodels", model)
+            except (ApiError, OSError) as error:
+                seen.failures.append(str(error)[:1000])
+            seen.created += 1
+            stop.wait(every)
+
+    writer = threading.Thread(target=create_steadily, name="creates", daemon=True)
+    writer.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+        e2e.kubectl("delete", "openmodels", "-l", f"e2e-steady-creates={name_prefix}", "--wait=false")

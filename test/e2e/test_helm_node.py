@@ -13,7 +13,6 @@ for the small resources config/node gives the llamacpp backend.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ import pytest
 import yaml
 
 from llmaz.envtest import ClusterOperationError
-from llmaz.envtest._rest import ApiError
 from llmaz.envtest.helm import Helm, HelmError
 from llmaz.envtest.images import find_images
 from llmaz.envtest.node.cluster import DEV_TAG
@@ -33,7 +31,7 @@ from .charts import CHART, CRD_NAMES, NAMESPACE, RELEASE, labelled_leftovers, li
 from .conftest import REPO
 from .managers import DEPLOYMENT, DeployedManager
 from .serving import credentials, first_answer, lb_url
-from .support import Environment, eventually, open_model, pod_ready, wait_playground_ready
+from .support import Environment, creating_openmodels_steadily, eventually, open_model, pod_ready, wait_playground_ready
 
 pytestmark = [pytest.mark.tier("node"), pytest.mark.disruptive]
 NODE = REPO / "config" / "node"
@@ -132,9 +130,15 @@ def test_helm_installs_llmaz_that_serves_a_model_upgrades_it_without_failing_adm
         first_answer(url, PLAYGROUND)
 
         upgraded = f"{image.rsplit(':', 1)[0]}:{DEV_TAG}"  # the same build under its other local name
-        failures, created = _upgrade_under_creates(e2e, helm, namespace, upgraded)
-        assert created >= 20, created
-        assert failures == [], f"{len(failures)} of {created} creates failed: {failures[:3]}"
+        repository, tag = upgraded.rsplit(":", 1)
+        with creating_openmodels_steadily(e2e, f"helm-{namespace.rsplit('-', 1)[-1]}") as creates:
+            helm(
+                "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values", "--wait", "--timeout=3m",
+                "--set", f"controllerManager.manager.image.repository={repository}",
+                "--set-string", f"controllerManager.manager.image.tag={tag}",
+            )  # fmt: skip
+            e2e.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=180s")
+        creates.assert_none_failed()
         eventually(lambda: _running(e2e, upgraded), what=f"two Ready manager pods running {upgraded}")
         first_answer(url, PLAYGROUND)
 
@@ -150,39 +154,3 @@ def test_helm_installs_llmaz_that_serves_a_model_upgrades_it_without_failing_adm
         eventually(lambda: not _manager_pods(e2e), what="the manager's pods gone")
     finally:
         e2e.kubectl("delete", "-n", namespace, "-f", str(SAMPLE), "--ignore-not-found", "--wait=false")
-
-
-def _upgrade_under_creates(e2e: Environment, helm: Helm, namespace: str, image: str) -> tuple[list[str], int]:
-    """`helm upgrade` to `image` while OpenModels are created every 0.1 s; the failed creates and the count."""
-    client = e2e.cluster.admin_client()
-    failures: list[str] = []
-    created = 0
-    stop = threading.Event()
-
-    def create_steadily() -> None:
-        nonlocal created
-        while not stop.is_set() and created < 2000:
-            model = open_model(f"helm-{namespace.rsplit('-', 1)[-1]}-{created}")
-            model["metadata"]["labels"] = {"e2e-helm-upgrade": namespace}
-            try:
-                client.request("POST", "/apis/llmaz.io/v1alpha1/openmodels", model)
-            except (ApiError, OSError) as error:
-                failures.append(str(error)[:300])
-            created += 1
-            stop.wait(0.1)
-
-    repository, tag = image.rsplit(":", 1)
-    writer = threading.Thread(target=create_steadily, name="creates", daemon=True)
-    writer.start()
-    try:
-        helm(
-            "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values", "--wait", "--timeout=3m",
-            "--set", f"controllerManager.manager.image.repository={repository}",
-            "--set-string", f"controllerManager.manager.image.tag={tag}",
-        )  # fmt: skip
-        e2e.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=180s")
-    finally:
-        stop.set()
-        writer.join(timeout=30)
-        e2e.kubectl("delete", "openmodels", "-l", f"e2e-helm-upgrade={namespace}", "--wait=false")
-    return failures, created

@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import threading
 from typing import Any
 
 import pytest
 
-from llmaz.envtest._rest import ApiError
 from llmaz.envtest.node import NodeCluster
 
 from .conftest import REPO
@@ -23,6 +21,7 @@ from .support import (
     Environment,
     ModelNames,
     conditions,
+    creating_openmodels_steadily,
     eventually,
     http_request,
     open_model,
@@ -167,35 +166,11 @@ def test_the_manager_is_never_refused_by_rbac(e2e: Environment) -> None:
 def test_a_rolling_restart_under_a_steady_stream_of_creates_fails_no_admission(
     e2e: Environment, namespace: str
 ) -> None:
-    client = e2e.cluster.admin_client()
-    failures: list[str] = []
-    created = 0
-    stop = threading.Event()
-
-    def create_steadily() -> None:
-        nonlocal created
-        while not stop.is_set() and created < 2000:
-            model = open_model(f"roll-{namespace.rsplit('-', 1)[-1]}-{created}")
-            model["metadata"]["labels"] = {"e2e-rolling-restart": namespace}
-            try:
-                client.request("POST", "/apis/llmaz.io/v1alpha1/openmodels", model)
-            except (ApiError, OSError) as error:
-                failures.append(str(error)[:300])
-            created += 1
-            stop.wait(0.1)
-
-    writer = threading.Thread(target=create_steadily, name="creates", daemon=True)
-    writer.start()
-    try:
+    with creating_openmodels_steadily(e2e, f"roll-{namespace.rsplit('-', 1)[-1]}") as creates:
         e2e.kubectl("rollout", "restart", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE)
         assert isinstance(e2e.manager, DeployedManager)
         e2e.manager.wait_rolled_out()
-    finally:
-        stop.set()
-        writer.join(timeout=30)
-        e2e.kubectl("delete", "openmodels", "-l", f"e2e-rolling-restart={namespace}", "--wait=false")
-    assert created >= 20, created
-    assert failures == [], f"{len(failures)} of {created} creates failed: {failures[:3]}"
+    creates.assert_none_failed()
 
 
 @pytest.mark.disruptive

@@ -16,6 +16,14 @@ before any request deadline applies. `ListenerSite` therefore accepts in two sta
 Invariants: stage 1, including the wait for a slot, takes at most `first_message_timeout`, and a TLS handshake
 at most as long again; a connection that takes longer is closed. Slots are released when a connection closes,
 whatever closes it. The peer's bytes are only peeked at in stage 1, so the server reads them as sent.
+
+Stopping (`Connections.drain`, before the runner's cleanup): an HTTP/1.1 server that closes a keep-alive connection
+between requests races its client, which may be sending the next request on it; that request is lost, and a client
+does not resend a POST (the API server reports the webhook call failed with `EOF`). So a draining server answers
+every request with `Connection: close`, which the client sees before it reuses the connection, and closes a
+connection itself only once it has been quiet for `IDLE_GRACE` with no byte of a next request read or waiting in
+the kernel's buffer: a client that keeps its most recently used connections first (Go's does) has long stopped
+picking it.
 """
 
 from __future__ import annotations
@@ -40,6 +48,9 @@ PEEK_BYTES = 16 * 1024 + 5  # the largest TLS record, with its header
 IDLE_GRACE = 2.0
 _ACCEPT_RETRY_DELAY = 1.0  # after accept fails (e.g. out of file descriptors), as asyncio's own servers wait
 _POLL_INTERVAL = 0.05  # where the kernel cannot wake us on more bytes (no SO_RCVLOWAT)
+# How long a stopping server drains at most: quiet connections go after IDLE_GRACE, busy ones with their response.
+DRAIN_TIMEOUT = 5.0
+_DRAIN_POLL = 0.1  # how often a draining server looks for connections that have gone quiet
 _log = get_logger("llmaz.runtime.listener")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -76,6 +87,7 @@ class Connections:
 
     def __init__(self) -> None:
         self.waiting = 0
+        self.draining = False
         self.served: dict[asyncio.BaseTransport, _Connection] = {}
 
     @web.middleware
@@ -88,7 +100,7 @@ class Connections:
         finally:
             if connection is not None:
                 connection.answered()
-        if self.waiting:
+        if self.waiting or self.draining:
             response.force_close()
         return response
 
@@ -98,6 +110,19 @@ class Connections:
         for transport, connection in list(self.served.items()):
             if connection.idle_since(quiet_since):
                 transport.close()
+
+    async def drain(self, within: float = DRAIN_TIMEOUT, quiet: float = IDLE_GRACE) -> None:
+        """Hand every served connection back (see the module doc); returns once none is left, or after `within`
+        seconds. From then on responses close their connections; the runner's cleanup closes what is left."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while self.served and loop.time() < deadline:
+            quiet_since = loop.time() - quiet
+            for transport, connection in list(self.served.items()):
+                if connection.quiet_since(quiet_since) and not _bytes_waiting(transport):
+                    transport.close()
+            await asyncio.sleep(_DRAIN_POLL)
 
 
 class ListenerSite(web.BaseSite):
@@ -250,18 +275,23 @@ class _Connection(asyncio.Protocol):
         self._tls_read_buffer = tls_read_buffer
         self._transport: asyncio.BaseTransport | None = None
         self.requests = 0  # being handled now
-        self._answered_at: float | None = None  # when the last one was; None before the first
+        self._answered = False  # at least one request was
+        self._quiet_from = asyncio.get_running_loop().time()  # the last response, or the opening before one
         self._received_since = False  # bytes arrived after it: the next request, or the rest of a refused body
 
     def answered(self) -> None:
         self.requests -= 1
-        self._answered_at = asyncio.get_running_loop().time()
+        self._answered = True
+        self._quiet_from = asyncio.get_running_loop().time()
         self._received_since = False
 
+    def quiet_since(self, time: float) -> bool:
+        """No request in hand, and nothing received since the last response (or the opening) at `time` or before."""
+        return self.requests == 0 and not self._received_since and self._quiet_from <= time
+
     def idle_since(self, time: float) -> bool:
-        """Between requests, after at least one, with nothing received since a response no later than `time`."""
-        answered = self._answered_at
-        return self.requests == 0 and not self._received_since and answered is not None and answered <= time
+        """Quiet since `time`, between requests after at least one."""
+        return self._answered and self.quiet_since(time)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # TLS transports read ahead up to 256 KiB of decrypted bytes per connection unless told otherwise.
@@ -292,6 +322,21 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._inner.resume_writing()
+
+
+def _bytes_waiting(transport: asyncio.BaseTransport) -> bool:
+    """Whether the kernel holds bytes from the peer that the event loop has not read yet (a request on its way)."""
+    inner = transport.get_extra_info("socket")
+    if inner is None:
+        return False
+    # A socket object over the same descriptor, detached afterwards: the transport's own one refuses recv().
+    sock = socket.socket(inner.family, inner.type, inner.proto, fileno=inner.fileno())
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # nothing waiting (EAGAIN), or the connection is already gone
+        return False
+    finally:
+        sock.detach()
 
 
 def _tls_record(data: bytes) -> bool:

@@ -117,6 +117,7 @@ class MetricsServer:
             address = join_host_port(self._host, self.port)
             self._log.info("metrics server started", address=address, secure=self.secure)
             await (self.certs.watch(stopping) if self.secure else stopping.wait())
+            await self._connections.drain()
         finally:
             self._serving.clear()
             await runner.cleanup()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -134,3 +135,60 @@ async def test_while_connections_wait_responses_close_their_connection() -> None
         assert (await answer(second_reader)).endswith(b"pong")
         for w in (first, second):
             w.close()
+
+
+async def test_a_draining_server_closes_a_quiet_keep_alive_connection_and_returns() -> None:
+    async with listening(ConnectionLimits()) as served:
+        reader, writer = await opened(served.port, GET)
+        assert b"Connection: close" not in await answer(reader)
+        async with asyncio.timeout(5):
+            await served.connections.drain(within=30, quiet=0.2)
+        assert not served.connections.served
+        assert await reader.read() == b""  # closed, with no response to a request that was never sent
+        writer.close()
+
+
+async def test_a_request_in_hand_when_draining_starts_is_answered_and_its_connection_closed() -> None:
+    async with listening(ConnectionLimits()) as served:
+        reader, writer = await opened(served.port, b"GET /hold HTTP/1.1\r\nHost: t\r\n\r\n")
+        await eventually(lambda: len(served.connections.served) == 1, 5, "the connection is served")
+        draining = asyncio.create_task(served.connections.drain(within=30, quiet=0))
+        await eventually(lambda: served.connections.draining, 5, "draining started")
+        assert not draining.done()  # the request in hand keeps its connection open
+        served.release.set()
+        async with asyncio.timeout(5):
+            head = await reader.readuntil(b"\r\n\r\n")
+            await draining
+        assert head.startswith(b"HTTP/1.1 200")
+        assert b"Connection: close" in head
+        writer.close()
+
+
+async def test_a_request_the_kernel_holds_but_the_server_has_not_read_is_answered_not_dropped() -> None:
+    async with listening(ConnectionLimits()) as served:
+        reader, writer = await opened(served.port, GET)
+        assert b"Connection: close" not in await answer(reader)
+        (transport,) = served.connections.served
+        writer.write(GET)  # sent at once: the transport's buffer is empty
+        # Wait, without letting the event loop run, until the request is in the server's socket buffer: the
+        # server has not read it, so by its own state the connection is quiet.
+        server_fd = transport.get_extra_info("socket").fileno()
+        assert select.select([server_fd], [], [], 5)[0] == [server_fd]
+        async with asyncio.timeout(5):
+            await served.connections.drain(within=30, quiet=0)
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        assert b"Connection: close" in head
+        assert await reader.readexactly(4) == b"pong"
+        writer.close()
+
+
+async def test_draining_gives_up_after_its_bound_and_cleanup_closes_the_rest() -> None:
+    async with listening(ConnectionLimits()) as served:
+        _, writer = await opened(served.port, b"GET /hold HTTP/1.1\r\nHost: t\r\n\r\n")
+        await eventually(lambda: len(served.connections.served) == 1, 5, "the connection is served")
+        started = time.monotonic()
+        await served.connections.drain(within=0.3, quiet=0)
+        assert 0.3 <= time.monotonic() - started < 3
+        assert len(served.connections.served) == 1  # still answering its request
+        writer.close()

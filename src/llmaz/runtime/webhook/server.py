@@ -18,6 +18,7 @@ Invariants:
   every request-derived value is cut to `MAX_FIELD_CHARS`.
 - With TLS (the default) the server listens only once a certificate has loaded from `cert_dir`, and picks up
   renewed files without a restart (see `CertWatcher`); `started()` tells readiness probes it is serving.
+- Stopping loses no request to a connection closed under it: connections are drained first (`Connections.drain`).
 """
 
 from __future__ import annotations
@@ -195,6 +196,7 @@ class WebhookServer:
             self._serving.set()
             self._log.info("webhook server started", address=join_host_port(self.host, self.port), tls=self.tls)
             await (self.certs.watch(stopping) if self.tls else stopping.wait())
+            await self._connections.drain()
         finally:
             self._serving.clear()
             await runner.cleanup()
