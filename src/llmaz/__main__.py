@@ -9,7 +9,6 @@ configurations (llmaz reported ready before its webhooks could answer).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import re
 import socket
@@ -25,7 +24,7 @@ from llmaz.runtime.address import split_host_port
 from llmaz.runtime.authn import DelegatingAuth
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import RestConfig, load
-from llmaz.runtime.client.credentials import ConfigError
+from llmaz.runtime.entrypoint import exit_status
 from llmaz.runtime.leaderelection import check_timings
 from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.metrics_server import DEFAULT_CERT_DIR as METRICS_CERT_DIR
@@ -249,15 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.configure(args.log_level, args.log_format)
     logger = log.get_logger("llmaz.manager")
     logger.info("starting manager", webhooks=webhooks_enabled(), namespace=args.namespace)
-    try:
-        asyncio.run(run(args))
-    except ConfigError as err:
-        logger.error("cannot load the API server configuration", error=str(err))
-        return 1
-    except Exception as err:
-        logger.error("manager exited", error=str(err), exc_info=True)
-        return 1
-    return 0
+    return exit_status(run(args), logger, "manager")
 
 
 if __name__ == "__main__":

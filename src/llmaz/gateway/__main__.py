@@ -10,7 +10,6 @@ exits; the Manager's own shutdown bound leaves a margin above that.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ from llmaz.gateway.waker import WakeOptions, Waker
 from llmaz.runtime import log
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import load
-from llmaz.runtime.client.credentials import ConfigError
+from llmaz.runtime.entrypoint import exit_status
 from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.metrics_server import MetricsServer
 
@@ -159,15 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error("cannot read the API keys file", path=str(args.api_keys_file), error=str(err))
         return 1
     logger.info("starting gateway", bind_address=args.bind_address, api_keys=api_keys is not None)
-    try:
-        asyncio.run(run(args, api_keys))
-    except ConfigError as err:
-        logger.error("cannot load the API server configuration", error=str(err))
-        return 1
-    except Exception as err:
-        logger.error("gateway exited", error=str(err), exc_info=True)
-        return 1
-    return 0
+    return exit_status(run(args, api_keys), logger, "gateway")
 
 
 if __name__ == "__main__":
