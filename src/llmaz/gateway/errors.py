@@ -117,33 +117,25 @@ def bad_gateway(model: str) -> OpenAIError:
 
 
 def no_ready_endpoint(model: str) -> OpenAIError:
-    return OpenAIError(
-        503,
-        f"The model `{model}` has no ready endpoint; it may be starting or scaled to zero. Retry later.",
-        type=SERVER_ERROR,
-        code="model_not_ready",
-        headers={"Retry-After": "5"},
-    )
+    message = f"The model `{model}` has no ready endpoint; it may be starting or scaled to zero. Retry later."
+    return _retry_later(503, message, "model_not_ready")
 
 
 def wake_timeout(model: str, seconds: float) -> OpenAIError:
-    return OpenAIError(
-        504,
-        f"The model `{model}` was scaled up from zero but had no ready endpoint within {seconds:.0f} s. Retry later.",
-        type=SERVER_ERROR,
-        code="model_wake_timeout",
-        headers={"Retry-After": "5"},
+    message = (
+        f"The model `{model}` was scaled up from zero but had no ready endpoint within {seconds:.0f} s. Retry later."
     )
+    return _retry_later(504, message, "model_wake_timeout")
 
 
 def wake_failed(model: str, reason: str) -> OpenAIError:
-    return OpenAIError(
-        503,
-        f"The model `{model}` is scaled to zero and could not be scaled up: {_quote(reason)}",
-        type=SERVER_ERROR,
-        code="model_wake_failed",
-        headers={"Retry-After": "5"},
-    )
+    message = f"The model `{model}` is scaled to zero and could not be scaled up: {_quote(reason)}"
+    return _retry_later(503, message, "model_wake_failed")
+
+
+def _retry_later(status: int, message: str, code: str) -> OpenAIError:
+    """A model that cannot answer now but may soon: clients are told when to retry."""
+    return OpenAIError(status, message, type=SERVER_ERROR, code=code, headers={"Retry-After": "5"})
 
 
 def not_ready() -> OpenAIError:
