@@ -14,7 +14,9 @@ never applied is an HPA whose Playground no longer wants one; `legacy.LegacyHpaR
 
 Transforms drop what no reader reads: managedFields except llmaz's own Apply entry (the apply no-op check reads it),
 the `kubectl.kubernetes.io/last-applied-configuration` annotation, the status of Services and HPAs, and all but
-the few pod fields diagnosis reads. The readers, which this list must follow:
+the few pod fields diagnosis reads. llmaz's own kinds lose the same metadata (about 40 % of a kubectl-applied
+OpenModel or Playground), which is why a status write never sends the cached managedFields back
+(`common.write_status_if_changed`). The readers, which this list must follow:
 
 - LeaderWorkerSets: `ServiceReconciler` (`apply_if_changed`: spec, metadata, llmaz's Apply managedFields;
   `service_status`: status conditions, replicas, hpaPodSelector); the Service controller's `owns` watch (owner
@@ -27,7 +29,10 @@ the few pod fields diagnosis reads. The readers, which this list must follow:
   containers; status conditions and container statuses), the `pod_service` index and `service_of_pod` (labels,
   namespace), `pod_finding_changed` (`diagnose_pod`), the flavor fallback (`flavors.longest_waiting`: name,
   deletionTimestamp, the `PodScheduled` condition's status, reason, message and lastTransitionTime).
-- The webhooks read only OpenModels and BackendRuntimes (`CacheLookup`); llmaz-gateway runs its own informers.
+- Playgrounds, inference Services, OpenModels, BackendRuntimes: the reconcilers (spec, metadata but managedFields
+  and the last-applied annotation, status; of inference Services also llmaz's Apply managedFields, for the
+  Playground's `apply_if_changed`), the webhooks' `CacheLookup` (OpenModels and BackendRuntimes: spec).
+  llmaz-gateway runs its own informers.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from llmaz.runtime.cache.transform import Paths, applied_by, chain, drop_fields,
 
 CHILD_SELECTOR = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY}"
 CHILD_KINDS = (r.LEADER_WORKER_SETS, r.SERVICES, r.HORIZONTAL_POD_AUTOSCALERS)
+LLMAZ_KINDS = (r.PLAYGROUNDS, r.INFERENCE_SERVICES, r.OPEN_MODELS, r.BACKEND_RUNTIMES)
 
 strip_child = strip_metadata(keep_managed_fields=applied_by(c.FIELD_MANAGER))
 strip_child_and_status = chain(strip_child, drop_fields("status"))
@@ -90,15 +96,16 @@ _READ = (
 
 
 def configure_caches(informers: SharedInformerFactory) -> None:
-    """Scope and strip the child kinds and model pods; register the fixes of the problems the manager can name.
-
-    Call before any informer of these kinds is requested."""
+    """Scope and strip the child kinds and model pods, strip llmaz's kinds; register the fixes of the problems the
+    manager can name. Call before any informer of these kinds is requested."""
     informers.configure(r.LEADER_WORKER_SETS, label_selector=CHILD_SELECTOR, transform=strip_child)
     informers.configure(r.SERVICES, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
     informers.configure(r.HORIZONTAL_POD_AUTOSCALERS, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
     informers.configure(r.PODS, transform=strip_pod)
+    for resource in LLMAZ_KINDS:
+        informers.configure(resource, transform=strip_child)
     informers.add_fix_hint(r.LEADER_WORKER_SETS, NOT_SERVED, LWS_FIX)
-    for resource in (r.PLAYGROUNDS, r.INFERENCE_SERVICES, r.OPEN_MODELS, r.BACKEND_RUNTIMES):
+    for resource in LLMAZ_KINDS:
         informers.add_fix_hint(resource, NOT_SERVED, LLMAZ_CRD_FIX)
     for resource in _READ:
         informers.add_fix_hint(resource, FORBIDDEN, RBAC_FIX)

@@ -9,7 +9,6 @@ with an update carrying the cached resourceVersion: a stale cache gets a Conflic
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -134,9 +133,10 @@ async def write_status_if_changed(client: Client, resource: Resource, live: Obj,
     """Replace `live`'s status with `status` when they differ; True when written."""
     if live.get("status") == status:
         return False
-    updated = copy.copy(live)
-    updated["status"] = status
-    await client.update_status(resource, updated)
+    # Without managedFields the server keeps its own record; the cache holds only part of it (controllers.caches),
+    # and a partial list sent back would replace the whole.
+    metadata = {key: value for key, value in (live.get("metadata") or {}).items() if key != "managedFields"}
+    await client.update_status(resource, {**live, "metadata": metadata, "status": status})
     return True
 
 

@@ -14,6 +14,7 @@ from llmaz.controllers.builders import build_hpa, build_lb_service, build_leader
 from llmaz.controllers.builders.flavors import longest_waiting
 from llmaz.controllers.caches import (
     CHILD_SELECTOR,
+    LLMAZ_KINDS,
     LWS_FIX,
     configure_caches,
     strip_child,
@@ -26,6 +27,7 @@ from llmaz.runtime.cache import NOT_SERVED, SharedInformerFactory
 from llmaz.runtime.cache.transform import LAST_APPLIED_ANNOTATION, keep_paths, strip_metadata
 from llmaz.runtime.client import Client, NotFound, RestConfig
 from llmaz.runtime.client.applycheck import apply_is_noop
+from llmaz.runtime.resource import Resource
 
 from ..builders.factories import LOADER_IMAGE, llama3_8b, playground
 from ..builders.test_diagnosis import CASES
@@ -180,3 +182,20 @@ def test_the_manager_caches_only_labelled_children_and_knows_how_to_install_a_mi
 
 def test_the_lws_release_named_in_the_fix_is_the_one_the_tests_run() -> None:
     assert module_version(REPO / "hack" / "cluster" / "lws" / "go.mod", "sigs.k8s.io/lws") == c.LWS_VERSION
+
+
+@pytest.mark.parametrize("resource", LLMAZ_KINDS, ids=[str(resource) for resource in LLMAZ_KINDS])
+def test_llmaz_kinds_are_cached_without_others_managed_fields_or_the_last_applied_annotation(
+    resource: Resource,
+) -> None:
+    factory = SharedInformerFactory(Client(RestConfig(host="http://127.0.0.1:1")))
+    configure_caches(factory)
+    informer = factory.informer_for(resource)
+    live = served(worked_playground())  # any object llmaz applied and others touched
+    live["metadata"]["annotations"]["team"] = "a"
+    informer.add(copy.deepcopy(live))  # as a watch delivers it
+    (cached,) = informer.store.list()
+    assert [entry["manager"] for entry in cached["metadata"]["managedFields"]] == [c.FIELD_MANAGER]
+    assert cached["metadata"]["annotations"] == {"team": "a"}
+    assert cached["spec"] == live["spec"]
+    assert cached["status"] == live["status"]

@@ -7,9 +7,12 @@ from typing import Any, cast
 import pytest
 
 from llmaz.apis import OpenModel, Playground
-from llmaz.controllers.common import ParsedByVersion, parse_cached, record_new_finding
+from llmaz.controllers.common import ParsedByVersion, parse_cached, record_new_finding, write_status_if_changed
+from llmaz.controllers.resources import PLAYGROUNDS
+from llmaz.runtime.client import Client
 from llmaz.runtime.controller import TerminalError
 from llmaz.runtime.events import EventRecorder
+from llmaz.runtime.resource import Resource
 
 
 def test_a_cached_object_that_does_not_match_the_schema_is_a_terminal_error() -> None:
@@ -92,3 +95,37 @@ def test_a_warning_event_is_recorded_once_per_new_finding(
         live["status"] = before
     record_new_finding(cast(EventRecorder, recorder), live, after)
     assert recorder.events == expected
+
+
+class StatusWrites:
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    async def update_status(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        self.bodies.append(obj)
+        return obj
+
+
+async def test_a_status_write_leaves_managed_fields_to_the_server_and_only_writes_a_change() -> None:
+    # The cache keeps only llmaz's Apply entry (controllers.caches): sent back, that partial list would replace
+    # the server's whole record of who manages what.
+    live = {
+        "kind": "Playground",
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "resourceVersion": "7",
+            "managedFields": [{"manager": "llmaz", "operation": "Apply", "fieldsV1": {"f:spec": {}}}],
+        },
+        "spec": {"replicas": 1},
+        "status": {"conditions": []},
+    }
+    client = StatusWrites()
+    status = {"conditions": [{"type": "Available", "status": "True"}]}
+    assert await write_status_if_changed(cast(Client, client), PLAYGROUNDS, live, status)
+    assert not await write_status_if_changed(cast(Client, client), PLAYGROUNDS, {**live, "status": status}, status)
+    (body,) = client.bodies
+    assert body["metadata"] == {"name": "p", "namespace": "ns", "resourceVersion": "7"}
+    assert body["status"] == status
+    assert body["spec"] == live["spec"]
+    assert "managedFields" in live["metadata"]  # the cached object is left as it was

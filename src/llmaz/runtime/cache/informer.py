@@ -13,7 +13,9 @@ Invariants (the eventual-consistency contract):
   object already cached.
 - Objects are shared, read-only dicts (see `interfaces`).
 - With a transform (`set_transform`), the store and every handler see only transformed objects: the reflector's
-  objects are passed through it once, on arrival, before anything else happens to them.
+  objects are passed through it once, on arrival, before anything else happens to them. A list from
+  `ClientListWatch` is transformed page by page as it arrives, so the whole of a large list is never held
+  untransformed (Python keeps the memory a peak took).
 - `problem` is the reason the reflector cannot list right now when retrying will not fix it (see `problems`), or
   None; it is logged once when it appears (error, with the fix when one was registered) and once when a list
   succeeds again (info).
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from llmaz.runtime.cache.interfaces import DeletedFinalStateUnknown, IndexFunc, Obj, ResourceEventHandler
 from llmaz.runtime.cache.problems import SourceProblem, error_text, problem_reason
@@ -35,6 +37,9 @@ from llmaz.runtime.client.watch import WatchEvent
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.resource import Resource, object_key
+
+# A list function that passes each object through a transform as its page arrives.
+TransformingListFunc = Callable[[str, Callable[[Obj], Obj]], Awaitable[ObjectList]]
 
 
 class ClientListWatch:
@@ -56,16 +61,22 @@ class ClientListWatch:
         self._field_selector = field_selector
         self._page_size = page_size
 
-    async def list(self, resource_version: str) -> ObjectList:
-        # A relist at a specific resourceVersion is unpaginated so the watch cache can serve it.
+    async def list(self, resource_version: str, transform: Callable[[Obj], Obj] | None = None) -> ObjectList:
+        """The objects at `resource_version`, each passed through `transform` as its page arrives.
+
+        "0" (any version: the first list) is asked as a consistent list, which the API server pages (from its watch
+        cache since Kubernetes 1.31); at "0" it would ignore the page size and send every object in one body. A
+        relist at a specific resourceVersion is unpaginated so the watch cache can serve it.
+        """
         paged = resource_version in ("", "0")
         return await self._client.list(
             self._resource,
             self._namespace,
             label_selector=self._label_selector,
             field_selector=self._field_selector,
-            resource_version=resource_version or None,
+            resource_version=None if paged else resource_version,
             limit=self._page_size if paged else None,
+            transform=transform,
         )
 
     def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
@@ -95,6 +106,7 @@ class SharedInformer:
         watch_fn: WatchFunc,
         *,
         name: str,
+        transforming_list_fn: TransformingListFunc | None = None,
         clock: Clock = REAL_CLOCK,
         resync_period: float | None = None,
         rng: random.Random | None = None,
@@ -110,8 +122,10 @@ class SharedInformer:
         self._synced = asyncio.Event()
         self._clock = clock
         self._resync_period = resync_period
+        self._list_fn = list_fn
+        self._transforming_list_fn = transforming_list_fn
         self._reflector = Reflector(
-            list_fn, watch_fn, self, name=name, clock=clock, rng=rng, on_problem=self._report_problem
+            self._list, watch_fn, self, name=name, clock=clock, rng=rng, on_problem=self._report_problem
         )
         self._log = get_logger("llmaz.runtime.informer").bind(informer=name)
         self._transform: Callable[[Obj], Obj] | None = None
@@ -129,7 +143,14 @@ class SharedInformer:
     ) -> SharedInformer:
         lw = ClientListWatch(client, resource, namespace, label_selector, field_selector)
         scope = "/".join(p for p in (str(resource), namespace, label_selector, field_selector) if p)
-        return cls(lw.list, lw.watch, name=scope, resource=resource.gvr, **options)  # type: ignore[arg-type]
+        return cls(
+            lw.list,
+            lw.watch,
+            name=scope,
+            resource=resource.gvr,
+            transforming_list_fn=lw.list,
+            **options,  # type: ignore[arg-type]
+        )
 
     # Informer protocol
 
@@ -204,10 +225,19 @@ class SharedInformer:
 
     # Reflector sink
 
+    async def _list(self, resource_version: str) -> ObjectList:
+        """The reflector's list: already transformed, page by page where the list function can do it."""
+        transform = self._transform
+        if transform is None:
+            return await self._list_fn(resource_version)
+        if self._transforming_list_fn is not None:
+            return await self._transforming_list_fn(resource_version, transform)
+        listed = await self._list_fn(resource_version)
+        return ObjectList([transform(item) for item in listed.items], listed.resource_version)
+
     def replace(self, items: list[Obj], resource_version: str) -> None:
+        """The reflector's whole list (already transformed: see `_list`)."""
         initial = not self.has_synced()
-        if self._transform is not None:
-            items = [self._transform(item) for item in items]
         diff = self._store.replace(items)
         for tombstone in diff.deleted:
             self._dispatch_delete(tombstone)

@@ -171,8 +171,10 @@ class Client:
         resource_version: str | None = None,
         limit: int | None = DEFAULT_PAGE_SIZE,
         request_timeout: float | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> ObjectList:
-        """All matching objects, fetched `limit` at a time; the list's resourceVersion is the last page's.
+        """All matching objects, fetched `limit` at a time; the list's resourceVersion is the last page's. With
+        `transform`, each object is replaced by `transform(object)` as its page arrives.
 
         If a continue token expires mid-way (410), the whole list is fetched again in one unpaginated call.
         """
@@ -180,11 +182,11 @@ class Client:
         if resource_version is not None:
             params["resourceVersion"] = resource_version
         try:
-            return await self._list_pages(resource, namespace, params, limit, request_timeout)
+            return await self._list_pages(resource, namespace, params, limit, request_timeout, transform)
         except Expired:
             if limit is None:
                 raise
-            return await self._list_pages(resource, namespace, params, None, request_timeout)
+            return await self._list_pages(resource, namespace, params, None, request_timeout, transform)
 
     async def _list_pages(
         self,
@@ -193,11 +195,12 @@ class Client:
         params: Params,
         limit: int | None,
         request_timeout: float | None,
+        transform: Callable[[Obj], Obj] | None,
     ) -> ObjectList:
         items: builtins.list[Obj] = []
         last: ObjectList | None = None
         async for last in self._pages(resource, namespace, params, limit, request_timeout):
-            items.extend(last.items)
+            items.extend(last.items if transform is None else map(transform, last.items))
         assert last is not None
         return ObjectList(items, last.resource_version)
 
