@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from llmaz.envtest.control_plane import ControlPlane
-from llmaz.runtime.cache import ClientListWatch, DeletedFinalStateUnknown, SharedInformer
+from llmaz.runtime.cache import ClientListWatch, DeletedFinalStateUnknown, Obj, SharedInformer
 from llmaz.runtime.client import Client, ObjectList
 from llmaz.runtime.resource import Resource, object_key
 from llmaz.testing.manifests import CONFIGMAPS, LWS, configmap, leaderworkerset
@@ -46,9 +46,9 @@ class CountingListWatch(ClientListWatch):
         super().__init__(client, resource, namespace)
         self.list_rvs: list[str] = []
 
-    async def list(self, resource_version: str) -> ObjectList:
+    async def list(self, resource_version: str, transform: Callable[[Obj], Obj] | None = None) -> ObjectList:
         self.list_rvs.append(resource_version)
-        return await super().list(resource_version)
+        return await super().list(resource_version, transform)
 
 
 @contextlib.asynccontextmanager
