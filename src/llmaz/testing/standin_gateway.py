@@ -33,6 +33,7 @@ from llmaz.gateway.catalog import Catalog
 from llmaz.gateway.metrics import GatewayMetrics
 from llmaz.gateway.server import Gateway, GatewayOptions
 from llmaz.runtime import log
+from llmaz.testing.gateway_objects import endpoint_slice, open_model, playground
 from llmaz.testing.informer import FakeInformer
 
 MODEL = "tiny-llama"
@@ -139,36 +140,13 @@ def _cluster(model: str, engine_address: str, engine_port: int) -> Catalog:
     name = model
     informers = [FakeInformer() for _ in range(4)]
     playgrounds, services, open_models, slices = informers
-    open_models.add(
-        {
-            "apiVersion": "llmaz.io/v1alpha1",
-            "kind": "OpenModel",
-            "metadata": {"name": model, "creationTimestamp": "2024-05-01T00:00:00Z"},
-            "spec": {"familyName": "llama", "source": {"modelHub": {"modelID": f"stand-in/{model}"}}},
-        }
+    model_source = {"modelHub": {"modelID": f"stand-in/{model}"}}
+    open_models.add(open_model(model, familyName="llama", source=model_source))
+    playgrounds.add(playground(name, model, NAMESPACE))
+    slice_ = endpoint_slice(
+        f"{name}-lb-standin", f"{name}-lb", engine_port, (engine_address, True, None), namespace=NAMESPACE
     )
-    playgrounds.add(
-        {
-            "apiVersion": "inference.llmaz.io/v1alpha1",
-            "kind": "Playground",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"modelClaim": {"modelName": model}},
-        }
-    )
-    slices.add(
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{name}-lb-standin",
-                "namespace": NAMESPACE,
-                "labels": {"kubernetes.io/service-name": f"{name}-lb"},
-            },
-            "addressType": "IPv4",
-            "ports": [{"name": "http", "port": engine_port, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [engine_address], "conditions": {"ready": True}}],
-        }
-    )
+    slices.add(slice_)
     for informer in informers:
         informer.mark_synced()
     return Catalog(playgrounds, services, open_models, slices)

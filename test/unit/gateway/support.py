@@ -27,75 +27,19 @@ from llmaz.gateway.metrics import GatewayMetrics
 from llmaz.gateway.routes import Endpoint
 from llmaz.gateway.server import Gateway, GatewayOptions
 from llmaz.gateway.waker import Waker
+
+# Re-exported: the gateway tests build their objects with these.
+from llmaz.testing.gateway_objects import NAMESPACE as NAMESPACE
+from llmaz.testing.gateway_objects import Obj as Obj
+from llmaz.testing.gateway_objects import endpoint_slice as endpoint_slice
+from llmaz.testing.gateway_objects import inference_service as inference_service
+from llmaz.testing.gateway_objects import open_model as open_model
+from llmaz.testing.gateway_objects import playground as playground
 from llmaz.testing.informer import FakeInformer
 
-NAMESPACE = "ns"
-Obj = dict[str, Any]
 EngineHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Bounds every wait in these tests; reached only when something is broken.
 WAIT = 10.0
-
-
-def open_model(name: str, **spec: Any) -> Obj:
-    return {
-        "apiVersion": "llmaz.io/v1alpha1",
-        "kind": "OpenModel",
-        "metadata": {"name": name, "creationTimestamp": "2024-05-01T00:00:00Z"},
-        "spec": {"familyName": "llama3", "source": {"modelHub": {"modelID": "x/y"}}, **spec},
-    }
-
-
-def playground(name: str, model: str, namespace: str = NAMESPACE) -> Obj:
-    return {
-        "apiVersion": "inference.llmaz.io/v1alpha1",
-        "kind": "Playground",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"modelClaim": {"modelName": model}},
-    }
-
-
-def inference_service(name: str, *models: str, namespace: str = NAMESPACE) -> Obj:
-    return {
-        "apiVersion": "inference.llmaz.io/v1alpha1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"modelClaims": {"models": [{"name": m} for m in models]}, "workloadTemplate": {}},
-    }
-
-
-def endpoint_slice(
-    name: str,
-    service: str,
-    port: int,
-    *endpoints: tuple[str, bool | None, bool | None],
-    namespace: str = NAMESPACE,
-    port_name: str = "http",
-) -> Obj:
-    """A slice of `service`: each endpoint is (address, ready, terminating); None leaves a condition unset."""
-
-    def conditions(ready: bool | None, terminating: bool | None) -> Obj:
-        found: Obj = {}
-        if ready is not None:
-            found["ready"] = ready
-        if terminating is not None:
-            found["terminating"] = terminating
-        return found
-
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "x"},
-        },
-        "addressType": "IPv4",
-        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
-        "endpoints": [
-            {"addresses": [address], "conditions": conditions(ready, terminating), "nodeName": "n"}
-            for address, ready, terminating in endpoints
-        ],
-    }
 
 
 @dataclass

@@ -1,0 +1,70 @@
+"""The cluster objects llmaz-gateway reads, as the API server would hold them: for tests and the stand-in gateway."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Obj = dict[str, Any]
+NAMESPACE = "ns"
+
+
+def open_model(name: str, **spec: Any) -> Obj:
+    return {
+        "apiVersion": "llmaz.io/v1alpha1",
+        "kind": "OpenModel",
+        "metadata": {"name": name, "creationTimestamp": "2024-05-01T00:00:00Z"},
+        "spec": {"familyName": "llama3", "source": {"modelHub": {"modelID": "x/y"}}, **spec},
+    }
+
+
+def playground(name: str, model: str, namespace: str = NAMESPACE) -> Obj:
+    return {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Playground",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"modelClaim": {"modelName": model}},
+    }
+
+
+def inference_service(name: str, *models: str, namespace: str = NAMESPACE) -> Obj:
+    return {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"modelClaims": {"models": [{"name": m} for m in models]}, "workloadTemplate": {}},
+    }
+
+
+def endpoint_slice(
+    name: str,
+    service: str,
+    port: int,
+    *endpoints: tuple[str, bool | None, bool | None],
+    namespace: str = NAMESPACE,
+    port_name: str = "http",
+) -> Obj:
+    """A slice of `service`: each endpoint is (address, ready, terminating); None leaves a condition unset."""
+
+    def conditions(ready: bool | None, terminating: bool | None) -> Obj:
+        found: Obj = {}
+        if ready is not None:
+            found["ready"] = ready
+        if terminating is not None:
+            found["terminating"] = terminating
+        return found
+
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "x"},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [address], "conditions": conditions(ready, terminating), "nodeName": "n"}
+            for address, ready, terminating in endpoints
+        ],
+    }
