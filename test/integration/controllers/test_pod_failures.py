@@ -137,9 +137,12 @@ async def test_a_failing_model_loader_is_reported_once_and_the_status_recovers_w
     )
 
     async def one_warning_each() -> bool:
-        on_playground = await _warnings(client, namespace, "Playground")
-        on_service = await _warnings(client, namespace, "Service")
-        return len(on_playground) == 1 and len(on_service) == 1
+        # Raised, not returned: a timeout then reports what was there.
+        found = {kind: await _warnings(client, namespace, kind) for kind in ("Playground", "Service")}
+        assert all(len(events) == 1 for events in found.values()), {
+            kind: [(e["reason"], e["note"], e.get("series")) for e in events] for kind, events in found.items()
+        }
+        return True
 
     await eventually(one_warning_each)
     for kind in ("Playground", "Service"):
