@@ -3,6 +3,7 @@ affinity from its nodeSelector), and move to the next flavor when they cannot be
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -76,33 +77,37 @@ A10_ONE_GPU = {"name": "a10", "limits": {GPU_RESOURCE: "1"}, "nodeSelector": {GP
 TOO_BIG_A10 = {"name": "a10", "limits": {GPU_RESOURCE: "16"}, "nodeSelector": {GPU_PRODUCT_LABEL: A10}}
 
 
+@contextlib.contextmanager
+def _global_config_with(e2e: Environment, lines: str) -> Iterator[None]:
+    """llmaz's global config with `lines` added, for one test; restored after."""
+    config_map = e2e.must_get("configmaps", GLOBAL_CONFIG, MANAGER_NAMESPACE)
+    original = config_map["data"]["config.data"]
+
+    def patch(config: str) -> None:
+        e2e.kubectl(
+            "patch", "configmap", GLOBAL_CONFIG, "-n", MANAGER_NAMESPACE, "--type=merge",
+            "-p", json.dumps({"data": {"config.data": config}}),
+        )  # fmt: skip
+
+    patch(f"{original.rstrip()}\n{lines}")
+    try:
+        yield
+    finally:
+        patch(original)
+
+
 @pytest.fixture
 def short_fallback(e2e: Environment) -> Iterator[None]:
     """`flavor-fallback-after: 5s` in llmaz's global config for one test."""
-    config_map = e2e.must_get("configmaps", GLOBAL_CONFIG, MANAGER_NAMESPACE)
-    original = config_map["data"]["config.data"]
-    shortened = f"{original.rstrip()}\nflavor-fallback-after: {FALLBACK_AFTER}s\n"
-    e2e.kubectl(
-        "patch",
-        "configmap",
-        GLOBAL_CONFIG,
-        "-n",
-        MANAGER_NAMESPACE,
-        "--type=merge",
-        "-p",
-        json.dumps({"data": {"config.data": shortened}}),
-    )
-    yield
-    e2e.kubectl(
-        "patch",
-        "configmap",
-        GLOBAL_CONFIG,
-        "-n",
-        MANAGER_NAMESPACE,
-        "--type=merge",
-        "-p",
-        json.dumps({"data": {"config.data": original}}),
-    )
+    with _global_config_with(e2e, f"flavor-fallback-after: {FALLBACK_AFTER}s\n"):
+        yield
+
+
+@pytest.fixture
+def short_fallback_and_return(e2e: Environment) -> Iterator[None]:
+    """`flavor-fallback-after: 5s` and `flavor-return-when-fits: true` for one test."""
+    with _global_config_with(e2e, f"flavor-fallback-after: {FALLBACK_AFTER}s\nflavor-return-when-fits: true\n"):
+        yield
 
 
 def _time(text: str | None) -> datetime:
@@ -224,3 +229,56 @@ def test_a_multi_host_group_falls_back_whole_leader_and_workers_on_the_same_flav
         node = e2e.must_get("nodes", pod["spec"]["nodeName"])
         assert node["metadata"]["labels"][GPU_PRODUCT_LABEL] == A10
     assert roles == {"0", "1"}
+
+
+A100_WHOLE_NODE = {"name": "a100", "limits": {GPU_RESOURCE: "8"}, "nodeSelector": {GPU_PRODUCT_LABEL: A100}}
+
+
+def _blocker(name: str) -> dict[str, Any]:
+    """A pod that takes all 8 GPUs of an A100 node."""
+    container = {"name": "c", "image": "registry.example/blocker:v1", "resources": {"limits": {GPU_RESOURCE: "8"}}}
+    spec = {"nodeSelector": {GPU_PRODUCT_LABEL: A100}, "containers": [container], "terminationGracePeriodSeconds": 0}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"e2e": "blocker"}}, "spec": spec}
+
+
+def test_with_return_on_a_service_goes_back_to_its_first_flavor_once_that_has_room(
+    e2e: Environment, namespace: str, models: ModelNames, short_fallback_and_return: None
+) -> None:
+    e2e.apply([_blocker("blocker-0"), _blocker("blocker-1")], namespace)
+
+    def blocking() -> bool:
+        pods = [p for p in e2e.items("pods", namespace) if p["metadata"]["name"].startswith("blocker-")]
+        return len(pods) == 2 and all(p.get("spec", {}).get("nodeName") for p in pods)
+
+    eventually(blocking, what="both A100 nodes taken by blocker pods")
+    model = models.new("llama")
+    e2e.apply([open_model(model, family="llama3", flavors=[A100_WHOLE_NODE, A10_ONE_GPU]), playground("rt", model)],
+              namespace)  # fmt: skip
+
+    def on(flavor: str, product: str) -> dict[str, Any] | None:
+        service = e2e.get("services.inference", "rt", namespace)
+        if service is None or (service.get("status") or {}).get("activeFlavor") != flavor:
+            return None
+        pods = [p for p in e2e.pods_of(namespace, "rt") if not p["metadata"].get("deletionTimestamp")]
+        if len(pods) != 1 or _condition(pods[0], "Ready").get("status") != "True":
+            return None
+        node = e2e.must_get("nodes", pods[0]["spec"]["nodeName"])
+        return service if node["metadata"]["labels"][GPU_PRODUCT_LABEL] == product else None
+
+    fell_back = eventually(lambda: on("a10", A10), what="the Service on a10, its pod Ready on an A10 node")
+    fell_back_at = _time(fell_back["status"]["activeFlavorTime"])
+    e2e.kubectl("delete", "pods", "-l", "e2e=blocker", "-n", namespace, "--wait=false")
+
+    returned = eventually(lambda: on("a100", A100), what="the Service back on a100, its pod Ready on an A100 node")
+    returned_at = _time(returned["status"]["activeFlavorTime"])
+    assert returned_at - fell_back_at >= timedelta(seconds=FALLBACK_AFTER)  # at most one change per period
+    events = [e for e in e2e.items("events", namespace) if e.get("reason") == "FlavorReturn"]
+    assert len(events) == 1, events
+    assert events[0]["message"].startswith("Moved back from flavor a10 to a100: its nodes have room for ")
+    (pod,) = [p for p in e2e.pods_of(namespace, "rt") if not p["metadata"].get("deletionTimestamp")]
+    assert pod["spec"]["containers"][0]["resources"]["limits"][GPU_RESOURCE] == "8"
+    print(
+        "\nflavor return timeline:"
+        f"\n  {fell_back_at:%H:%M:%S}  activeFlavor a100 -> a10 (A100 nodes full)"
+        f"\n  {returned_at:%H:%M:%S}  activeFlavor a10 -> a100; Event: {events[0]['message']}"
+    )

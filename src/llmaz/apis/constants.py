@@ -148,6 +148,10 @@ MESSAGE_FLAVOR_NOT_FOUND: Final = "OpenModel {model} defines no inference flavor
 MESSAGE_FLAVORS_FOUND: Final = "Every claimed inference flavor is defined by OpenModel {model}"
 # Event reason and texts when the active flavor changes or no flavor is left.
 EVENT_FLAVOR_FALLBACK: Final = "FlavorFallback"
+EVENT_FLAVOR_RETURN: Final = "FlavorReturn"
+MESSAGE_FLAVOR_RETURN: Final = (
+    "Moved back from flavor {previous} to {active}: its nodes have room for {pods} more pods on {nodes} nodes"
+)
 MESSAGE_FLAVOR_FALLBACK: Final = (
     "Moved from flavor {previous} to {active}: pod {pod} was unschedulable for {waited}: {why}"
 )

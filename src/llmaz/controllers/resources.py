@@ -13,6 +13,7 @@ LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkerset
 SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 HORIZONTAL_POD_AUTOSCALERS = Resource(
     "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", namespaced=True
 )

@@ -15,7 +15,9 @@ One reconcile:
    `Progressing=False`/`AbortProcessing` naming it and its controller, a Warning Event, nothing applied, and a
    rate-limited retry (llmaz force-applied over it and took it over).
 7. Decide the active inference flavor (`builders.flavors.decide_flavor`): the one in the status, or the next when
-   the pods waited `flavor-fallback-after` for a node of it (a Warning Event `FlavorFallback` names both); the
+   the pods waited `flavor-fallback-after` for a node of it (a Warning Event `FlavorFallback` names both); with
+   `flavor-return-when-fits`, a full period after the last change, the best flavor ahead of it whose nodes have
+   room for every pod now (nodes and their pods read from the API server; a Normal Event `FlavorReturn`). The
    pods are rendered for it. A decision that falls due later requeues the Service for that moment.
 8. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
    `-lb` Service once and never repaired it).
@@ -26,6 +28,7 @@ One reconcile:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -52,10 +55,16 @@ from llmaz.controllers.builders.flavors import (
     FlavorDecision,
     decide_flavor,
     fallback_message,
+    find_flavor,
     flavor_order,
     missing_flavors,
     no_flavor_fits,
     parse_time,
+    pods_per_service,
+    return_candidates,
+    return_message,
+    room_on,
+    template_tolerations,
 )
 from llmaz.controllers.builders.service import claimed_flavors
 from llmaz.controllers.builders.status import with_flavor
@@ -73,7 +82,7 @@ from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client, PatchType
 from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result
-from llmaz.runtime.events import WARNING, EventRecorder
+from llmaz.runtime.events import NORMAL, WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import allow
 from llmaz.settings import SettingsHolder
@@ -87,9 +96,16 @@ RBAC_RULES = (
     allow(r.INFERENCE_SERVICES, "update", subresource="finalizers"),
     allow(r.LEADER_WORKER_SETS, "create", "patch", "delete"),  # server-side apply
     allow(r.SERVICES, "create", "patch", "delete"),  # the `-lb` Service, server-side apply
+    # flavor-return-when-fits: a better flavor's nodes and the pods bound to them, read once per fallback period.
+    allow(r.NODES, "list"),
+    allow(r.PODS, "list"),
 )
 
 _log = get_logger("llmaz.controllers.service")
+
+
+def _sooner(first: float | None, second: float | None) -> float | None:
+    return min((t for t in (first, second) if t is not None), default=None)
 
 
 class ServiceReconciler:
@@ -134,6 +150,8 @@ class ServiceReconciler:
         try:
             models = fetch_models(self._models, service_model_refs(service))
             flavor = self._decide_flavor(service, models, pods, now, settings.flavor_fallback_after)
+            if settings.flavor_return_when_fits and flavor.previous is None and flavor.waiting is None:
+                flavor = await self._return_if_room(service, models[0], flavor, now, settings.flavor_fallback_after)
             desired_lws = build_leader_worker_set(service, models, settings.init_container_image, flavor.active)
             desired_lb = build_lb_service(service, models)
         except BuildError as err:
@@ -160,7 +178,9 @@ class ServiceReconciler:
         with_flavor(service, status, flavor.active, flavor.changed, missing, main.metadata.name or "", now)
         if await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status):
             # After the write: a change whose status write failed is decided (and reported) again.
-            if flavor.changed:
+            if flavor.room is not None:
+                self._events.event(obj, NORMAL, c.EVENT_FLAVOR_RETURN, return_message(flavor))
+            elif flavor.changed:
                 self._events.event(obj, WARNING, c.EVENT_FLAVOR_FALLBACK, fallback_message(flavor, now))
             record_new_finding(self._events, obj, status)
         return Result(requeue_after=flavor.requeue_after)
@@ -175,6 +195,37 @@ class ServiceReconciler:
         current = status.active_flavor if status is not None else None
         since = parse_time(status.active_flavor_time) if status is not None else None
         return decide_flavor(order, current, since, pods, now, fallback_after)
+
+    async def _return_if_room(
+        self, service: Service, main: OpenModel, decision: FlavorDecision, now: datetime, fallback_after: float
+    ) -> FlavorDecision:
+        """`decision`, or a move back to the best flavor ahead of it whose nodes have room for every pod now."""
+        status = service.status
+        since = parse_time(status.active_flavor_time) if status is not None else None
+        order = flavor_order(main, claimed_flavors(service))
+        candidates, recheck = return_candidates(order, decision.active, since, now, fallback_after)
+        # Node capacity changes wake no reconcile: off the first flavor, look again once per period.
+        decision = replace(decision, requeue_after=_sooner(decision.requeue_after, recheck))
+        needed = pods_per_service(service)
+        tolerations = template_tolerations(service)
+        for name in candidates:
+            flavor = find_flavor(main, name)
+            if flavor is None:
+                continue
+            room = room_on(flavor, *await self._nodes_and_pods(flavor.node_selector), tolerations)
+            if room.pods >= needed:
+                return FlavorDecision(name, previous=decision.active, requeue_after=fallback_after, room=room)
+        return decision
+
+    async def _nodes_and_pods(self, node_selector: dict[str, str] | None) -> tuple[list[Obj], dict[str, list[Obj]]]:
+        """The nodes with these labels, and the pods bound to each: read from the API server, not cached."""
+        selector = ",".join(f"{key}={value}" for key, value in sorted((node_selector or {}).items())) or None
+        nodes = (await self._client.list(r.NODES, label_selector=selector)).items
+        pods: dict[str, list[Obj]] = {}
+        for node in nodes:
+            name = node["metadata"]["name"]
+            pods[name] = (await self._client.list(r.PODS, field_selector=f"spec.nodeName={name}")).items
+        return nodes, pods
 
     async def _abort(self, obj: Obj, service: Service, err: BuildError) -> None:
         """`Progressing=False`/`AbortProcessing` with the error's message; a Warning Event when that is news."""

@@ -4,6 +4,8 @@
     init-container-image: llmaz-model-loader:v0.1.0   # required; the model-loader image
     flavor-fallback-after: 60s                   # optional; how long pods may stay unschedulable on one inference
                                                  # flavor before the Service moves to the next (0 disables)
+    flavor-return-when-fits: false               # optional; move back to a higher-priority flavor once its nodes
+                                                 # have room for every pod (checked once per fallback period)
 
 Durations are a number of seconds (`90`, `1.5`) or Go-style text (`90s`, `2m`, `1m30s`, `1h`, `0`).
 
@@ -65,6 +67,8 @@ class GlobalSettings:
     scheduler_name: str = ""
     # Seconds pods may stay unschedulable on one inference flavor before the next one is tried; 0 disables.
     flavor_fallback_after: float = DEFAULT_FLAVOR_FALLBACK_AFTER
+    # Whether a Service off its first flavor moves back to a better one once that one has room again.
+    flavor_return_when_fits: bool = False
 
 
 def parse_global_config(config_map: dict[str, Any]) -> GlobalSettings:
@@ -87,7 +91,17 @@ def parse_global_config(config_map: dict[str, Any]) -> GlobalSettings:
     fallback_after = (
         DEFAULT_FLAVOR_FALLBACK_AFTER if fallback is None else parse_duration("flavor-fallback-after", fallback)
     )
-    return GlobalSettings(init_container_image=image, scheduler_name=scheduler, flavor_fallback_after=fallback_after)
+    flavor_return = parsed.get("flavor-return-when-fits", False)
+    if not isinstance(flavor_return, bool):
+        raise SettingsError(
+            f"invalid global config: flavor-return-when-fits must be true or false, got {flavor_return!r}"
+        )
+    return GlobalSettings(
+        init_container_image=image,
+        scheduler_name=scheduler,
+        flavor_fallback_after=fallback_after,
+        flavor_return_when_fits=flavor_return,
+    )
 
 
 class SettingsHolder:

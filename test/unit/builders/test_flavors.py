@@ -7,16 +7,22 @@ from typing import Any
 
 import pytest
 
+from llmaz.apis import Flavor
 from llmaz.apis.inference_v1alpha1 import ServiceStatus
 from llmaz.controllers.builders import build_leader_worker_set
 from llmaz.controllers.builders.flavors import (
     FlavorDecision,
+    Room,
     Waiting,
     blocks_on_fit,
     decide_flavor,
     fallback_message,
     flavor_order,
     missing_flavors,
+    pods_per_service,
+    return_candidates,
+    room_on,
+    template_tolerations,
     with_node_selector,
 )
 from llmaz.controllers.builders.status import service_status, with_flavor
@@ -289,3 +295,116 @@ def test_no_flavor_condition_is_written_when_every_claim_is_found() -> None:
     status = with_flavor(svc, service_status(svc, None, T0), None, False, [], "m", T0)
     assert "activeFlavor" not in status
     assert [c["type"] for c in status["conditions"]] == ["Progressing"]
+
+
+FOUR_GPUS = Flavor.from_dict({"name": "a100", "limits": {"nvidia.com/gpu": "4"}, "nodeSelector": {"gpu": "a100"}})
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def node(name: str, gpus: str = "8", **spec: Any) -> dict[str, Any]:
+    ready = spec.pop("ready", "True")
+    return {
+        "metadata": {"name": name},
+        "spec": spec,
+        "status": {
+            "allocatable": {"nvidia.com/gpu": gpus, "pods": "110"},
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
+def bound(gpus: str, phase: str = "Running", init_gpus: str | None = None, requests: bool = False) -> dict[str, Any]:
+    amount = {"nvidia.com/gpu": gpus}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests" if requests else "limits": amount}}]}
+    if init_gpus is not None:
+        spec["initContainers"] = [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": init_gpus}}}]
+    return {"metadata": {"name": "p"}, "spec": spec, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "pods", "tolerations", "room"),
+    [
+        ([node("n")], {}, [], Room(2, 1)),
+        ([node("n"), node("m", "4")], {}, [], Room(3, 2)),
+        ([node("n")], {"n": [bound("4")]}, [], Room(1, 1)),
+        ([node("n")], {"n": [bound("4", requests=True), bound("2")]}, [], Room(0, 0)),
+        ([node("n")], {"n": [bound("8", phase="Succeeded"), bound("8", phase="Failed")]}, [], Room(2, 1)),
+        ([node("n")], {"n": [bound("1", init_gpus="6")]}, [], Room(0, 0)),  # the init container's 6 count
+        ([node("n", unschedulable=True)], {}, [], Room(0, 0)),
+        ([node("n", ready="False")], {}, [], Room(0, 0)),
+        ([node("n", taints=[GPU_TAINT])], {}, [], Room(0, 0)),
+        ([node("n", taints=[GPU_TAINT])], {}, [{"key": "nvidia.com/gpu", "operator": "Exists"}], Room(2, 1)),
+        ([node("n", taints=[GPU_TAINT])], {}, [{"operator": "Exists"}], Room(2, 1)),
+        ([node("n", taints=[GPU_TAINT])], {}, [{"key": "nvidia.com/gpu", "value": "other"}], Room(0, 0)),
+        (
+            [node("n", taints=[GPU_TAINT])],
+            {},
+            [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"}],
+            Room(0, 0),
+        ),
+        ([node("n", taints=[{**GPU_TAINT, "effect": "PreferNoSchedule"}])], {}, [], Room(2, 1)),
+        ([node("n", "0")], {}, [], Room(0, 0)),
+    ],
+    ids=[
+        "empty",
+        "two-nodes",
+        "half-used",
+        "requests-and-limits",
+        "ended-pods",
+        "init",
+        "cordoned",
+        "not-ready",
+        "tainted",
+        "tolerated",
+        "tolerate-all",
+        "wrong-value",
+        "wrong-effect",
+        "soft-taint",
+        "no-gpus",
+    ],
+)
+def test_room_counts_the_pods_a_flavor_s_nodes_can_take_now(
+    nodes: list[dict[str, Any]], pods: dict[str, list[dict[str, Any]]], tolerations: list[dict[str, Any]], room: Room
+) -> None:
+    assert room_on(FOUR_GPUS, nodes, pods, tolerations) == room
+
+
+def test_room_also_counts_the_node_s_pod_capacity() -> None:
+    full = node("n")
+    full["status"]["allocatable"]["pods"] = "1"
+    assert room_on(FOUR_GPUS, [full], {"n": [bound("0")]}, []) == Room(0, 0)
+    assert room_on(Flavor.from_dict({"name": "cpu"}), [node("n")], {}, []) == Room(
+        110, 1
+    )  # no limits: the pod count bounds it
+
+
+@pytest.mark.parametrize(
+    ("active", "since", "after", "due"),
+    [
+        ("a10", 60, 60.0, (["a100", "h100"], 60.0)),
+        ("a10", 45, 60.0, ([], 15.0)),  # 15 s of the period left
+        ("h100", 60, 60.0, (["a100"], 60.0)),
+        ("a100", 600, 60.0, ([], None)),  # the first flavor
+        ("a10", 600, 0.0, ([], None)),  # fallback off
+        ("a10", None, 60.0, ([], None)),  # no record of when it began
+        ("t4", 600, 60.0, ([], None)),  # not in the order
+    ],
+)
+def test_a_return_is_due_one_full_period_after_the_last_change(
+    active: str, since: int | None, after: float, due: tuple[list[str], float | None]
+) -> None:
+    began = None if since is None else T0 - timedelta(seconds=since)
+    assert return_candidates(["a100", "h100", "a10"], active, began, T0, after) == due
+
+
+def test_a_service_s_pods_and_the_tolerations_all_of_them_have() -> None:
+    gpu, spot = {"key": "nvidia.com/gpu", "operator": "Exists"}, {"key": "spot", "operator": "Exists"}
+    single = single_host_service(replicas=3)
+    single.spec.workload_template["workerTemplate"]["spec"]["tolerations"] = [gpu, spot]
+    assert (pods_per_service(single), template_tolerations(single)) == (3, [gpu, spot])
+    multi = single_host_service(replicas=2)
+    template = multi.spec.workload_template
+    template["size"] = 4
+    template["workerTemplate"]["spec"]["tolerations"] = [gpu, spot]
+    template["leaderTemplate"] = {"spec": {"containers": [], "tolerations": [gpu]}}
+    assert (pods_per_service(multi), template_tolerations(multi)) == (8, [gpu])

@@ -13,6 +13,7 @@ from typing import Any
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
 from llmaz.controllers.service import ServiceReconciler
+from llmaz.runtime.client import ObjectList
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.resource import Resource
 from llmaz.settings import SettingsHolder
@@ -30,9 +31,25 @@ CONFIG = "init-container-image: loader:v1\nflavor-fallback-after: 30s\n"
 
 
 class KeepingClient(RecordingClient):
+    """Also keeps what was applied, and lists `nodes` (by label selector) and `pods` (by `spec.nodeName`)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.objects: list[dict[str, Any]] = []
+        self.nodes: list[dict[str, Any]] = []
+        self.pods: list[dict[str, Any]] = []
+        self.lists: list[tuple[str, str | None]] = []
+
+    async def list(self, resource: Resource, namespace: str | None = None, **opts: Any) -> ObjectList:
+        labels, fields = opts.get("label_selector"), opts.get("field_selector")
+        self.lists.append((resource.kind, labels or fields))
+        if resource.kind == "Node":
+            wanted = dict(pair.split("=") for pair in labels.split(",")) if labels else {}
+            found = [n for n in self.nodes if wanted.items() <= n["metadata"]["labels"].items()]
+        else:
+            node = str(fields).removeprefix("spec.nodeName=")
+            found = [p for p in self.pods if p["spec"]["nodeName"] == node]
+        return ObjectList(copy.deepcopy(found), "1")
 
     async def apply(self, resource: Resource, obj: dict[str, Any], **opts: Any) -> dict[str, Any]:
         self.objects.append(obj)
@@ -63,9 +80,9 @@ class FlavorHarness(Harness):
         }
         self.add(r.INFERENCE_SERVICES, self.service)
 
-    def reconciler(self) -> ServiceReconciler:
+    def reconciler(self, config: str = CONFIG) -> ServiceReconciler:
         settings = SettingsHolder()
-        settings.update({"data": {"config.data": CONFIG}})
+        settings.update({"data": {"config.data": config}})
         return ServiceReconciler(self.client, self.source, self.events, self.clock, settings)  # type: ignore[arg-type]
 
     def pending_pod(self, name: str, seconds_ago: float, message: str = INSUFFICIENT) -> None:
@@ -158,3 +175,83 @@ async def test_a_claimed_flavor_the_model_lacks_is_skipped_and_reported() -> Non
         "False",
         "OpenModel m defines no inference flavor h100; using a10",
     )
+
+
+def gpu_node(name: str, gpu: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"gpu": gpu}},
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def bound_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
+    container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    return {"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [container]}, "status": {}}
+
+
+async def test_with_return_on_the_service_moves_back_once_the_first_flavor_has_room() -> None:
+    h = FlavorHarness()
+    reconciler = h.reconciler(CONFIG + "flavor-return-when-fits: true\n")
+    h.keeping.nodes = [gpu_node("a100-0", "a100", 8), gpu_node("a10-0", "a10", 8)]
+    h.keeping.pods = [bound_pod("other", "a100-0", 4)]
+    await reconciler.reconcile(Request("ns", "svc"))
+    h.caught_up()
+    h.clock.step(30)
+    h.pending_pod("svc-0", 30)
+    await reconciler.reconcile(Request("ns", "svc"))
+    assert (h.gpus(), h.status()["activeFlavor"]) == ("2", "a10")
+    h.caught_up()
+    h.source.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).delete(
+        {"metadata": {"name": "svc-0", "namespace": "ns"}}
+    )  # rescheduled on an a10 node
+
+    # Within the period after the change nothing is read: it looks again when the period is over.
+    h.clock.step(10)
+    assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=20.0)
+    assert h.keeping.lists == []
+
+    # A full period on: the a100 node has 4 GPUs free, not the 8 a pod asks for. Stay, and look again later.
+    h.clock.step(20)
+    assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=30.0)
+    assert h.keeping.lists == [("Node", "gpu=a100"), ("Pod", "spec.nodeName=a100-0")]
+    assert (h.gpus(), h.status()["activeFlavor"]) == ("2", "a10")
+
+    # The other pod is gone: room for one pod of 8 GPUs, all this Service needs. Back to a100, said once.
+    h.keeping.pods = []
+    h.clock.step(30)
+    assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=30.0)
+    assert (h.gpus(), h.status()["activeFlavor"], h.status()["activeFlavorTime"]) == (
+        "8",
+        "a100",
+        "2024-01-01T00:01:30Z",
+    )
+    assert (
+        "Normal",
+        "FlavorReturn",
+        "Moved back from flavor a10 to a100: its nodes have room for 1 more pods on 1 nodes",
+    ) in h.events.events
+    h.caught_up()
+    assert await reconciler.reconcile(Request("ns", "svc")) == Result()  # on the first flavor: nothing to check
+
+
+async def test_without_return_the_service_stays_on_the_flavor_it_moved_to() -> None:
+    h = FlavorHarness()
+    reconciler = h.reconciler()
+    h.keeping.nodes = [gpu_node("a100-0", "a100", 8)]
+    await reconciler.reconcile(Request("ns", "svc"))
+    h.caught_up()
+    h.clock.step(30)
+    h.pending_pod("svc-0", 30)
+    await reconciler.reconcile(Request("ns", "svc"))
+    assert h.status()["activeFlavor"] == "a10"
+    h.caught_up()
+    h.source.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).delete(
+        {"metadata": {"name": "svc-0", "namespace": "ns"}}
+    )
+    h.clock.step(600)
+    assert await reconciler.reconcile(Request("ns", "svc")) == Result()
+    assert (h.gpus(), h.status()["activeFlavor"], h.keeping.lists) == ("2", "a10", [])

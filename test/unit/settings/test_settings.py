@@ -82,3 +82,15 @@ def test_a_bad_flavor_fallback_is_named_in_the_error(text: str) -> None:
     with pytest.raises(SettingsError) as err:
         parse_global_config(_cm(f"init-container-image: img:1\nflavor-fallback-after: {text}\n"))
     assert str(err.value).startswith("invalid global config: flavor-fallback-after must be a duration such as 60s")
+
+
+@pytest.mark.parametrize(("text", "value"), [("", False), ("flavor-return-when-fits: true\n", True),
+                                             ("flavor-return-when-fits: false\n", False)])  # fmt: skip
+def test_returning_to_a_better_flavor_is_off_unless_asked_for(text: str, value: bool) -> None:
+    assert parse_global_config(_cm(f"init-container-image: img:1\n{text}")).flavor_return_when_fits is value
+
+
+@pytest.mark.parametrize("text", ["yes please", "1", "[true]", "'true'"])
+def test_a_flavor_return_that_is_not_a_boolean_is_named_in_the_error(text: str) -> None:
+    with pytest.raises(SettingsError, match="flavor-return-when-fits must be true or false, got"):
+        parse_global_config(_cm(f"init-container-image: img:1\nflavor-return-when-fits: {text}\n"))

@@ -14,6 +14,9 @@ Invariants:
   waiting for a PersistentVolumeClaim would wait on every flavor: moving would not help.
 - The order is the claimed list (flavors the model lacks are skipped), else the model's list. An active flavor
   no longer in the order starts over at its first entry.
+- With `flavor-return-when-fits`, a Service off its first flavor for a full period moves back to the best
+  flavor ahead of it whose nodes have room for all its pods now (`room_on`); the caller reads those nodes and
+  their pods, everything else here stays pure.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from llmaz.apis import Flavor, OpenModel, Service
 from llmaz.apis import constants as c
+from llmaz.apis.quantity import parse_quantity
 from llmaz.controllers.builders.diagnosis import REASON_UNSCHEDULABLE, PodFinding, one_line
 
 # The scheduler's texts (kube-scheduler's NodeResourcesFit and NodeAffinity plugins) that mean "no node of the
@@ -149,6 +154,7 @@ class FlavorDecision:
     - `waiting`: the pod that has waited longest on the active flavor, if any.
     - `exhausted`: the active flavor is the last one and its pods waited a full period: no flavor fits.
     - `requeue_after`: seconds until the next decision is due, when one is.
+    - `room`: set when this decision returns to a higher-priority flavor: the room its nodes have.
     """
 
     active: str | None
@@ -156,6 +162,7 @@ class FlavorDecision:
     waiting: Waiting | None = None
     exhausted: bool = False
     requeue_after: float | None = None
+    room: Room | None = None
 
     @property
     def changed(self) -> bool:
@@ -218,3 +225,141 @@ def no_flavor_fits(decision: FlavorDecision, main: OpenModel, service: Service) 
     tried = ", ".join(flavor_order(main, claims.inference_flavors if claims is not None else None))
     detail = c.MESSAGE_NO_FLAVOR_FITS.format(tried=tried, why=one_line(waiting.message))
     return PodFinding(waiting.pod, REASON_UNSCHEDULABLE, detail)
+
+
+# Returning to a higher-priority flavor (global config `flavor-return-when-fits`): "would fit" is decided from the
+# free capacity of the flavor's nodes, the way kube-scheduler's NodeResourcesFit counts it: allocatable minus the
+# requests of the pods bound to the node that have not ended. Only the flavor's own resources and the node's pod
+# count are checked, on nodes that are Ready, schedulable and whose NoSchedule/NoExecute taints the pods tolerate.
+_ENDED_PHASES = ("Succeeded", "Failed")
+_BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """How many more pods of a flavor its nodes can take now, and how many of its nodes could take one."""
+
+    pods: int
+    nodes: int
+
+
+def return_candidates(order: Sequence[str], active: str | None, since: datetime | None, now: datetime,
+                      fallback_after: float) -> tuple[list[str], float | None]:  # fmt: skip
+    """The flavors ahead of `active` to check for room, best first, and when to look again.
+
+    A return is due once `active` has been in force a full fallback period, so flavors change at most once per
+    period; nothing is due on the first flavor, with fallback off, or before the status records when `active`
+    began."""
+    if active not in order or fallback_after <= 0 or since is None:
+        return [], None
+    index = order.index(active)
+    if index == 0:
+        return [], None
+    waited = (now - since).total_seconds()
+    if waited < fallback_after:
+        return [], fallback_after - waited
+    return list(order[:index]), fallback_after
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What a bound pod takes from its node: per resource, the larger of its containers' summed requests and its
+    largest init container's request (a limit stands in for a missing request, as the API server defaults it)."""
+
+    def requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {name: parse_quantity(value) for name, value in merged.items()}
+
+    spec = pod.get("spec") or {}
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or ():
+        for name, value in requests(container).items():
+            total[name] = total.get(name, Decimal(0)) + value
+    for container in spec.get("initContainers") or ():
+        for name, value in requests(container).items():
+            total[name] = max(total.get(name, Decimal(0)), value)
+    return total
+
+
+def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for toleration in tolerations:
+        effect = toleration.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        key, operator = toleration.get("key"), toleration.get("operator") or "Equal"
+        if not key and operator == "Exists":
+            return True
+        if key == taint.get("key") and (operator == "Exists" or toleration.get("value") == taint.get("value")):
+            return True
+    return False
+
+
+def _schedulable(node: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    if _condition(node, "Ready").get("status") != "True":
+        return False
+    taints = [t for t in spec.get("taints") or () if t.get("effect") in _BLOCKING_TAINT_EFFECTS]
+    return all(_tolerates(tolerations, taint) for taint in taints)
+
+
+def room_on(
+    flavor: Flavor,
+    nodes: Iterable[Mapping[str, Any]],
+    pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
+    tolerations: Sequence[Mapping[str, Any]],
+) -> Room:
+    """How many pods rendered for `flavor` (its `limits` as requests) its `nodes` can take now."""
+    need = {name: parse_quantity(value) for name, value in (flavor.limits or {}).items()}
+    need = {name: value for name, value in need.items() if value > 0}
+    need["pods"] = Decimal(1)
+    pods = nodes_with_room = 0
+    for node in nodes:
+        if not _schedulable(node, tolerations):
+            continue
+        name = str((node.get("metadata") or {}).get("name") or "")
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        used: dict[str, Decimal] = {"pods": Decimal(0)}
+        for pod in pods_by_node.get(name, ()):
+            if (pod.get("status") or {}).get("phase") in _ENDED_PHASES:
+                continue
+            used["pods"] += 1
+            for resource, value in pod_requests(pod).items():
+                used[resource] = used.get(resource, Decimal(0)) + value
+        fits = min(
+            int((parse_quantity(allocatable.get(resource, 0)) - used.get(resource, Decimal(0))) // amount)
+            for resource, amount in need.items()
+        )
+        if fits > 0:
+            pods += fits
+            nodes_with_room += 1
+    return Room(pods, nodes_with_room)
+
+
+def pods_per_service(service: Service) -> int:
+    """The pods a Service runs: its replicas times the LeaderWorkerSet group size."""
+    size = service.spec.workload_template.get("size") or 1
+    replicas = service.spec.replicas if service.spec.replicas is not None else 1
+    return int(replicas) * int(size)
+
+
+def template_tolerations(service: Service) -> list[dict[str, Any]]:
+    """The tolerations every pod of the Service has: those of the worker template, and of the leader template too
+    when there is one (a taint counts as tolerated only when both tolerate it)."""
+    template = service.spec.workload_template
+    worker = ((template.get("workerTemplate") or {}).get("spec") or {}).get("tolerations") or []
+    leader_template = template.get("leaderTemplate")
+    if not leader_template:
+        return list(worker)
+    leader = (leader_template.get("spec") or {}).get("tolerations") or []
+    return [toleration for toleration in worker if toleration in leader]
+
+
+def return_message(decision: FlavorDecision) -> str:
+    """The Event text of a return: both flavors and the room found."""
+    room = decision.room
+    assert room is not None
+    return c.MESSAGE_FLAVOR_RETURN.format(
+        previous=decision.previous, active=decision.active, pods=room.pods, nodes=room.nodes
+    )
