@@ -31,6 +31,7 @@ from llmaz.runtime.metrics_server import DEFAULT_CERT_DIR as METRICS_CERT_DIR
 from llmaz.runtime.metrics_server import MetricsServer
 from llmaz.runtime.webhook.server import DEFAULT_CERT_DIR as WEBHOOK_CERT_DIR
 from llmaz.runtime.webhook.server import Limits, WebhookServer
+from llmaz.schedext.server import SchedulerExtender
 from llmaz.webhooks import webhooks
 from llmaz.webhooks.cachelookup import CacheLookup
 
@@ -131,6 +132,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=60.0,
         help="how long one reconcile may take before it is cancelled and retried; 0 disables (default 60s)",
     )
+    add(
+        "--scheduler-extender-bind-address",
+        type=bind_address,
+        default="0",
+        help="kube-scheduler extender (filter, prioritize by inference flavor) address, e.g. :9444; 0 (default) off",
+    )
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add("--log-format", default="auto", choices=["auto", "json", "console"])
     args = parser.parse_args(argv)
@@ -186,6 +193,17 @@ def add_webhooks(manager: Manager, args: argparse.Namespace) -> None:
     manager.add_readyz_check("webhook", lambda: server.started() and rotator.ready())
 
 
+def add_scheduler_extender(manager: Manager, args: argparse.Namespace) -> None:
+    if args.scheduler_extender_bind_address == "0":
+        return
+    informers = manager.informers
+    extender = SchedulerExtender(
+        args.scheduler_extender_bind_address, informers.informer_for(r.OPEN_MODELS).store, informers.has_synced
+    )
+    manager.add(extender)
+    manager.add_readyz_check("scheduler-extender", extender.started)
+
+
 def add_metrics(manager: Manager, args: argparse.Namespace) -> None:
     if args.metrics_bind_address == "0":
         return
@@ -237,6 +255,7 @@ async def run(args: argparse.Namespace) -> None:
         setup_controllers(manager, controller_settings(args))
         if webhooks_enabled():
             add_webhooks(manager, args)
+        add_scheduler_extender(manager, args)
         add_metrics(manager, args)
         await manager.start()
     finally:

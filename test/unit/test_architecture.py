@@ -1,5 +1,6 @@
 """Imports point one way: runtime knows nothing of llmaz, apis nothing but itself, builders only apis, and the
-gateway only apis and runtime (it reads the same objects as the controllers but never calls into them).
+gateway and the scheduler extender only apis and runtime (they read the same objects as the controllers but never
+call into them).
 
 The rules are checked on the source text (every `import` and `from ... import`, including ones inside functions),
 so a wrong-way import fails here before it becomes a tangle.
@@ -22,6 +23,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "llmaz.settings": ("llmaz.apis",),
     "llmaz.loader": ("llmaz.apis.constants", "llmaz.apis.modelpath", "llmaz.apis.uri"),
     "llmaz.gateway": ("llmaz.apis", "llmaz.runtime"),
+    "llmaz.schedext": ("llmaz.apis", "llmaz.runtime"),
     # The chart generator reads config/ through kustomize, never the code it deploys.
     "llmaz.chartgen": (),
 }
@@ -70,3 +72,4 @@ def test_the_rules_see_the_packages_they_guard() -> None:
     assert any(_within(n, "llmaz.runtime") for n in names)
     assert any(_within(n, "llmaz.apis") for n in names)
     assert any(_within(n, "llmaz.gateway") for n in names)
+    assert any(_within(n, "llmaz.schedext") for n in names)

@@ -1,0 +1,1 @@
+"""The scheduler extender: kube-scheduler's HTTP filter and prioritize verbs, deciding by inference flavor."""

@@ -1,0 +1,74 @@
+"""config/scheduler, enabled in config/default as its comment says: the second kube-scheduler, its extender
+configuration and the manager's extender agree on names, ports and the scheduler name."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llmaz.envtest._assets import module_version, tool_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
+    """(kind, name) -> object of `kustomize build config/default` with `components: [../scheduler]`."""
+    config = tmp_path_factory.mktemp("config") / "config"
+    shutil.copytree(REPO / "config", config)
+    default = config / "default" / "kustomization.yaml"
+    text = default.read_text()
+    assert "# components: [../gateway]\n" in text
+    default.write_text(text.replace("# components: [../gateway]\n", "components: [../scheduler]\n"))
+    built = subprocess.run(
+        [str(tool_path("kustomize")), "build", str(config / "default")], capture_output=True, text=True, check=True
+    ).stdout
+    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(built) if doc}
+
+
+def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_the_scheduler_calls_the_extender_the_manager_serves(installed: dict[tuple[str, str], Any]) -> None:
+    config = yaml.safe_load(installed["ConfigMap", "llmaz-scheduler-config"]["data"]["config.yaml"])
+    (extender,) = config["extenders"]
+    service = installed["Service", "llmaz-scheduler-extender"]
+    (port,) = service["spec"]["ports"]
+    assert (
+        extender["urlPrefix"]
+        == f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port['port']}"
+    )
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["nodeCacheCapable"]) == (
+        "filter",
+        "prioritize",
+        False,
+    )
+
+    manager = installed["Deployment", "llmaz-controller-manager"]
+    container = _container(manager)
+    (named,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
+    assert f"--scheduler-extender-bind-address=:{named['containerPort']}" in container["args"]
+    assert service["spec"]["selector"].items() <= manager["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_model_pods_are_sent_to_that_scheduler_which_runs_the_project_s_kubernetes_release(
+    installed: dict[tuple[str, str], Any],
+) -> None:
+    config = yaml.safe_load(installed["ConfigMap", "llmaz-scheduler-config"]["data"]["config.yaml"])
+    (profile,) = config["profiles"]
+    settings = yaml.safe_load(installed["ConfigMap", "llmaz-global-config"]["data"]["config.data"])
+    assert settings["scheduler-name"] == profile["schedulerName"] == "llmaz-scheduler"
+    assert settings["init-container-image"]
+    scheduler = installed["Deployment", "llmaz-scheduler"]
+    assert scheduler["spec"]["template"]["spec"]["serviceAccountName"] == "llmaz-scheduler"
+    release = module_version(REPO / "hack" / "cluster" / "go.mod", "k8s.io/kubernetes")
+    assert _container(scheduler)["image"] == f"registry.k8s.io/kube-scheduler:{release}"
+    lease = config["leaderElection"]
+    assert (lease["resourceNamespace"], scheduler["metadata"]["namespace"]) == ("llmaz-system", "llmaz-system")
