@@ -63,6 +63,7 @@ class _Replica:
     process: ManagedProcess
     probe_port: int
     webhook_port: int
+    extender_port: int
 
 
 class LocalManagers:
@@ -89,6 +90,10 @@ class LocalManagers:
     def replica_identities(self) -> list[str]:
         return [identity for replica in self.replicas if (identity := _identity_in_log(replica))]
 
+    def extender_url(self) -> str:
+        """The scheduler extender of the first replica (every replica serves one)."""
+        return f"http://127.0.0.1:{self.replicas[0].extender_port}"
+
     def kill(self, identity: str) -> None:
         replica = next(r for r in self.replicas if _identity_in_log(r) == identity)
         os.killpg(replica.process.pid, signal.SIGKILL)
@@ -105,7 +110,7 @@ class LocalManagers:
     def _start_replica(self) -> _Replica:
         self._started += 1
         name = f"manager-{self._started}"
-        probe, metrics, webhook = free_loopback_ports(3)
+        probe, metrics, webhook, extender = free_loopback_ports(4)
         token = self.cluster.service_account_token(NAMESPACE, SERVICE_ACCOUNT)
         kubeconfig = self.cluster.write_kubeconfig(self.work_dir / f"{name}.kubeconfig", {"token": token})
         local = [  # later flags win: only addresses, certificate locations and credentials differ from the pod
@@ -117,10 +122,12 @@ class LocalManagers:
             "--webhook-cert-ip-addresses=127.0.0.1",
             f"--webhook-cert-dir={self.work_dir / name / 'webhook-certs'}",
             f"--kubeconfig={kubeconfig}",
+            # Off in the Deployment (config/scheduler turns it on); on here, for a second kube-scheduler to call.
+            f"--scheduler-extender-bind-address=127.0.0.1:{extender}",
         ]
         process = ManagedProcess(f"llmaz-{name}", [*self._argv, *local], self.work_dir / f"{name}.log")
         process.start()
-        replica = _Replica(process, probe, webhook)
+        replica = _Replica(process, probe, webhook, extender)
         self.replicas.append(replica)
         return replica
 

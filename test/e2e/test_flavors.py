@@ -7,13 +7,16 @@ import contextlib
 import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from llmaz.envtest.scheduler import kube_scheduler_with_extender
 from llmaz.envtest.simulated import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
 from .managers import NAMESPACE as MANAGER_NAMESPACE
+from .managers import LocalManagers
 from .support import (
     WORKER_INDEX_LABEL,
     Environment,
@@ -282,3 +285,25 @@ def test_with_return_on_a_service_goes_back_to_its_first_flavor_once_that_has_ro
         f"\n  {fell_back_at:%H:%M:%S}  activeFlavor a100 -> a10 (A100 nodes full)"
         f"\n  {returned_at:%H:%M:%S}  activeFlavor a10 -> a100; Event: {events[0]['message']}"
     )
+
+
+def test_a_second_kube_scheduler_with_the_manager_s_extender_places_model_pods_by_flavor(
+    e2e: Environment, namespace: str, models: ModelNames, tmp_path: Path
+) -> None:
+    assert isinstance(e2e.manager, LocalManagers)
+    scheduler = f"llmaz-{namespace.rsplit('-', 1)[-1]}"
+    model = models.new("llama")
+    # The extender is not ignorable: a pod that this scheduler places was filtered and scored by it.
+    with (
+        kube_scheduler_with_extender(e2e.cluster, scheduler, e2e.manager.extender_url(), tmp_path / "scheduler"),
+        _global_config_with(e2e, f"scheduler-name: {scheduler}\n"),
+    ):
+        e2e.apply([open_model(model, family="llama3", flavors=FLAVORS), playground("ext", model)], namespace)
+        wait_playground_ready(e2e, namespace, "ext", replicas=1)
+    (pod,) = e2e.pods_of(namespace, "ext")
+    assert pod["spec"]["schedulerName"] == scheduler
+    node = e2e.must_get("nodes", pod["spec"]["nodeName"])
+    assert node["metadata"]["labels"][GPU_PRODUCT_LABEL] == A100
+    scheduled = [e for e in e2e.items("events", namespace) if e.get("reason") == "Scheduled"]
+    reporters = {e.get("reportingComponent") or (e.get("source") or {}).get("component") for e in scheduled}
+    assert reporters == {scheduler}, scheduled

@@ -1,5 +1,6 @@
-"""The scheduler extender as kube-scheduler calls it: a real kube-scheduler (a profile with the extender) binds
-model pods to the nodes of their first fitting flavor, over the extender's HTTP API.
+"""The scheduler extender as kube-scheduler calls it: a real kube-scheduler (a profile with the extender, weight 5:
+its preference outweighs the default scores, equal on these identical nodes) binds model pods to the nodes of
+their first fitting flavor, over the extender's HTTP API.
 
 The nodes exist only as API objects (no kubelet): they are schedulable, and binding is all that is checked.
 """
@@ -13,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from llmaz.envtest import Cluster
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports
-from llmaz.envtest.simulated._assets import find_simulated_assets
+from llmaz.envtest.scheduler import kube_scheduler_with_extender
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.schedext.server import SchedulerExtender
 from llmaz.testing.informer import FakeInformer
@@ -65,45 +64,6 @@ async def extender(model: str) -> AsyncIterator[int]:
         yield server.port
 
 
-@contextlib.contextmanager
-def kube_scheduler(control_plane: Cluster, scheduler_name: str, extender_port: int, work: Path) -> Iterator[None]:
-    """kube-scheduler with one profile, `scheduler_name`, that calls the extender (weight 5: its preference
-    outweighs the default scores, which are equal on these identical nodes)."""
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(control_plane.kubeconfig)},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": scheduler_name}],
-        "extenders": [
-            {
-                "urlPrefix": f"http://127.0.0.1:{extender_port}",
-                "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
-                "weight": 5,
-                "nodeCacheCapable": False,
-                "enableHTTPS": False,
-            }
-        ],
-    }
-    config_path = work / "scheduler.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    (port,) = free_loopback_ports(1)
-    argv = [
-        str(find_simulated_assets().kube_scheduler),
-        f"--config={config_path}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--cert-dir={work / 'certs'}",
-    ]
-    process = ManagedProcess("kube-scheduler-with-extender", argv, work / "kube-scheduler.log")
-    process.start()
-    try:
-        yield
-    finally:
-        process.stop()
-
-
 def _calls(verb: str) -> float:
     return REGISTRY.get_sample_value("llmaz_scheduler_extender_requests_total", {"verb": verb, "result": "ok"}) or 0.0
 
@@ -128,7 +88,7 @@ async def test_kube_scheduler_binds_model_pods_to_their_first_fitting_flavor(
     # Pods need their ServiceAccount (admission); no controller creates `default` here.
     client.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "default"}})
     async with extender(model) as port:
-        with kube_scheduler(control_plane, scheduler, port, tmp_path):
+        with kube_scheduler_with_extender(control_plane, scheduler, f"http://127.0.0.1:{port}", tmp_path):
             client.request("POST", f"/api/v1/namespaces/{namespace}/pods", _pod("best", scheduler, model))
             client.request("POST", f"/api/v1/namespaces/{namespace}/pods", _pod("claimed", scheduler, model, "a10"))
 
