@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from llmaz.apis import constants as c
+from llmaz.apis.flavors import claimed_in_annotation, flavor_order
 
 Obj = dict[str, Any]
 FLAVOR_WEIGHTS = (34, 21, 13, 8, 5, 3, 2, 1)
@@ -35,12 +36,11 @@ def pod_flavors(pod: Mapping[str, Any], model_of: ModelLookup) -> tuple[str, lis
     if model is None:
         return model_name, []
     defined = [f for f in ((model.get("spec") or {}).get("inferenceConfig") or {}).get("flavors") or [] if f]
-    claimed = str((metadata.get("annotations") or {}).get(c.INFERENCE_SERVICE_FLAVORS_ANNOTATION) or "")
-    if claimed:
-        by_name = {str(f.get("name")): f for f in defined}
-        names = [name.strip() for name in claimed.split(",") if name.strip()]
-        return model_name, [by_name[name] for name in dict.fromkeys(names) if name in by_name]
-    return model_name, defined
+    by_name: dict[str, Obj] = {}
+    for flavor in defined:
+        by_name.setdefault(str(flavor.get("name")), flavor)
+    order = flavor_order(list(by_name), claimed_in_annotation(metadata.get("annotations")))
+    return model_name, [by_name[name] for name in order]
 
 
 def _node_name(node: Mapping[str, Any]) -> str:

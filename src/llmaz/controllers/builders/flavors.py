@@ -31,6 +31,7 @@ from typing import Any
 
 from llmaz.apis import Flavor, OpenModel, Service
 from llmaz.apis import constants as c
+from llmaz.apis import flavors as apis_flavors
 from llmaz.apis.quantity import parse_quantity
 from llmaz.controllers.builders.diagnosis import REASON_UNSCHEDULABLE, PodFinding, one_line
 
@@ -55,10 +56,7 @@ def missing_flavors(model: OpenModel, claimed: Sequence[str] | None) -> list[str
 
 def flavor_order(model: OpenModel, claimed: Sequence[str] | None) -> list[str]:
     """The flavor names to try, best first: the claimed ones the model defines, else all of the model's."""
-    defined = [flavor.name for flavor in model_flavors(model)]
-    if claimed:
-        return [name for name in dict.fromkeys(claimed) if name in defined]
-    return list(dict.fromkeys(defined))
+    return apis_flavors.flavor_order([flavor.name for flavor in model_flavors(model)], claimed)
 
 
 def find_flavor(model: OpenModel, name: str | None) -> Flavor | None:
@@ -294,7 +292,8 @@ def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any
     return False
 
 
-def _schedulable(node: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+def schedulable(node: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    """Ready, not cordoned, and no NoSchedule/NoExecute taint left untolerated."""
     spec = node.get("spec") or {}
     if spec.get("unschedulable"):
         return False
@@ -316,7 +315,7 @@ def room_on(
     need["pods"] = Decimal(1)
     pods = nodes_with_room = 0
     for node in nodes:
-        if not _schedulable(node, tolerations):
+        if not schedulable(node, tolerations):
             continue
         name = str((node.get("metadata") or {}).get("name") or "")
         allocatable = (node.get("status") or {}).get("allocatable") or {}
