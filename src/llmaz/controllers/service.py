@@ -29,7 +29,6 @@ One reconcile:
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from llmaz.apis import OpenModel, Service
@@ -64,6 +63,7 @@ from llmaz.controllers.builders.flavors import (
     return_candidates,
     return_message,
     room_on,
+    schedulable,
     template_tolerations,
 )
 from llmaz.controllers.builders.service import claimed_flavors
@@ -149,9 +149,16 @@ class ServiceReconciler:
         now = self._clock.wall()
         try:
             models = fetch_models(self._models, service_model_refs(service))
-            flavor = self._decide_flavor(service, models, pods, now, settings.flavor_fallback_after)
+            order = flavor_order(models[0], claimed_flavors(service))
+            current = service.status.active_flavor if service.status is not None else None
+            since = parse_time(service.status.active_flavor_time) if service.status is not None else None
+            fallback_after = settings.flavor_fallback_after
+            flavor = decide_flavor(order, current, since, pods, now, fallback_after)
             if settings.flavor_return_when_fits and flavor.previous is None and flavor.waiting is None:
-                flavor = await self._return_if_room(service, models[0], flavor, now, settings.flavor_fallback_after)
+                candidates, recheck = return_candidates(order, flavor.active, since, now, fallback_after)
+                # Node capacity changes wake no reconcile: off the first flavor, look again once per period.
+                flavor = replace(flavor, requeue_after=_sooner(flavor.requeue_after, recheck))
+                flavor = await self._return_if_room(service, models[0], flavor, candidates, fallback_after)
             desired_lws = build_leader_worker_set(service, models, settings.init_container_image, flavor.active)
             desired_lb = build_lb_service(service, models)
         except BuildError as err:
@@ -185,46 +192,35 @@ class ServiceReconciler:
             record_new_finding(self._events, obj, status)
         return Result(requeue_after=flavor.requeue_after)
 
-    @staticmethod
-    def _decide_flavor(
-        service: Service, models: list[OpenModel], pods: list[Obj], now: datetime, fallback_after: float
-    ) -> FlavorDecision:
-        """The flavor to render now: the recorded one, or the next when its pods waited a full period."""
-        order = flavor_order(models[0], claimed_flavors(service))
-        status = service.status
-        current = status.active_flavor if status is not None else None
-        since = parse_time(status.active_flavor_time) if status is not None else None
-        return decide_flavor(order, current, since, pods, now, fallback_after)
-
     async def _return_if_room(
-        self, service: Service, main: OpenModel, decision: FlavorDecision, now: datetime, fallback_after: float
+        self, service: Service, main: OpenModel, decision: FlavorDecision, candidates: list[str], fallback_after: float
     ) -> FlavorDecision:
-        """`decision`, or a move back to the best flavor ahead of it whose nodes have room for every pod now."""
-        status = service.status
-        since = parse_time(status.active_flavor_time) if status is not None else None
-        order = flavor_order(main, claimed_flavors(service))
-        candidates, recheck = return_candidates(order, decision.active, since, now, fallback_after)
-        # Node capacity changes wake no reconcile: off the first flavor, look again once per period.
-        decision = replace(decision, requeue_after=_sooner(decision.requeue_after, recheck))
+        """`decision`, or a move back to the best of `candidates` whose nodes have room for every pod now."""
         needed = pods_per_service(service)
         tolerations = template_tolerations(service)
         for name in candidates:
             flavor = find_flavor(main, name)
             if flavor is None:
                 continue
-            room = room_on(flavor, *await self._nodes_and_pods(flavor.node_selector), tolerations)
+            room = room_on(flavor, *await self._nodes_and_pods(flavor.node_selector, tolerations), tolerations)
             if room.pods >= needed:
                 return FlavorDecision(name, previous=decision.active, requeue_after=fallback_after, room=room)
         return decision
 
-    async def _nodes_and_pods(self, node_selector: dict[str, str] | None) -> tuple[list[Obj], dict[str, list[Obj]]]:
-        """The nodes with these labels, and the pods bound to each: read from the API server, not cached."""
+    async def _nodes_and_pods(
+        self, node_selector: dict[str, str] | None, tolerations: list[dict[str, Any]]
+    ) -> tuple[list[Obj], dict[str, list[Obj]]]:
+        """The schedulable nodes with these labels, and the pods bound to each that have not ended: read from the
+        API server, not cached, one list of Pods per such node."""
         selector = ",".join(f"{key}={value}" for key, value in sorted((node_selector or {}).items())) or None
-        nodes = (await self._client.list(r.NODES, label_selector=selector)).items
+        nodes = [
+            n for n in (await self._client.list(r.NODES, label_selector=selector)).items if schedulable(n, tolerations)
+        ]
         pods: dict[str, list[Obj]] = {}
         for node in nodes:
             name = node["metadata"]["name"]
-            pods[name] = (await self._client.list(r.PODS, field_selector=f"spec.nodeName={name}")).items
+            bound = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
+            pods[name] = (await self._client.list(r.PODS, field_selector=bound)).items
         return nodes, pods
 
     async def _abort(self, obj: Obj, service: Service, err: BuildError) -> None:

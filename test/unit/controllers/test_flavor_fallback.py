@@ -47,8 +47,13 @@ class KeepingClient(RecordingClient):
             wanted = dict(pair.split("=") for pair in labels.split(",")) if labels else {}
             found = [n for n in self.nodes if wanted.items() <= n["metadata"]["labels"].items()]
         else:
-            node = str(fields).removeprefix("spec.nodeName=")
-            found = [p for p in self.pods if p["spec"]["nodeName"] == node]
+            wanted = dict(pair.split("=", 1) for pair in str(fields).split(",") if "!=" not in pair)
+            ended = [pair.split("!=", 1)[1] for pair in str(fields).split(",") if "!=" in pair]
+            found = [
+                p
+                for p in self.pods
+                if p["spec"]["nodeName"] == wanted["spec.nodeName"] and p["status"].get("phase") not in ended
+            ]
         return ObjectList(copy.deepcopy(found), "1")
 
     async def apply(self, resource: Resource, obj: dict[str, Any], **opts: Any) -> dict[str, Any]:
@@ -217,7 +222,10 @@ async def test_with_return_on_the_service_moves_back_once_the_first_flavor_has_r
     # A full period on: the a100 node has 4 GPUs free, not the 8 a pod asks for. Stay, and look again later.
     h.clock.step(20)
     assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=30.0)
-    assert h.keeping.lists == [("Node", "gpu=a100"), ("Pod", "spec.nodeName=a100-0")]
+    assert h.keeping.lists == [
+        ("Node", "gpu=a100"),
+        ("Pod", "spec.nodeName=a100-0,status.phase!=Succeeded,status.phase!=Failed"),
+    ]
     assert (h.gpus(), h.status()["activeFlavor"]) == ("2", "a10")
 
     # The other pod is gone: room for one pod of 8 GPUs, all this Service needs. Back to a100, said once.
@@ -255,3 +263,24 @@ async def test_without_return_the_service_stays_on_the_flavor_it_moved_to() -> N
     h.clock.step(600)
     assert await reconciler.reconcile(Request("ns", "svc")) == Result()
     assert (h.gpus(), h.status()["activeFlavor"], h.keeping.lists) == ("2", "a10", [])
+
+
+async def test_a_return_check_lists_pods_only_on_nodes_that_could_take_one() -> None:
+    h = FlavorHarness()
+    reconciler = h.reconciler(CONFIG + "flavor-return-when-fits: true\n")
+    cordoned = gpu_node("a100-0", "a100", 8)
+    cordoned["spec"]["unschedulable"] = True
+    h.keeping.nodes = [cordoned]
+    await reconciler.reconcile(Request("ns", "svc"))
+    h.caught_up()
+    h.clock.step(30)
+    h.pending_pod("svc-0", 30)
+    await reconciler.reconcile(Request("ns", "svc"))
+    h.caught_up()
+    h.source.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).delete(
+        {"metadata": {"name": "svc-0", "namespace": "ns"}}
+    )
+    h.clock.step(30)
+    assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=30.0)
+    assert h.keeping.lists == [("Node", "gpu=a100")]
+    assert h.status()["activeFlavor"] == "a10"
