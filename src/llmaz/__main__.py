@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmaz.apis.duration import parse_duration
 from llmaz.certs import CertRotator, RotatorOptions, ensure_self_signed
 from llmaz.controllers import resources as r
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
@@ -36,20 +36,14 @@ from llmaz.webhooks import webhooks
 from llmaz.webhooks.cachelookup import CacheLookup
 
 LEADER_ELECTION_ID = "fbb36db9.llmaz.io"
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
 def duration(text: str) -> float:
     """Seconds from a Go duration ("15s", "1m30s", "500ms", as controller-runtime's flags take) or a number."""
     try:
-        return float(text)
-    except ValueError:
-        pass
-    parts = _DURATION_PART.findall(text)
-    if not parts or "".join(number + unit for number, unit in parts) != text:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 15s, 1m30s, 500ms)")
-    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
 
 
 def bind_address(text: str) -> str:

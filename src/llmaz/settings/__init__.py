@@ -15,13 +15,14 @@ Durations are a number of seconds (`90`, `1.5`) or Go-style text (`90s`, `2m`, `
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from llmaz.apis import constants as c
+from llmaz.apis.duration import parse_duration
 
 
 class SettingsError(ValueError):
@@ -29,11 +30,9 @@ class SettingsError(ValueError):
 
 
 DEFAULT_FLAVOR_FALLBACK_AFTER = 60.0
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
-def parse_duration(key: str, value: object) -> float:
+def config_duration(key: str, value: object) -> float:
     """Seconds from a number or Go-style duration text (`90s`, `1m30s`, `0`); SettingsError naming `key`."""
     error = SettingsError(
         f"invalid global config: {key} must be a duration such as 60s, 2m or 0 (to disable), got {value!r}"
@@ -43,20 +42,13 @@ def parse_duration(key: str, value: object) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
-        text = value.strip()
-        if text == "0":
-            return 0.0
-        pos, seconds = 0, 0.0
-        for match in _DURATION.finditer(text):
-            if match.start() != pos:
-                raise error
-            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-            pos = match.end()
-        if pos == 0 or pos != len(text):
-            raise error
+        try:
+            seconds = parse_duration(value.strip())
+        except ValueError:
+            raise error from None
     else:
         raise error
-    if seconds < 0 or seconds != seconds:
+    if not math.isfinite(seconds) or seconds < 0:
         raise error
     return seconds
 
@@ -89,7 +81,7 @@ def parse_global_config(config_map: dict[str, Any]) -> GlobalSettings:
         raise SettingsError("invalid global config: scheduler-name must be a string")
     fallback = parsed.get("flavor-fallback-after")
     fallback_after = (
-        DEFAULT_FLAVOR_FALLBACK_AFTER if fallback is None else parse_duration("flavor-fallback-after", fallback)
+        DEFAULT_FLAVOR_FALLBACK_AFTER if fallback is None else config_duration("flavor-fallback-after", fallback)
     )
     flavor_return = parsed.get("flavor-return-when-fits", False)
     if not isinstance(flavor_return, bool):
