@@ -5,7 +5,6 @@ no pod event in between: the requeue after the remaining time is what brings the
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest_asyncio
@@ -17,7 +16,7 @@ from llmaz.runtime.manager import Manager
 from llmaz.testing.waiting import eventually
 
 from .objects import get_or_none, open_model, playground
-from .test_pod_failures import SERVICE_ACCOUNTS, _pod, _write_pod_status
+from .test_pod_failures import SERVICE_ACCOUNTS, _pod, _unschedulable, _write_pod_status
 
 INSUFFICIENT = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
 
@@ -34,10 +33,6 @@ async def short_fallback(client: Client) -> AsyncIterator[None]:
         config = await client.get(r.CONFIG_MAPS, "llmaz-global-config", "llmaz-system")
         config["data"]["config.data"] = original
         await client.update(r.CONFIG_MAPS, config)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def _gpus(client: Client, namespace: str) -> str | None:
@@ -66,19 +61,7 @@ async def test_an_unschedulable_pod_moves_the_service_to_the_next_flavor_then_to
     await client.create(SERVICE_ACCOUNTS, {"metadata": {"name": "default", "namespace": namespace}}, namespace)
     labels = {"leaderworkerset.sigs.k8s.io/name": "pg", "llmaz.io/model-name": model}
     await client.create(r.PODS, _pod(namespace, "pg-0", labels))
-    unschedulable = {
-        "phase": "Pending",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": INSUFFICIENT,
-                "lastTransitionTime": _now(),
-            }
-        ],
-    }
-    await _write_pod_status(client, namespace, "pg-0", unschedulable)
+    await _write_pod_status(client, namespace, "pg-0", _unschedulable(INSUFFICIENT))
 
     await eventually(lambda: gpus_are("2"), what="the a10 flavor rendered")
     service = await _service(client, namespace)

@@ -29,6 +29,12 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _unschedulable(message: str) -> dict[str, Any]:
+    """The status kube-scheduler writes on a pod it cannot place, saying why."""
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    return {"phase": "Pending", "conditions": [{**condition, "lastTransitionTime": _now()}]}
+
+
 def _pod(namespace: str, name: str, labels: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -173,19 +179,9 @@ async def test_only_llmaz_model_pods_are_cached_and_an_unschedulable_one_is_expl
     await client.create(
         r.PODS, _pod(namespace, "pg-0", {"leaderworkerset.sigs.k8s.io/name": "pg", "llmaz.io/model-name": model})
     )
-    unschedulable = {
-        "phase": "Pending",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
-                "lastTransitionTime": _now(),
-            }
-        ],
-    }
-    await _write_pod_status(client, namespace, "pg-0", unschedulable)
+    await _write_pod_status(
+        client, namespace, "pg-0", _unschedulable("0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+    )
     await _write_pod_status(client, namespace, "foreign-0", _loader_crash_looping(restarts=1))
     expected = "Unschedulable: pod pg-0: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
 
