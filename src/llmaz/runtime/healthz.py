@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from llmaz.runtime.address import split_host_port
-from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site
+from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import bounded, get_logger
 
 Check = Callable[[], bool | Awaitable[bool | None] | None]
@@ -150,13 +150,9 @@ class HealthProbeServer:
         return ConnectionLimits(MAX_CONNECTIONS, MAX_SERVED, first_message_timeout=self.read_timeout)
 
     async def run(self, stopping: asyncio.Event) -> None:
-        runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.read_timeout, logger=HTTP_LOG)
-        await runner.setup()
-        try:
-            self.port = await start_site(
-                runner, self._host, self._port, limits=self._limits(), connections=self._connections
-            )
+        async with serving(
+            self.app(), self._host, self._port, self._connections, limits=self._limits(),
+            keepalive_timeout=self.read_timeout,
+        ) as self.port:  # fmt: skip
             self._started.set()
             await stopping.wait()
-        finally:
-            await runner.cleanup()

@@ -33,8 +33,9 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -261,6 +262,30 @@ async def start_site(
         raise
     bound: int = sock.getsockname()[1]
     return bound
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    app: web.Application,
+    host: str,
+    port: int,
+    connections: Connections,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    limits: ConnectionLimits | None = None,
+    **runner_options: Any,
+) -> AsyncIterator[int]:
+    """`app` served on `host`:`port` through a `ListenerSite` for the block, which gets the bound port. When the
+    block ends normally the connections are drained first (`Connections.drain`, so no request is lost to a close),
+    then the server stops; `connections` must be the one whose middleware `app` has. `runner_options` go to
+    aiohttp's `AppRunner` (`keepalive_timeout`, `shutdown_timeout`, ...)."""
+    runner = web.AppRunner(app, access_log=None, logger=HTTP_LOG, **runner_options)
+    await runner.setup()
+    try:
+        yield await start_site(runner, host, port, ssl_context=ssl_context, limits=limits, connections=connections)
+        await connections.drain()
+    finally:
+        await runner.cleanup()
 
 
 class _Connection(asyncio.Protocol):

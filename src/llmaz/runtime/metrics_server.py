@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from llmaz.runtime.address import join_host_port, split_host_port
 from llmaz.runtime.authn import DelegatingAuth
 from llmaz.runtime.client import ApiError
-from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site
+from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.rbac import allow_urls
@@ -101,23 +101,16 @@ class MetricsServer:
     async def run(self, stopping: asyncio.Event) -> None:
         if self.secure and not await self.certs.wait_loaded(stopping):
             return
-        runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.read_timeout, logger=HTTP_LOG)
-        await runner.setup()
+        ssl_context = self.certs.server_context() if self.secure else None
+        limits = ConnectionLimits(MAX_CONNECTIONS, MAX_SERVED, first_message_timeout=self.read_timeout)
         try:
-            ssl_context = self.certs.server_context() if self.secure else None
-            self.port = await start_site(
-                runner,
-                self._host,
-                self._port,
-                ssl_context=ssl_context,
-                limits=ConnectionLimits(MAX_CONNECTIONS, MAX_SERVED, first_message_timeout=self.read_timeout),
-                connections=self._connections,
-            )
-            self._serving.set()
-            address = join_host_port(self._host, self.port)
-            self._log.info("metrics server started", address=address, secure=self.secure)
-            await (self.certs.watch(stopping) if self.secure else stopping.wait())
-            await self._connections.drain()
+            async with serving(
+                self.app(), self._host, self._port, self._connections, ssl_context=ssl_context, limits=limits,
+                keepalive_timeout=self.read_timeout,
+            ) as self.port:  # fmt: skip
+                self._serving.set()
+                address = join_host_port(self._host, self.port)
+                self._log.info("metrics server started", address=address, secure=self.secure)
+                await (self.certs.watch(stopping) if self.secure else stopping.wait())
         finally:
             self._serving.clear()
-            await runner.cleanup()

@@ -24,7 +24,7 @@ from prometheus_client import Counter, Histogram
 
 from llmaz.runtime.address import join_host_port, split_host_port
 from llmaz.runtime.cache import Store
-from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site
+from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import bounded, get_logger
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.schedext import flavors
@@ -77,18 +77,16 @@ class SchedulerExtender:
         return app
 
     async def run(self, stopping: asyncio.Event) -> None:
-        runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=READ_TIMEOUT, logger=HTTP_LOG)
-        await runner.setup()
+        limits = ConnectionLimits(first_message_timeout=READ_TIMEOUT)
         try:
-            limits = ConnectionLimits(first_message_timeout=READ_TIMEOUT)
-            self.port = await start_site(runner, self._host, self._port, limits=limits, connections=self._connections)
-            self._serving.set()
-            self._log.info("scheduler extender serving", address=join_host_port(self._host, self.port))
-            await stopping.wait()
-            await self._connections.drain()
+            async with serving(
+                self.app(), self._host, self._port, self._connections, limits=limits, keepalive_timeout=READ_TIMEOUT
+            ) as self.port:
+                self._serving.set()
+                self._log.info("scheduler extender serving", address=join_host_port(self._host, self.port))
+                await stopping.wait()
         finally:
             self._serving.clear()
-            await runner.cleanup()
 
     def _model(self, name: str) -> dict[str, Any] | None:
         return self._models.get(name)

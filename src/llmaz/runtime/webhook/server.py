@@ -34,7 +34,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from llmaz.runtime.address import join_host_port
-from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site
+from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import bounded, get_logger
 from llmaz.runtime.webhook import metrics
 from llmaz.runtime.webhook.certwatcher import DEFAULT_INTERVAL, CertWatcher
@@ -172,34 +172,25 @@ class WebhookServer:
     async def run(self, stopping: asyncio.Event) -> None:
         if self.tls and not await self.certs.wait_loaded(stopping):
             return
-        # aiohttp closes a connection that has not delivered a whole request head this long after it opened
-        # (or after the previous response): the header read deadline.
-        runner = web.AppRunner(
-            self.app(),
-            access_log=None,
-            shutdown_timeout=SHUTDOWN_TIMEOUT,
-            keepalive_timeout=self.limits.read_timeout,
-            read_bufsize=_READ_BUFFER,
-            logger=HTTP_LOG,
+        ssl_context = self.certs.server_context() if self.tls else None
+        # Twice as many connections served as requests taken on: room to refuse a burst with 429s at once; more
+        # would only cost TLS buffers. Refused and idle connections pass their slot on (see listener).
+        limits = ConnectionLimits(
+            max_served=2 * self.limits.max_requests, first_message_timeout=self.limits.read_timeout
         )
-        await runner.setup()
         try:
-            ssl_context = self.certs.server_context() if self.tls else None
-            # Twice as many connections served as requests taken on: room to refuse a burst with 429s at once;
-            # more would only cost TLS buffers. Refused and idle connections pass their slot on (see listener).
-            connections = ConnectionLimits(
-                max_served=2 * self.limits.max_requests, first_message_timeout=self.limits.read_timeout
-            )
-            self.port = await start_site(
-                runner, self.host, self.port, ssl_context=ssl_context, limits=connections, connections=self._connections
-            )
-            self._serving.set()
-            self._log.info("webhook server started", address=join_host_port(self.host, self.port), tls=self.tls)
-            await (self.certs.watch(stopping) if self.tls else stopping.wait())
-            await self._connections.drain()
+            # aiohttp closes a connection that has not delivered a whole request head this long after it opened
+            # (or after the previous response): the header read deadline.
+            async with serving(
+                self.app(), self.host, self.port, self._connections, ssl_context=ssl_context, limits=limits,
+                shutdown_timeout=SHUTDOWN_TIMEOUT, keepalive_timeout=self.limits.read_timeout,
+                read_bufsize=_READ_BUFFER,
+            ) as self.port:  # fmt: skip
+                self._serving.set()
+                self._log.info("webhook server started", address=join_host_port(self.host, self.port), tls=self.tls)
+                await (self.certs.watch(stopping) if self.tls else stopping.wait())
         finally:
             self._serving.clear()
-            await runner.cleanup()
 
     async def serve(self, webhook: Webhook, request: web.Request) -> web.StreamResponse:
         length = request.content_length
