@@ -1,7 +1,9 @@
 """llmaz-gateway on the real node: the clients users already have, against one base URL, routed to the tiny llama.
 
 The gateway is installed by config/node (one replica); the model is served by a Playground as in the serving
-tests. Every call goes host -> gateway Service (kube-proxy) -> gateway pod -> engine pod.
+tests. Every call goes host -> gateway Service (kube-proxy) -> gateway pod -> engine pod, except the activator's:
+host -> the Playground's own `-lb` Service (kube-proxy, through the activator's EndpointSlice while the model
+sleeps) -> gateway pod's activator port -> engine pod.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from llmaz.envtest.objectstore import ObjectStore
 
 from .serving import BUCKET, KEY, credentials, serve_chat, served, tiny_llama
-from .support import Environment, ModelNames, chat_request, eventually, http_request
+from .support import Environment, ModelNames, chat_request, eventually, http_request, pod_ready
 
 pytestmark = pytest.mark.tier("node")
 GATEWAY = "llmaz-gateway"
@@ -241,3 +243,101 @@ def test_a_sleeping_model_wakes_once_for_ten_concurrent_first_requests_and_sleep
     eventually(asleep, within=120, what="the idle model scaled back to zero")
     (slept,) = gateway_events(e2e, namespace, "sleepy", "ScaledToZero")
     assert slept["message"] == "Scaled from 1 to 0 replicas: no request for 20s", slept
+
+
+def asleep_playground(e2e: Environment, namespace: str, name: str, model: str, store: ObjectStore) -> None:
+    """A Playground of the tiny model that starts at 0 replicas and sleeps after 20 s without a request."""
+    e2e.apply([credentials()], namespace)
+    sleeping = served(name, model, store, replicas=0)
+    sleeping["metadata"]["annotations"] = {"llmaz.io/scale-to-zero-after": "20s"}
+    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), sleeping], namespace)
+
+
+def lb_url(e2e: Environment, namespace: str, playground: str) -> str:
+    """The Playground's own Service, by ClusterIP: what a client that bypasses the gateway calls."""
+    ip = eventually(lambda: (e2e.get("services", f"{playground}-lb", namespace) or {}).get("spec", {}).get("clusterIP"))
+    return f"http://{ip}:8080/v1"
+
+
+def gateway_pod_ips(e2e: Environment) -> list[str]:
+    """The IPs of the gateway's ready pods that are not being deleted, from the pods themselves."""
+    pods = e2e.items("pods", GATEWAY_NAMESPACE, "app.kubernetes.io/component=gateway")
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and pod_ready(p)]
+    return sorted(p["status"]["podIP"] for p in live if p["status"].get("podIP"))
+
+
+def activator_addresses(e2e: Environment, namespace: str, playground: str) -> list[str] | None:
+    """The addresses of the activator's slice of `<playground>-lb`, or None when there is none."""
+    found = e2e.get("endpointslices", f"{playground}-lb-activator", namespace)
+    if found is None:
+        return None
+    assert found["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == "llmaz-gateway.llmaz.io", found
+    return sorted(e["addresses"][0] for e in found.get("endpoints") or [])
+
+
+def names_the_gateway_pods(e2e: Environment, namespace: str, playground: str) -> bool:
+    pods = gateway_pod_ips(e2e)
+    return bool(pods) and activator_addresses(e2e, namespace, playground) == pods
+
+
+def direct_request(url: str, model: str) -> tuple[int, bytes]:
+    return http_request(
+        f"{url}/chat/completions",
+        method="POST",
+        body=chat_request(model),
+        headers={"Content-Type": "application/json"},
+        timeout=240,
+    )
+
+
+def test_direct_clients_of_a_sleeping_lb_service_are_held_while_it_wakes_once_and_the_activator_slice_follows(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model = models.new("direct")
+    asleep_playground(e2e, namespace, "direct", model, object_store)
+    url = lb_url(e2e, namespace, "direct")
+    eventually(lambda: names_the_gateway_pods(e2e, namespace, "direct"), what="the activator slice of direct-lb")
+    assert e2e.ready_pods_of(namespace, "direct") == []
+
+    with ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(lambda _: direct_request(url, model), range(10)))
+    assert [status for status, _ in answers] == [200] * 10, [body[:300] for _, body in answers]
+    assert e2e.must_get("playgrounds", "direct", namespace)["spec"]["replicas"] == 1
+    woken = gateway_events(e2e, namespace, "direct", "ScaledFromZero")
+    assert len(woken) == 1, woken
+    assert woken[0]["message"] == f"Scaled from 0 to 1 replica for a request for model {model}"
+    eventually(lambda: activator_addresses(e2e, namespace, "direct") is None, what="the activator slice removed")
+    assert gateway_events(e2e, namespace, "direct", "ActivatorEnabled"), "no ActivatorEnabled Event"
+    removed = gateway_events(e2e, namespace, "direct", "ActivatorRemoved")
+    assert removed, "no ActivatorRemoved Event"
+    assert removed[0]["message"] == "Deleted EndpointSlice direct-lb-activator: the Playground has a ready endpoint"
+
+    def asleep() -> bool:
+        replicas = e2e.must_get("playgrounds", "direct", namespace)["spec"]["replicas"]
+        return replicas == 0 and not e2e.ready_pods_of(namespace, "direct")
+
+    eventually(asleep, within=120, what="the idle model scaled back to zero")
+    eventually(lambda: names_the_gateway_pods(e2e, namespace, "direct"), what="the activator slice back")
+
+
+def test_after_a_gateway_rollout_the_activator_slice_names_the_new_pods_and_a_direct_call_wakes_the_model(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model = models.new("rolled")
+    asleep_playground(e2e, namespace, "rolled", model, object_store)
+    url = lb_url(e2e, namespace, "rolled")
+    eventually(lambda: names_the_gateway_pods(e2e, namespace, "rolled"), what="the activator slice of rolled-lb")
+    before = set(gateway_pod_ips(e2e))
+
+    e2e.kubectl("rollout", "restart", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE)
+    e2e.kubectl("rollout", "status", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE, "--timeout=180s")
+
+    def names_only_new_pods() -> bool:
+        pods = gateway_pod_ips(e2e)
+        return bool(pods) and not before & set(pods) and activator_addresses(e2e, namespace, "rolled") == pods
+
+    eventually(names_only_new_pods, what="the activator slice naming the new gateway pods only")
+    status, body = direct_request(url, model)
+    assert status == 200, body[:300]
+    woken = gateway_events(e2e, namespace, "rolled", "ScaledFromZero")
+    assert len(woken) == 1, woken

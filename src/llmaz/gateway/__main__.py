@@ -1,4 +1,4 @@
-"""llmaz-gateway: the composition root. Flags, logging, client, informers and the three servers.
+"""llmaz-gateway: the composition root. Flags, logging, client, informers, the servers and the loops.
 
 Nothing imports this module. The runtime's Manager runs it all: probes (`--health-probe-bind-address`), the
 metrics endpoint and the API first, then the informers (readiness waits for their first list), with no
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmaz.gateway.activator import DEFAULT_PORT, Activator, ActivatorOptions
 from llmaz.gateway.auth import ApiKeys
 from llmaz.gateway.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.catalog import Catalog
@@ -22,8 +23,9 @@ from llmaz.gateway.proxy import ProxyOptions
 from llmaz.gateway.server import Gateway, GatewayOptions
 from llmaz.gateway.waker import WakeOptions, Waker
 from llmaz.runtime import log
+from llmaz.runtime.address import split_host_port
 from llmaz.runtime.client import Client
-from llmaz.runtime.client.config import load
+from llmaz.runtime.client.config import in_cluster_namespace, load
 from llmaz.runtime.entrypoint import exit_status
 from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.metrics_server import MetricsServer
@@ -51,6 +53,25 @@ def _address_pair(text: str) -> tuple[str, str]:
     if not sep or not address or not target:
         raise argparse.ArgumentTypeError(f"expected ADDRESS=TARGET, got {text!r}")
     return address, target
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port (0-65535), got {text}")
+    return value
+
+
+def _namespaced_name(text: str) -> str:
+    namespace, sep, name = text.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
+    return text
+
+
+def default_gateway_service() -> str:
+    """The gateway's own Service: `llmaz-gateway` in the pod's namespace (llmaz-system outside a cluster)."""
+    return f"{in_cluster_namespace('llmaz-system')}/llmaz-gateway"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -83,6 +104,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="scale Playgrounds annotated llmaz.io/scale-to-zero-after from and to zero (default true)",
     )
     add(
+        "--activator-port",
+        type=_port,
+        default=DEFAULT_PORT,
+        help="port where direct clients of a sleeping Playground's -lb Service are held and forwarded "
+        f"(on --bind-address's host; 0 disables the activator; default {DEFAULT_PORT})",
+    )
+    add(
+        "--gateway-service",
+        type=_namespaced_name,
+        default=None,
+        help="NAMESPACE/NAME of the gateway's own Service, whose ready pods the activator's EndpointSlices list "
+        "(default: llmaz-gateway in the pod's namespace, else llmaz-system/llmaz-gateway)",
+    )
+    add(
         "--resolve",
         type=_address_pair,
         action="append",
@@ -92,12 +127,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add("--log-format", default="auto", choices=["auto", "json", "console"])
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.gateway_service is None:
+        args.gateway_service = default_gateway_service()
+    return args
+
+
+def activator_port(args: argparse.Namespace) -> int:
+    """The activator's port, 0 when it is off: it wakes models through scale to zero, so it needs it on."""
+    return int(args.activator_port) if args.scale_to_zero == "true" else 0
+
+
+def activator_address(args: argparse.Namespace) -> str | None:
+    port = activator_port(args)
+    if port == 0:
+        return None
+    host, _ = split_host_port(args.bind_address)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def gateway_options(args: argparse.Namespace) -> GatewayOptions:
     return GatewayOptions(
         bind_address=args.bind_address,
+        activator_address=activator_address(args),
         max_body_bytes=args.max_request_bytes,
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,
@@ -132,12 +184,15 @@ async def run(args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
             ),
         )
         metrics = GatewayMetrics()
-        catalog = Catalog.watch(manager.informers)
+        catalog = Catalog.watch(manager.informers, args.gateway_service)
+        recorder = manager.event_recorder("llmaz-gateway")
         waker = None
         if args.scale_to_zero == "true":
-            recorder = manager.event_recorder("llmaz-gateway")
             waker = Waker(client, catalog, recorder, WakeOptions(wake_timeout=args.wake_timeout))
             manager.add(waker)
+        # Runs when disabled too: it then removes the slices an earlier configuration left behind.
+        options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
+        manager.add(Activator(client, catalog, recorder, options))
         gateway = Gateway(catalog, gateway_options(args), api_keys=api_keys, metrics=metrics, waker=waker)
         manager.add(gateway)
         manager.add_readyz_check("gateway", gateway.serving)
@@ -157,7 +212,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError) as err:
         logger.error("cannot read the API keys file", path=str(args.api_keys_file), error=str(err))
         return 1
-    logger.info("starting gateway", bind_address=args.bind_address, api_keys=api_keys is not None)
+    logger.info(
+        "starting gateway",
+        bind_address=args.bind_address,
+        activator_port=activator_port(args),
+        gateway_service=args.gateway_service,
+        api_keys=api_keys is not None,
+    )
     return exit_status(run(args, api_keys), logger, "gateway")
 
 

@@ -1,22 +1,28 @@
-"""The gateway's view of the cluster: four shared informers and the routes computed from them.
+"""The gateway's view of the cluster: five shared informers and the routes computed from them.
 
 What is watched (and so what the gateway's RBAC allows, `RBAC_RULES`): Playgrounds, inference Services and
 OpenModels cluster-wide, and the EndpointSlices of every core Service (selected by the `kubernetes.io/service-name`
 label the EndpointSlice controller sets). The `-lb` Services llmaz makes carry no label of their own that their
 slices would inherit, so the slices cannot be narrowed further on the server; a transform keeps only what
-routing reads (`routes.compact_endpoint_slice`) and an index finds a Service's slices by "namespace/name".
+routing and the activator read (`routes.compact_endpoint_slice`: also the slices of the gateway's own Service)
+and an index finds a Service's slices by "namespace/name". The core Services llmaz made (label
+`app.kubernetes.io/managed-by: llmaz`, so the `-lb` ones among them) are watched too, reduced to their ports and
+IP families: the activator names its slice's port after the `-lb` Service's.
 
 Invariants:
 - The model -> backends table is rebuilt from the caches on the first lookup after any Playground or Service
   event, so it is never staler than the caches; endpoints are read from the slice cache on every lookup.
 - Reads never await, so a lookup sees one consistent state of every cache.
-- `changed()` resolves on the next Playground or EndpointSlice event: a request held while its model wakes
-  re-reads its endpoints then, instead of polling.
+- `changed()` resolves on the next Playground, EndpointSlice or core Service event: a request held while its
+  model wakes re-reads its endpoints then, instead of polling. Listeners (`add_listener`) are called on the same
+  events, synchronously, and must only schedule work.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 
 from llmaz.apis import constants as c
 from llmaz.gateway import routes
@@ -29,10 +35,35 @@ OPEN_MODELS = Resource(c.CORE_GROUP, c.VERSION, "openmodels", "OpenModel", names
 PLAYGROUNDS = Resource(c.INFERENCE_GROUP, c.VERSION, "playgrounds", "Playground", namespaced=True)
 INFERENCE_SERVICES = Resource(c.INFERENCE_GROUP, c.VERSION, "services", "Service", namespaced=True)
 ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=True)
+CORE_SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
 
-RBAC_RULES = tuple(allow(r, *READ) for r in (OPEN_MODELS, PLAYGROUNDS, INFERENCE_SERVICES, ENDPOINT_SLICES))
+RBAC_RULES = tuple(
+    allow(r, *READ) for r in (OPEN_MODELS, PLAYGROUNDS, INFERENCE_SERVICES, ENDPOINT_SLICES, CORE_SERVICES)
+)
 
 BACKEND_INDEX = "backend"
+ACTIVATOR_INDEX = "activator"
+# The core Services the manager makes (the `-lb` ones among them) carry this label: the informer selects on it.
+LLMAZ_SERVICES_SELECTOR = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY}"
+
+
+def _activator_index(obj: Obj) -> list[str]:
+    return [routes.ACTIVATOR_MANAGED_BY] if routes.is_activator_slice(obj) else []
+
+
+def compact_service(obj: Obj) -> Obj:
+    """A core Service reduced to what the activator reads: its key, its ports and its IP families."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    ports = [
+        {key: port[key] for key in ("name", "port", "protocol") if key in port}
+        for port in spec.get("ports") or []
+        if isinstance(port, dict)
+    ]
+    compact_spec: Obj = {"ports": ports}
+    if isinstance(spec.get("ipFamilies"), list):
+        compact_spec["ipFamilies"] = list(spec["ipFamilies"])
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}, "spec": compact_spec}
 
 
 class _Invalidate:
@@ -72,31 +103,50 @@ class Catalog:
     """Served models and their ready endpoints, read from informers (see the module docstring)."""
 
     def __init__(
-        self, playgrounds: Informer, services: Informer, open_models: Informer, endpoint_slices: Informer
+        self,
+        playgrounds: Informer,
+        services: Informer,
+        open_models: Informer,
+        endpoint_slices: Informer,
+        core_services: Informer | None = None,
     ) -> None:
-        self._informers = (playgrounds, services, open_models, endpoint_slices)
+        """`core_services` (the manager's core Services) is needed only by the activator; without it the
+        catalog knows no `-lb` Service and the activator keeps no slice."""
+        self._informers = tuple(
+            i for i in (playgrounds, services, open_models, endpoint_slices, core_services) if i is not None
+        )
         self._playgrounds = playgrounds
         self._services = services
         self._open_models = open_models
         self._slices = endpoint_slices
-        self._slices.add_indexers({BACKEND_INDEX: routes.slice_backend_key})
+        self._core_services = core_services
+        self._slices.add_indexers({BACKEND_INDEX: routes.slice_backend_key, ACTIVATOR_INDEX: _activator_index})
         self._table: dict[str, tuple[Backend, ...]] | None = None
         self._waiters: list[asyncio.Future[None]] = []
+        self._listeners: list[Callable[[], None]] = []
         for informer in (playgrounds, services):
             informer.add_event_handler(_Invalidate(self))
-        for informer in (playgrounds, endpoint_slices):
-            informer.add_event_handler(_Notify(self))
+        for notifying in (playgrounds, endpoint_slices, core_services):
+            if notifying is not None:
+                notifying.add_event_handler(_Notify(self))
 
     @classmethod
-    def watch(cls, informers: SharedInformerFactory) -> Catalog:
-        """A catalog over the factory's shared informers (call before the factory starts)."""
+    def watch(cls, informers: SharedInformerFactory, gateway_service: str | None = None) -> Catalog:
+        """A catalog over the factory's shared informers (call before the factory starts).
+
+        `gateway_service` ("namespace/name") is the gateway's own Service, whose slices the activator reads.
+        """
         slices = informers.informer_for(ENDPOINT_SLICES, label_selector=routes.SERVICE_NAME_LABEL)
-        slices.set_transform(routes.compact_endpoint_slice)
+        keep = frozenset({gateway_service} if gateway_service else ())
+        slices.set_transform(functools.partial(routes.compact_endpoint_slice, keep=keep))
+        core_services = informers.informer_for(CORE_SERVICES, label_selector=LLMAZ_SERVICES_SELECTOR)
+        core_services.set_transform(compact_service)
         return cls(
             informers.informer_for(PLAYGROUNDS),
             informers.informer_for(INFERENCE_SERVICES),
             informers.informer_for(OPEN_MODELS),
             slices,
+            core_services,
         )
 
     def has_synced(self) -> bool:
@@ -105,7 +155,13 @@ class Catalog:
     def invalidate(self) -> None:
         self._table = None
 
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` on every event that `changed()` resolves on (it must not block or raise)."""
+        self._listeners.append(listener)
+
     def notify(self) -> None:
+        for listener in self._listeners:
+            listener()
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -125,6 +181,22 @@ class Catalog:
 
     def playgrounds(self) -> list[Obj]:
         return self._playgrounds.store.list()
+
+    def core_service(self, namespace: str, name: str) -> Obj | None:
+        """A core Service the manager made (compacted: ports and IP families), or None."""
+        return None if self._core_services is None else self._core_services.store.get(f"{namespace}/{name}")
+
+    def slices_of(self, namespace: str, service: str) -> list[Obj]:
+        """The cached (compacted) EndpointSlices of a core Service, the activator's included."""
+        return self._slices.store.by_index(BACKEND_INDEX, f"{namespace}/{service}")
+
+    def endpoint_slice(self, namespace: str, name: str) -> Obj | None:
+        """A cached (compacted) EndpointSlice by name, or None."""
+        return self._slices.store.get(f"{namespace}/{name}")
+
+    def activator_slices(self) -> list[Obj]:
+        """Every cached EndpointSlice labelled as the activator's, in any namespace."""
+        return self._slices.store.by_index(ACTIVATOR_INDEX, routes.ACTIVATOR_MANAGED_BY)
 
     def playgrounds_serving(self, model: str) -> list[Obj]:
         """The Playgrounds whose main model is `model`."""

@@ -12,6 +12,8 @@ Rules:
   not true. An absent `ready` means "unknown", which the EndpointSlice API asks consumers to treat as ready
   (the EndpointSlice controller always sets it). Its port is the slice's TCP port named `http` (the `-lb`
   Service's), else the slice's only TCP port; a slice without such a port has no usable endpoint.
+- The gateway's own activator slices (label `endpointslice.kubernetes.io/managed-by: llmaz-gateway.llmaz.io`, see
+  `activator`) are never a route: their endpoints are gateway pods, and routing to them would loop.
 - `/v1/models` lists every served model once, sorted, with `owned_by` and `created` from its OpenModel
   (`spec.ownedBy`, default "llmaz"; `spec.createdAt`, else the OpenModel's creationTimestamp, else 0). A
   model whose OpenModel is missing is listed too: it is routed (and answers 503 until it has endpoints).
@@ -19,7 +21,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,6 +34,10 @@ Obj = dict[str, Any]
 LB_SERVICE_SUFFIX = "-lb"
 # Set by the EndpointSlice controller on every slice of a Service (the informer selects on it).
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+# Who manages a slice: the EndpointSlice controller manages only its own (`endpointslice-controller.k8s.io`).
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+# The value on the slices llmaz-gateway's activator keeps for sleeping Playgrounds.
+ACTIVATOR_MANAGED_BY = "llmaz-gateway.llmaz.io"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -107,11 +113,20 @@ def slice_backend_key(obj: Obj) -> list[str]:
     return [f"{namespace}/{service}"] if isinstance(service, str) and isinstance(namespace, str) else []
 
 
-def compact_endpoint_slice(obj: Obj) -> Obj:
-    """An EndpointSlice reduced to what routing reads; slices of Services other than `-lb` keep only their key.
+def is_activator_slice(obj: Obj) -> bool:
+    """Whether an EndpointSlice is one of the activator's (its endpoints are gateway pods, never engines)."""
+    labels = _mapping(_mapping(obj.get("metadata")).get("labels"))
+    return labels.get(MANAGED_BY_LABEL) == ACTIVATOR_MANAGED_BY
+
+
+def compact_endpoint_slice(obj: Obj, keep: Collection[str] = ()) -> Obj:
+    """An EndpointSlice reduced to what the gateway reads; slices of other Services keep only their key.
 
     Used as the informer's transform: the gateway watches every Service's slices cluster-wide, and most of
-    them never matter to it.
+    them never matter to it. Kept: the ports, addresses and conditions of `-lb` slices (routing); for the
+    activator's own slices also their managed-by label, uid and address type (it deletes only its own, by uid);
+    for the slices of the Services in `keep` ("namespace/name": the gateway's own Service) also the address type
+    and node names (the activator copies them).
     """
     meta = _mapping(obj.get("metadata"))
     labels = _mapping(meta.get("labels"))
@@ -120,18 +135,30 @@ def compact_endpoint_slice(obj: Obj) -> Obj:
     if isinstance(service, str):
         compact_meta["labels"] = {SERVICE_NAME_LABEL: service}
     compact: Obj = {"metadata": compact_meta}
-    if not isinstance(service, str) or not service.endswith(LB_SERVICE_SUFFIX):
+    kept = isinstance(service, str) and f"{meta.get('namespace')}/{service}" in keep
+    if not isinstance(service, str) or not (service.endswith(LB_SERVICE_SUFFIX) or kept):
         return compact
+    if is_activator_slice(obj):
+        compact_meta["labels"][MANAGED_BY_LABEL] = ACTIVATOR_MANAGED_BY
+        compact_meta["uid"] = meta.get("uid")
+    if kept or is_activator_slice(obj):
+        compact["addressType"] = obj.get("addressType")
     compact["ports"] = [
         {key: port[key] for key in ("name", "port", "protocol") if key in port}
         for port in obj.get("ports") or []
         if isinstance(port, Mapping)
     ]
-    compact["endpoints"] = [
-        {"addresses": list(ep.get("addresses") or []), "conditions": dict(_mapping(ep.get("conditions")))}
-        for ep in obj.get("endpoints") or []
-        if isinstance(ep, Mapping)
-    ]
+    compact["endpoints"] = [_compact_endpoint(ep, kept) for ep in obj.get("endpoints") or [] if isinstance(ep, Mapping)]
+    return compact
+
+
+def _compact_endpoint(endpoint: Mapping[str, Any], with_node: bool) -> Obj:
+    compact: Obj = {
+        "addresses": list(endpoint.get("addresses") or []),
+        "conditions": dict(_mapping(endpoint.get("conditions"))),
+    }
+    if with_node and isinstance(endpoint.get("nodeName"), str):
+        compact["nodeName"] = endpoint["nodeName"]
     return compact
 
 
@@ -146,20 +173,23 @@ def _serving_port(slice_: Obj) -> int | None:
     return int(chosen[0]["port"]) if chosen else None
 
 
-def _is_ready(endpoint: Mapping[str, Any]) -> bool:
+def is_ready(endpoint: Mapping[str, Any]) -> bool:
+    """The endpoint has no `ready: false` and no `terminating: true` (an absent `ready` counts as ready)."""
     conditions = _mapping(endpoint.get("conditions"))
     return conditions.get("ready") is not False and conditions.get("terminating") is not True
 
 
 def ready_endpoints(slices: Iterable[Obj]) -> list[Endpoint]:
-    """The ready endpoints of a Service's slices, each once, sorted."""
+    """The ready endpoints of a Service's slices, each once, sorted; the activator's slices are skipped."""
     found: set[Endpoint] = set()
     for slice_ in slices:
+        if is_activator_slice(slice_):
+            continue
         port = _serving_port(slice_)
         if port is None:
             continue
         for endpoint in slice_.get("endpoints") or []:
-            if not isinstance(endpoint, Mapping) or not _is_ready(endpoint):
+            if not isinstance(endpoint, Mapping) or not is_ready(endpoint):
                 continue
             # Every address of one endpoint is the same pod (dual-stack slices are per family): take the first.
             addresses = [a for a in endpoint.get("addresses") or [] if isinstance(a, str) and a]

@@ -1,7 +1,10 @@
 """The gateway's HTTP server: OpenAI's `/v1` API in front of every model llmaz serves.
 
 Routes: `GET /v1/models`; `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings` (routed by model,
-see `body` and `routes`). Probes and metrics are served on their own ports (see `__main__`).
+see `body` and `routes`). Probes and metrics are served on their own ports (see `__main__`). The same
+application, middleware and all, also listens on the activator address when one is set: that is where the
+`-lb` activator's slices send direct clients of a sleeping Playground (`activator`), so they are authenticated,
+routed, woken, counted and drained exactly like the gateway's own clients.
 
 Invariants:
 - Every answer the gateway makes itself is an OpenAI error object (`errors`), whatever went wrong: a bad
@@ -81,6 +84,8 @@ class GatewayOptions:
     """Seconds for a request's whole body to arrive (408 after). Default 60."""
     drain_timeout: float = 30.0
     """Seconds in-flight requests may take to finish once the gateway is stopping. Default 30."""
+    activator_address: str | None = None
+    """A second address serving the same API, for the `-lb` activator's slices. Default: none."""
     proxy: ProxyOptions = field(default_factory=ProxyOptions)
     """How engines are called (timeouts, retries)."""
 
@@ -110,6 +115,7 @@ class Gateway:
             proxy_options = dataclasses.replace(proxy_options, forward_authorization=False)
         self.proxy = Proxy(balancer or LeastOutstanding(), self.metrics, proxy_options)
         self.port: int | None = None
+        self.activator_port: int | None = None
         self._serving = asyncio.Event()
         self._log = get_logger("llmaz.gateway")
 
@@ -140,11 +146,16 @@ class Gateway:
         )
         try:
             await runner.setup()
-            host, port = parse_bind_address(self.options.bind_address)
-            await web.TCPSite(runner, host, port).start()
-            self.port = runner.addresses[0][1]
+            self.port = await _listen(runner, self.options.bind_address)
+            if self.options.activator_address:
+                self.activator_port = await _listen(runner, self.options.activator_address)
             self._serving.set()
-            self._log.info("gateway serving", port=self.port, api_keys=self.api_keys is not None)
+            self._log.info(
+                "gateway serving",
+                port=self.port,
+                activator_port=self.activator_port,
+                api_keys=self.api_keys is not None,
+            )
             await stopping.wait()
             self._serving.clear()
             self._log.info("gateway draining", drain_timeout=self.options.drain_timeout)
@@ -239,3 +250,11 @@ class Gateway:
             attempts=exchange.attempts,
             seconds=round(now - exchange.started, 6),
         )
+
+
+async def _listen(runner: web.AppRunner, address: str) -> int:
+    """Serve the runner's application on one more address; the port it got."""
+    host, port = parse_bind_address(address)
+    before = len(runner.addresses)
+    await web.TCPSite(runner, host, port).start()
+    return int(runner.addresses[before][1])

@@ -35,6 +35,7 @@ from llmaz.runtime.client.errors import ApiError
 from llmaz.runtime.events import NORMAL, WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import allow
+from llmaz.runtime.resource import object_key
 
 RBAC_RULES = (
     allow(PLAYGROUNDS, "patch"),  # the last request time annotation
@@ -50,11 +51,6 @@ class WakeOptions:
     """Seconds a request is held while its model wakes (504 after). Default 300."""
     check_interval: float = 5.0
     """Seconds between idle checks. Default 5."""
-
-
-def _key(playground: Obj) -> str:
-    meta = playground.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 class Waker:
@@ -115,7 +111,7 @@ class Waker:
         return endpoints
 
     def _scale_up_once(self, playground: Obj, model: str) -> asyncio.Task[None]:
-        key = _key(playground)
+        key = object_key(playground)
         task = self._waking.get(key)
         if task is None or task.done():
             task = asyncio.create_task(self._scale_up(playground, model), name=f"wake {key}")
@@ -128,9 +124,9 @@ class Waker:
             if not await self._scale_if(playground, 0, 1):
                 return  # another replica (or a user) scaled it first
         except ApiError as err:
-            self._log.error("cannot scale up", playground=_key(playground), error=str(err))
+            self._log.error("cannot scale up", playground=object_key(playground), error=str(err))
             raise
-        self._log.info("scaled from zero", playground=_key(playground), model=model)
+        self._log.info("scaled from zero", playground=object_key(playground), model=model)
         self._recorder.event(
             playground, NORMAL, "ScaledFromZero", f"Scaled from 0 to 1 replica for a request for model {model}"
         )
@@ -142,7 +138,7 @@ class Waker:
         await self._client.patch(PLAYGROUNDS, meta["name"], scaletozero.touch_patch(self._now()), meta["namespace"])
 
     def _touch_soon(self, playground: Obj) -> None:
-        key = _key(playground)
+        key = object_key(playground)
         if key in self._touching and not self._touching[key].done():
             return
         self._touching[key] = asyncio.create_task(self._touch_quietly(playground), name=f"touch {key}")
@@ -151,7 +147,7 @@ class Waker:
         try:
             await self._touch(playground)
         except ApiError as err:
-            self._log.warning("cannot record the last request time", playground=_key(playground), error=str(err))
+            self._log.warning("cannot record the last request time", playground=object_key(playground), error=str(err))
 
     # Idle loop
 
@@ -186,9 +182,9 @@ class Waker:
             if not await self._scale_if(playground, current, 0):
                 return
         except ApiError as err:
-            self._log.warning("cannot scale to zero", playground=_key(playground), error=str(err))
+            self._log.warning("cannot scale to zero", playground=object_key(playground), error=str(err))
             return
-        self._log.info("scaled to zero", playground=_key(playground), idle_seconds=idle)
+        self._log.info("scaled to zero", playground=object_key(playground), idle_seconds=idle)
         self._recorder.event(
             playground, NORMAL, "ScaledToZero", f"Scaled from {current} to 0 replicas: no request for {idle:.0f}s"
         )
@@ -216,7 +212,7 @@ class Waker:
         try:
             return scaletozero.idle_after(playground)
         except ValueError as err:
-            key, message = _key(playground), str(err)
+            key, message = object_key(playground), str(err)
             if self._warned.get(key) != message:
                 self._warned[key] = message
                 self._log.warning("scale to zero is off for this Playground", playground=key, error=message)

@@ -68,3 +68,29 @@ def endpoint_slice(
             for address, ready, terminating in endpoints
         ],
     }
+
+
+def lb_service(
+    playground_name: str,
+    *ports: tuple[str, int],
+    namespace: str = NAMESPACE,
+    ip_families: tuple[str, ...] = ("IPv4",),
+) -> Obj:
+    """The core Service `<playground>-lb` the manager makes: by default one TCP port `http` 8080."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{playground_name}-lb",
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "llmaz"},
+        },
+        "spec": {
+            "ports": [
+                {"name": name, "port": port, "protocol": "TCP", "targetPort": port}
+                for name, port in (ports or (("http", 8080),))
+            ],
+            "selector": {"leaderworkerset.sigs.k8s.io/name": playground_name},
+            "ipFamilies": list(ip_families),
+        },
+    }

@@ -92,6 +92,8 @@ class GatewayProcess:
     api: str
     probe: str
     metrics: str
+    activator_port: int
+    """The activator listener's port (on 127.0.0.1), which the activator's EndpointSlices name."""
 
 
 async def _ready(gateway: GatewayProcess, session: aiohttp.ClientSession) -> bool:
@@ -120,9 +122,13 @@ def gateway_kubeconfig(control_plane: Cluster, namespace: str, tmp_path: Path) -
         admin.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}")
 
 
+# The gateway's own Service, as the activator is told (its slices are written by the test, in its namespace).
+GATEWAY_SERVICE = "llmaz-gateway"
+
+
 @pytest_asyncio.fixture
-async def gateway(gateway_kubeconfig: Path, tmp_path: Path) -> AsyncIterator[GatewayProcess]:
-    api, metrics, probe = free_loopback_ports(3)
+async def gateway(gateway_kubeconfig: Path, namespace: str, tmp_path: Path) -> AsyncIterator[GatewayProcess]:
+    api, metrics, probe, activator = free_loopback_ports(4)
     argv = [
         sys.executable,
         "-m",
@@ -131,6 +137,8 @@ async def gateway(gateway_kubeconfig: Path, tmp_path: Path) -> AsyncIterator[Gat
         f"--bind-address=127.0.0.1:{api}",
         f"--metrics-bind-address=127.0.0.1:{metrics}",
         f"--health-probe-bind-address=127.0.0.1:{probe}",
+        f"--activator-port={activator}",
+        f"--gateway-service={namespace}/{GATEWAY_SERVICE}",
         "--drain-timeout=20",
         f"--resolve={ENGINE_ADDRESS}=127.0.0.1",
         "--log-format=json",
@@ -139,7 +147,7 @@ async def gateway(gateway_kubeconfig: Path, tmp_path: Path) -> AsyncIterator[Gat
     process = ManagedProcess("llmaz-gateway", argv, tmp_path / "gateway.log")
     process.start()
     running = GatewayProcess(
-        process, f"http://127.0.0.1:{api}", f"http://127.0.0.1:{probe}", f"http://127.0.0.1:{metrics}"
+        process, f"http://127.0.0.1:{api}", f"http://127.0.0.1:{probe}", f"http://127.0.0.1:{metrics}", activator
     )
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:

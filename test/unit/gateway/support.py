@@ -33,6 +33,7 @@ from llmaz.testing.gateway_objects import NAMESPACE as NAMESPACE
 from llmaz.testing.gateway_objects import Obj as Obj
 from llmaz.testing.gateway_objects import endpoint_slice as endpoint_slice
 from llmaz.testing.gateway_objects import inference_service as inference_service
+from llmaz.testing.gateway_objects import lb_service as lb_service
 from llmaz.testing.gateway_objects import open_model as open_model
 from llmaz.testing.gateway_objects import playground as playground
 from llmaz.testing.informer import FakeInformer
@@ -154,18 +155,19 @@ def refused_endpoint() -> Iterator[Endpoint]:
 
 @dataclass
 class Cluster:
-    """The four informers the gateway reads, filled by the test."""
+    """The five informers the gateway reads, filled by the test."""
 
     playgrounds: FakeInformer = field(default_factory=FakeInformer)
     services: FakeInformer = field(default_factory=FakeInformer)
     open_models: FakeInformer = field(default_factory=FakeInformer)
     slices: FakeInformer = field(default_factory=FakeInformer)
+    core_services: FakeInformer = field(default_factory=FakeInformer)
 
     def catalog(self) -> Catalog:
-        return Catalog(self.playgrounds, self.services, self.open_models, self.slices)
+        return Catalog(self.playgrounds, self.services, self.open_models, self.slices, self.core_services)
 
     def synced(self) -> Cluster:
-        for informer in (self.playgrounds, self.services, self.open_models, self.slices):
+        for informer in (self.playgrounds, self.services, self.open_models, self.slices, self.core_services):
             informer.mark_synced()
         return self
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmaz.gateway.routes import Endpoint
 
-from .support import Cluster, endpoint_slice, inference_service, open_model, playground
+from .support import NAMESPACE, Cluster, endpoint_slice, inference_service, lb_service, open_model, playground
 
 
 def test_a_model_routes_to_the_ready_endpoints_of_its_lb_service_only() -> None:
@@ -57,12 +57,28 @@ def test_the_model_list_reads_the_open_models() -> None:
     }
 
 
-def test_the_catalog_is_synced_once_all_four_informers_are() -> None:
+def test_the_catalog_is_synced_once_all_five_informers_are() -> None:
     cluster = Cluster()
     catalog = cluster.catalog()
     cluster.playgrounds.mark_synced()
     cluster.services.mark_synced()
     cluster.open_models.mark_synced()
-    assert not catalog.has_synced()
     cluster.slices.mark_synced()
+    assert not catalog.has_synced()
+    cluster.core_services.mark_synced()
     assert catalog.has_synced()
+
+
+def test_listeners_hear_playground_slice_and_core_service_events_but_not_openmodel_ones() -> None:
+    cluster = Cluster()
+    catalog = cluster.catalog()
+    heard: list[int] = []
+    catalog.add_listener(lambda: heard.append(1))
+    cluster.open_models.add(open_model("m"))
+    assert heard == []
+    cluster.playgrounds.add(playground("p", "m"))
+    cluster.slices.add(endpoint_slice("p-lb-a", "p-lb", 8080, ("10.0.0.1", True, False)))
+    cluster.core_services.add(lb_service("p"))
+    assert len(heard) == 3
+    assert catalog.core_service(NAMESPACE, "p-lb") is not None
+    assert [s["metadata"]["name"] for s in catalog.slices_of(NAMESPACE, "p-lb")] == ["p-lb-a"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from llmaz.gateway.__main__ import gateway_options, main, parse_args
+from llmaz.gateway.__main__ import activator_port, gateway_options, main, parse_args
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +55,18 @@ def test_flags_map_to_the_gateway_options() -> None:
     assert gateway_options(parse_args([])).proxy.resolve == {}
 
 
+def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None:
+    default = parse_args([])
+    assert default.activator_port == 8001
+    assert default.gateway_service == "llmaz-system/llmaz-gateway"  # outside a cluster
+    assert gateway_options(default).activator_address == ":8001"
+    local = parse_args(["--bind-address=127.0.0.1:9000", "--activator-port=9001", "--gateway-service=gw/gw"])
+    assert (gateway_options(local).activator_address, local.gateway_service) == ("127.0.0.1:9001", "gw/gw")
+    assert gateway_options(parse_args(["--bind-address=[::1]:9000"])).activator_address == "[::1]:8001"
+    assert gateway_options(parse_args(["--activator-port=0"])).activator_address is None
+    assert activator_port(parse_args(["--scale-to-zero=false"])) == 0
+
+
 @pytest.mark.parametrize(
     "flag",
     [
@@ -64,6 +76,10 @@ def test_flags_map_to_the_gateway_options() -> None:
         "--upstream-retries=10",
         "--resolve=10.0.0.1",
         "--resolve==127.0.0.1",
+        "--activator-port=65536",
+        "--activator-port=-1",
+        "--gateway-service=llmaz-gateway",
+        "--gateway-service=ns/",
     ],
 )
 def test_nonsense_limits_are_refused_at_parse_time(flag: str) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from llmaz.gateway import activator
 from llmaz.gateway.__main__ import SHUTDOWN_MARGIN, parse_args
 from llmaz.gateway.catalog import RBAC_RULES, Catalog
 from llmaz.runtime import rbac
@@ -51,6 +52,7 @@ def test_the_deployment_runs_the_gateway_script_from_the_manager_image_with_real
     assert args.bind_address == f":{ports['http']}"
     assert args.metrics_bind_address == f":{ports['metrics']}"
     assert args.health_probe_bind_address == f":{ports['health']}"
+    assert args.activator_port == ports["activator"]
     assert gateway["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": ports["health"]}
     assert gateway["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": ports["health"]}
     pod = documents("gateway.yaml")["Deployment/gateway"]["spec"]["template"]["spec"]
@@ -114,10 +116,23 @@ def _watched() -> list[tuple[Resource, str | None]]:
 
 def test_the_role_grants_exactly_get_list_watch_on_what_the_gateway_watches() -> None:
     watched = _watched()
-    assert len(watched) == 4
+    assert len(watched) == 5
     for resource, namespace in watched:
         assert namespace is None
         for verb in rbac.READ:
             assert rbac.allows(RBAC_RULES, resource.group, resource.plural, verb, own_namespace=False)
     granted = {(r.api_group, plural, verb) for r in RBAC_RULES for plural in r.resources for verb in r.verbs}
     assert granted == {(r.group, r.plural, v) for r, _ in watched for v in rbac.READ}
+
+
+def test_the_role_lets_the_activator_write_endpointslices_and_nothing_else_new() -> None:
+    role = documents("role.yaml")["ClusterRole/gateway-role"]
+    slices = [r for r in role["rules"] if r["apiGroups"] == ["discovery.k8s.io"]]
+    assert slices == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": sorted(slices[0]["verbs"])}
+    ]
+    assert set(slices[0]["verbs"]) == {"get", "list", "watch", "create", "update", "delete"}
+    for verb in ("create", "update", "delete"):
+        assert rbac.allows(activator.RBAC_RULES, "discovery.k8s.io", "endpointslices", verb, own_namespace=False)
+    core = [r for r in role["rules"] if r["apiGroups"] == [""]]
+    assert core == [{"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]}]
