@@ -263,7 +263,7 @@ DEMO ?= true
 .PHONY: run
 run: install cluster-bins $(KUSTOMIZE) ## llmaz serving a model on a real node (else a local control plane), in the foreground.
 	@mode=$$($(PY) -m llmaz.envtest.devrun --probe --mode $(RUN_MODE)); \
-	if [ "$$mode" = node ]; then $(MAKE) --no-print-directory node-bins image-build; fi; \
+	if [ "$$mode" = node ]; then $(MAKE) --no-print-directory node-bins image-build IMAGES='$(RUN_IMAGES)'; fi; \
 	exec $(PY) -m llmaz.envtest.devrun --dir .dev --kustomize $(KUSTOMIZE) --mode $$mode $(if $(filter false,$(DEMO)),--no-demo)
 
 ##@ Deploy
@@ -273,11 +273,14 @@ docker-build: ## Build the manager image IMG and the model-loader image LOADER_I
 	$(CONTAINER_TOOL) build -t $(IMG) .
 	$(CONTAINER_TOOL) build -f Dockerfile.loader -t $(LOADER_IMG) .
 
-# Needs root: the packages (buildah, debootstrap; hack/node/packages.txt) install only when missing.
+# Needs root: the packages (buildah, debootstrap; hack/node/packages.txt) install only when missing. IMAGES names
+# some of hack/images/build.sh's images; `make run` builds only those it serves with (RUN_IMAGES).
+IMAGES ?= all
+RUN_IMAGES := manager loader pause llama-server
 .PHONY: image-build
-image-build: ## Build the manager, model-loader, pause and llama-server images with buildah (no Docker engine needed).
+image-build: ## Build the images with buildah (no Docker engine needed): manager, model loader, pause, llama-server, Prometheus and its operator.
 	@hack/node/install-packages.sh
-	@hack/images/build.sh all
+	@hack/images/build.sh $(IMAGES)
 
 .PHONY: docker-push
 docker-push: ## Push the manager image IMG and the model-loader image LOADER_IMG.

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kubectl and etcd from their Go modules and fetches the LeaderWorkerSet CRD; with --e2e
 # also the components of the e2e tier's simulated cluster: kube-controller-manager, kube-scheduler, kwok and the
-# LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy and CoreDNS.
+# LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy and CoreDNS; with
+# --prometheus only the Prometheus Operator and Prometheus that scrape llmaz there (hack/images/build.sh runs it).
 #
 # Usage: hack/cluster/build.sh            build what is missing, print the binary directory
 #        hack/cluster/build.sh --e2e      the same plus the e2e components
 #        hack/cluster/build.sh --node     the same plus kubelet, kube-proxy and CoreDNS
 #        hack/cluster/build.sh --print    print the binary directory only
+#        hack/cluster/build.sh --prometheus
+#                                         only the Prometheus Operator and Prometheus: build them if missing, print
+#                                         the operator's directory, then Prometheus's, one per line
 #
 # Invariants:
 # - Versions come only from the go.mod files next to this script (k8s.io/kubernetes in go.mod, etcd in
-#   etcd/go.mod, LWS in lws/go.mod, kwok in kwok/go.mod, CoreDNS in coredns/go.mod); the output directories are
-#   keyed by those versions: $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd), bin/kwok-<v>/kwok,
-#   bin/lws-<v>/lws-controller, bin/coredns-<v>/coredns.
+#   etcd/go.mod, LWS in lws/go.mod, kwok in kwok/go.mod, CoreDNS in coredns/go.mod, the Prometheus Operator in
+#   prometheus-operator/go.mod, Prometheus in prometheus/go.mod); the output directories are keyed by those
+#   versions: $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd), bin/kwok-<v>/kwok, bin/lws-<v>/lws-controller,
+#   bin/coredns-<v>/coredns, bin/prometheus-operator-<v>/{operator,prometheus-config-reloader,bundle.yaml},
+#   bin/prometheus-<upstream v>/prometheus.
 # - A binary appears under its final name only when complete (built into a scratch dir, then renamed), so an
 #   interrupted build is simply re-run. A lock serialises concurrent runs.
 # - Nothing is rebuilt when the binary exists, and no binary is built at all when KUBEBUILDER_ASSETS names a
@@ -32,20 +38,30 @@ etcd_version="$(module_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 lws_version="$(module_version "$here/lws/go.mod" sigs.k8s.io/lws)"
 kwok_version="$(module_version "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 coredns_version="$(module_version "$here/coredns/go.mod" github.com/coredns/coredns)"
+promop_module=github.com/prometheus-operator/prometheus-operator
+promop_version="$(module_version "$here/prometheus-operator/go.mod" "$promop_module")"
+prom_module_version="$(module_version "$here/prometheus/go.mod" github.com/prometheus/prometheus)"
+# Prometheus 3.x is tagged v0.3XX.Y as a Go module: v0.305.0 is v3.5.0.
+prom_minor="${prom_module_version#v0.}"
+prom_version="v${prom_minor:0:1}.$((10#${prom_minor:1:2})).${prom_minor#*.}"
 bin_dir="$cache/bin/k8s-$k8s_version"
 lws_crd_dir="$cache/crd/lws-$lws_version"
 kwok_bin="$cache/bin/kwok-$kwok_version/kwok"
 lws_bin="$cache/bin/lws-$lws_version/lws-controller"
 coredns_bin="$cache/bin/coredns-$coredns_version/coredns"
+promop_dir="$cache/bin/prometheus-operator-$promop_version"
+prom_dir="$cache/bin/prometheus-$prom_version"
 
 e2e=false
 node=false
+prom_only=false
 case "${1:-}" in
   --print) echo "$bin_dir"; exit 0 ;;
   --e2e) e2e=true ;;
   --node) e2e=true node=true ;;
+  --prometheus) prom_only=true ;;
   "") ;;
-  *) echo "usage: $0 [--e2e | --node | --print]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--e2e | --node | --print | --prometheus]" >&2; exit 2 ;;
 esac
 
 # k8s.io/kubernetes v1.X.Y pairs with staging modules v0.X.Y; a mismatch builds a franken-apiserver.
@@ -65,6 +81,38 @@ scratch="$(mktemp -d "$bin_dir/.build.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+
+# The operator and its config reloader (one `go build`: they share most packages), and the release's bundle.yaml:
+# its CRDs, the operator's RBAC, ServiceAccount, Deployment and Service, as the release installs them.
+build_prometheus_operator() {
+  [[ -x "$promop_dir/operator" && -x "$promop_dir/prometheus-config-reloader" && -f "$promop_dir/bundle.yaml" ]] &&
+    return
+  echo "building the Prometheus Operator $promop_version into $promop_dir (~4 min from nothing)" >&2
+  local module_dir
+  module_dir="$(cd "$here/prometheus-operator" && go mod download -json "$promop_module" |
+    awk -F'"' '$2 == "Dir" { print $4 }')"
+  (cd "$here/prometheus-operator" && go build -trimpath \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=${promop_version#v}" -o "$scratch/" \
+    "$promop_module/cmd/operator" "$promop_module/cmd/prometheus-config-reloader")
+  cp "$module_dir/bundle.yaml" "$scratch/bundle.yaml"
+  mkdir -p "$promop_dir"
+  mv "$scratch/operator" "$scratch/prometheus-config-reloader" "$scratch/bundle.yaml" "$promop_dir/"
+}
+build_prometheus() {
+  [[ -x "$prom_dir/prometheus" ]] && return
+  echo "building Prometheus $prom_version into $prom_dir (~4 min from nothing)" >&2
+  (cd "$here/prometheus" && go build -trimpath \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=${prom_version#v}" -o "$scratch/prometheus" \
+    github.com/prometheus/prometheus/cmd/prometheus)
+  mkdir -p "$prom_dir" && mv "$scratch/prometheus" "$prom_dir/prometheus"
+}
+if $prom_only; then
+  build_prometheus_operator
+  build_prometheus
+  echo "$promop_dir"
+  echo "$prom_dir"
+  exit 0
+fi
 minor="${k8s_version#v1.}"
 minor="${minor%%.*}"
 k8s_ldflags="-s -w"

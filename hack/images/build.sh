@@ -5,9 +5,12 @@
 #   loader        llmaz.local/model-loader:<tag>       from Dockerfile.loader (EXTRAS: $LOADER_EXTRAS, default loader)
 #   pause         llmaz.local/pause:<tag>              the pod sandbox's PID 1 (hack/images/pause), FROM scratch
 #   llama-server  llmaz.local/llama-server:<version>   /app/llama-server: the static binary of hack/llamacpp/build.sh
+#   prometheus, prometheus-operator, prometheus-config-reloader
+#                 llmaz.local/<name>:<version>          the static binaries of hack/cluster/build.sh --prometheus, FROM scratch
 # The Python images and llama-server sit on llmaz.local/base:<hash>: Debian bookworm with python3, from debootstrap.
 #
-# Usage: hack/images/build.sh [manager|loader|pause|llama-server|all]...     (no argument: all)
+# Usage: hack/images/build.sh [manager|loader|pause|llama-server|prometheus|prometheus-operator|
+#                              prometheus-config-reloader|all]...     (no argument: all)
 #   stdout: only the index path, $LLMAZ_CACHE/images/index.json, which maps each name built so far to
 #           {"image": "<reference>", "archive": "<path of its .oci.tar>"}
 #   stderr: progress; each build's own output goes to $LLMAZ_CACHE/images/logs/<name>.log
@@ -16,8 +19,9 @@
 # Invariants:
 # - Tags are content hashes. base: its package list, suite and recipe. manager, loader: what the build context lets in
 #   (pyproject.toml, README.md, src/ without bytecode caches), the Dockerfile, the base and the build recipe. pause:
-#   its Go sources and recipe. llama-server is tagged with its llama.cpp version, and its archive keyed by the binary,
-#   the base and the recipe. A change gives a new key; nothing whose archive exists for the current key is rebuilt or
+#   its Go sources and recipe. llama-server is tagged with its llama.cpp version, the Prometheus Operator's two images
+#   and prometheus with their releases; their archives are keyed by the binary, the base (llama-server) and the
+#   recipe. A change gives a new key; nothing whose archive exists for the current key is rebuilt or
 #   re-exported, and an image already in buildah's storage is exported without being rebuilt.
 # - An archive appears under its final name only when complete (written to a temporary name, then renamed), and the
 #   index is replaced atomically, so an interrupted run is simply re-run. A lock serialises concurrent runs. An
@@ -58,10 +62,12 @@ targets=()
 declare -A wanted=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all) names=(manager loader pause llama-server) ;;
-    manager | loader | pause | llama-server) names=("$arg") ;;
+    all) names=(manager loader pause llama-server prometheus prometheus-operator prometheus-config-reloader) ;;
+    manager | loader | pause | llama-server | prometheus | prometheus-operator | prometheus-config-reloader)
+      names=("$arg")
+      ;;
     *)
-      echo "usage: $0 [manager|loader|pause|llama-server|all]..." >&2
+      echo "usage: $0 [manager|loader|pause|llama-server|prometheus|prometheus-operator|prometheus-config-reloader|all]..." >&2
       exit 2
       ;;
   esac
@@ -268,21 +274,34 @@ context_tag() { # <dockerfile> [more key material...]
   } | short_hash
 }
 
+# A static binary alone in an otherwise empty image, its entrypoint, run as <user>. The tag may stay while the binary
+# under it changes: the previous image goes first (by both its names, or :latest would keep it).
+static_image() { # <ref> <binary> <path in the image> <user>
+  local c
+  bh rmi "$1" "${1%:*}:latest" >/dev/null 2>&1 || true
+  c="$(bh from --quiet scratch)"
+  containers+=("$c")
+  bh copy --quiet --chmod 0755 "$c" "$2" "$3" >/dev/null
+  bh config --os linux --arch "$arch" --entrypoint "[\"$3\"]" --user "$4" "$c"
+  bh commit --quiet --rm --format oci "$c" "$1" >/dev/null
+}
+
 build_pause() { # <ref>
   image_exists "$1" && return
-  local c start=$SECONDS
+  local start=$SECONDS
   command -v go >/dev/null || die "go not found: the pause image's binary is built from hack/images/pause"
   say "building pause image $1"
   # Static (no cgo), so it runs from an empty image; the local toolchain only, and no module downloads (stdlib only).
   (cd "$here/pause" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" GOTOOLCHAIN=local GOFLAGS=-buildvcs=false GOPROXY=off \
     go build -trimpath -ldflags "-s -w" -o "$scratch/pause" .)
-  c="$(bh from --quiet scratch)"
-  containers+=("$c")
-  bh copy --quiet "$c" "$scratch/pause" /pause >/dev/null
   # 65535: the user Kubernetes' own pause image runs as; nothing in the sandbox needs root.
-  bh config --os linux --arch "$arch" --entrypoint '["/pause"]' --user 65535:65535 "$c"
-  bh commit --quiet --rm --format oci "$c" "$1" >/dev/null
+  static_image "$1" "$scratch/pause" /pause 65535:65535
   say "built $1 in $((SECONDS - start)) s"
+}
+
+# The directories of the Prometheus Operator's binaries and of Prometheus's, one per line, built if missing.
+prometheus_dirs() {
+  "$repo/hack/cluster/build.sh" --prometheus | tail -n 2 || die "hack/cluster/build.sh --prometheus failed"
 }
 
 llama_binary() {
@@ -357,7 +376,8 @@ for name in "${targets[@]}"; do
       export_image loader "$ref" "$ref" python_image loader Dockerfile.loader "$ref" --build-arg "EXTRAS=$loader_extras"
       ;;
     pause)
-      ref="llmaz.local/pause:$({ files_digest "$here/pause" .; echo "$arch"; declare -f build_pause; } | short_hash)"
+      ref="llmaz.local/pause:$({ files_digest "$here/pause" .; echo "$arch"; declare -f build_pause static_image; } |
+        short_hash)"
       export_image pause "$ref" "$ref" build_pause "$ref"
       ;;
     llama-server)
@@ -372,6 +392,21 @@ for name in "${targets[@]}"; do
       key="$({ sha256sum <"$binary"; echo "$base_ref"; declare -f build_llama_server; } | short_hash)"
       export_image llama-server "llmaz.local/llama-server:$version" "$key" \
         build_llama_server "llmaz.local/llama-server:$version" "$binary"
+      ;;
+    prometheus | prometheus-operator | prometheus-config-reloader)
+      mapfile -t dirs < <(prometheus_dirs)
+      ((${#dirs[@]} == 2)) || die "hack/cluster/build.sh --prometheus printed no directories"
+      case "$name" in
+        prometheus) dir="${dirs[1]}" binary="${dirs[1]}/prometheus" ;;
+        prometheus-operator) dir="${dirs[0]}" binary="${dirs[0]}/operator" ;;
+        *) dir="${dirs[0]}" binary="${dirs[0]}/prometheus-config-reloader" ;;
+      esac
+      version="$(basename "$dir")"
+      version="v${version##*-v}"
+      key="$({ sha256sum <"$binary"; echo "$arch"; declare -f static_image; } | short_hash)"
+      # 65534 (nobody), as upstream's images: none writes anything but what its pod mounts.
+      export_image "$name" "llmaz.local/$name:$version" "$key" static_image "llmaz.local/$name:$version" "$binary" \
+        "/bin/${binary##*/}" 65534:65534
       ;;
   esac
 done

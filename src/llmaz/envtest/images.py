@@ -1,9 +1,9 @@
 """The project's container images as OCI archives, built without a Docker engine by `make image-build`.
 
 Invariants:
-- `hack/images/build.sh` writes `$LLMAZ_CACHE/images/index.json`, mapping each logical name (`manager`, `loader`,
-  `pause`, `llama-server`) to `{"image": "<reference>", "archive": "<path of an OCI archive>"}`; a cluster imports
-  the archive (`ctr -n k8s.io images import <archive>`), after which pods can run `image` with no registry.
+- `hack/images/build.sh` writes `$LLMAZ_CACHE/images/index.json`, mapping each logical name (`IMAGE_NAMES`) to
+  `{"image": "<reference>", "archive": "<path of an OCI archive>"}`; a cluster imports the archive
+  (`ctr -n k8s.io images import <archive>`), after which pods can run `image` with no registry.
 - Nothing here builds or imports: a name missing from the index, an index that cannot be read, or an archive that
   is gone is an AssetsMissingError naming the command that provides it.
 """
@@ -17,7 +17,15 @@ from pathlib import Path
 
 from llmaz.envtest._assets import AssetsMissingError, cache_root
 
-IMAGE_NAMES = ("manager", "loader", "pause", "llama-server")
+IMAGE_NAMES = (
+    "manager",
+    "loader",
+    "pause",
+    "llama-server",
+    "prometheus",
+    "prometheus-operator",
+    "prometheus-config-reloader",
+)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ def test_every_name_resolves_to_its_image_and_archive(images_dir: Path) -> None:
         "loader": "llmaz.local/model-loader:ba9876543210",
         "pause": "llmaz.local/pause:abcdefabcdef",
         "llama-server": "llmaz.local/llama-server:0.3.36",
+        "prometheus": "llmaz.local/prometheus:v2.42.0",
+        "prometheus-operator": "llmaz.local/prometheus-operator:v0.85.0",
+        "prometheus-config-reloader": "llmaz.local/prometheus-config-reloader:v0.85.0",
     }
     write_index(images_dir, refs)
 
