@@ -2,16 +2,19 @@
 
 Flavours: "python" (our CRDs, the default BackendRuntimes and the global ConfigMap, as `make dev-up`),
 "go" (the Go llmaz module's own CRDs, `bench/manifests/llmaz-go/common.yaml` and the vllm BackendRuntime in
-that version's API shape), and "plain" (only the built-in kinds and the LWS CRD). Every flavour gets the
-namespace `bench` for the workload.
+that version's API shape, read from its CRDs' schema: `args` or `recommendedConfigs`, `commands` or `command`),
+and "plain" (only the built-in kinds and the LWS CRD). Every flavour gets the namespace `bench` for the workload.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+
+import yaml
 
 from llmaz.envtest import ControlPlane
 from suite import procstat
@@ -31,10 +34,34 @@ def legacy_backend_api(crd_dir: Path) -> bool:
     return "recommendedConfigs:" not in (crd_dir / "inference.llmaz.io_backendruntimes.yaml").read_text()
 
 
+def backend_command_field(crd_dir: Path) -> str:
+    """The BackendRuntime field for the engine's command in these CRDs' schema: `commands` up to v0.1.3,
+    `command` from v0.1.4 on."""
+    crd = yaml.safe_load((crd_dir / "inference.llmaz.io_backendruntimes.yaml").read_text())
+    fields = {
+        name
+        for version in crd["spec"]["versions"]
+        for name in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    }
+    if "command" in fields and "commands" not in fields:
+        return "command"
+    if "commands" in fields:
+        return "commands"
+    raise ValueError(f"{crd_dir}: the BackendRuntime schema has neither `command` nor `commands`")
+
+
+def backend_manifest(template: Mapping[str, object], command_field: str) -> dict[str, object]:
+    """The bench's vllm BackendRuntime (written with `commands`) with its command under `command_field`."""
+    spec = dict(template["spec"])  # type: ignore[call-overload]
+    spec[command_field] = spec.pop("commands")
+    return {**template, "spec": spec}
+
+
 class BenchCluster:
     def __init__(self, flavour: str, go_crds: Path | None = None) -> None:
         crds = {"python": [REPO / "config" / "crd" / "bases"], "go": [go_crds] if go_crds else [], "plain": []}
         self.flavour = flavour
+        self.go_crds = go_crds
         self.legacy_api = flavour == "go" and go_crds is not None and legacy_backend_api(go_crds)
         self.plane = ControlPlane(crd_paths=[p for p in crds[flavour] if p is not None], start_timeout=120)
 
@@ -80,5 +107,8 @@ class BenchCluster:
         elif self.flavour == "go":
             manifests = BENCH_DIR / "manifests" / "llmaz-go"
             backend = manifests / ("backend-args.yaml" if self.legacy_api else "backend-recommended-configs.yaml")
-            self.plane.kubectl("apply", "--server-side", "-f", str(manifests / "common.yaml"), "-f", str(backend))
+            assert self.go_crds is not None
+            document = backend_manifest(yaml.safe_load(backend.read_text()), backend_command_field(self.go_crds))
+            self.plane.kubectl("apply", "--server-side", "-f", str(manifests / "common.yaml"))
+            self.plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(document))
         self.plane.kubectl("create", "namespace", NAMESPACE)
