@@ -8,8 +8,11 @@ sleeps) -> gateway pod's activator port -> engine pod.
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import subprocess
+import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -290,13 +293,33 @@ def direct_request(url: str, model: str) -> tuple[int, bytes]:
     )
 
 
+def asleep_behind_the_activator(
+    e2e: Environment, namespace: str, name: str, models: ModelNames, store: ObjectStore
+) -> tuple[str, str]:
+    """A sleeping Playground `name` whose `-lb` Service the activator's slice already serves: (model, its URL)."""
+    model = models.new(name)
+    asleep_playground(e2e, namespace, name, model, store)
+    eventually(lambda: names_the_gateway_pods(e2e, namespace, name), what=f"the activator slice of {name}-lb")
+    url = lb_url(e2e, namespace, name)
+    # kube-proxy programs the slice a moment after the API has it; until then a Service without endpoints refuses
+    # connections. A connection alone sends no request, so it wakes nothing.
+    eventually(lambda: accepts_connections(url), what=f"kube-proxy sending {name}-lb to the activator")
+    return model, url
+
+
+def accepts_connections(url: str) -> bool:
+    address = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection((address.hostname, address.port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def test_direct_clients_of_a_sleeping_lb_service_are_held_while_it_wakes_once_and_the_activator_slice_follows(
     e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
 ) -> None:
-    model = models.new("direct")
-    asleep_playground(e2e, namespace, "direct", model, object_store)
-    url = lb_url(e2e, namespace, "direct")
-    eventually(lambda: names_the_gateway_pods(e2e, namespace, "direct"), what="the activator slice of direct-lb")
+    model, url = asleep_behind_the_activator(e2e, namespace, "direct", models, object_store)
     assert e2e.ready_pods_of(namespace, "direct") == []
 
     with ThreadPoolExecutor(10) as pool:
@@ -323,10 +346,7 @@ def test_direct_clients_of_a_sleeping_lb_service_are_held_while_it_wakes_once_an
 def test_after_a_gateway_rollout_the_activator_slice_names_the_new_pods_and_a_direct_call_wakes_the_model(
     e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
 ) -> None:
-    model = models.new("rolled")
-    asleep_playground(e2e, namespace, "rolled", model, object_store)
-    url = lb_url(e2e, namespace, "rolled")
-    eventually(lambda: names_the_gateway_pods(e2e, namespace, "rolled"), what="the activator slice of rolled-lb")
+    model, url = asleep_behind_the_activator(e2e, namespace, "rolled", models, object_store)
     before = set(gateway_pod_ips(e2e))
 
     e2e.kubectl("rollout", "restart", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE)
@@ -337,7 +357,16 @@ def test_after_a_gateway_rollout_the_activator_slice_names_the_new_pods_and_a_di
         return bool(pods) and not before & set(pods) and activator_addresses(e2e, namespace, "rolled") == pods
 
     eventually(names_only_new_pods, what="the activator slice naming the new gateway pods only")
-    status, body = direct_request(url, model)
+
+    def answered() -> tuple[int, bytes] | None:
+        # Right after a rollout kube-proxy may still send a new connection to an old gateway pod that is shutting
+        # down, as for any Service: that connection is closed before any answer, and a client tries again.
+        try:
+            return direct_request(url, model)
+        except (http.client.RemoteDisconnected, ConnectionResetError):
+            return None
+
+    status, body = eventually(answered, within=60, what="a direct request answered after the gateway rollout")
     assert status == 200, body[:300]
     woken = gateway_events(e2e, namespace, "rolled", "ScaledFromZero")
     assert len(woken) == 1, woken
