@@ -22,7 +22,7 @@ import pytest
 
 from llmaz.envtest.objectstore import ObjectStore
 
-from .serving import BUCKET, KEY, credentials, serve_chat, served, tiny_llama
+from .serving import BUCKET, KEY, credentials, lb_url, serve_chat, served, tiny_llama
 from .support import Environment, ModelNames, chat_request, eventually, http_request, pod_ready
 
 pytestmark = pytest.mark.tier("node")
@@ -222,17 +222,8 @@ def test_a_sleeping_model_wakes_once_for_ten_concurrent_first_requests_and_sleep
     assert listed
     assert e2e.ready_pods_of(namespace, "sleepy") == []
 
-    def first_request(_: int) -> tuple[int, bytes]:
-        return http_request(
-            f"{gateway_url(e2e)}/chat/completions",
-            method="POST",
-            body=chat_request(model),
-            headers={"Content-Type": "application/json"},
-            timeout=240,
-        )
-
     with ThreadPoolExecutor(10) as pool:
-        answers = list(pool.map(first_request, range(10)))
+        answers = list(pool.map(lambda _: held_chat(gateway_url(e2e), model), range(10)))
     assert [status for status, _ in answers] == [200] * 10, [body[:300] for _, body in answers]
     assert e2e.must_get("playgrounds", "sleepy", namespace)["spec"]["replicas"] == 1
     woken = gateway_events(e2e, namespace, "sleepy", "ScaledFromZero")
@@ -256,10 +247,9 @@ def asleep_playground(e2e: Environment, namespace: str, name: str, model: str, s
     e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), sleeping], namespace)
 
 
-def lb_url(e2e: Environment, namespace: str, playground: str) -> str:
-    """The Playground's own Service, by ClusterIP: what a client that bypasses the gateway calls."""
-    ip = eventually(lambda: (e2e.get("services", f"{playground}-lb", namespace) or {}).get("spec", {}).get("clusterIP"))
-    return f"http://{ip}:8080/v1"
+def lb_api_url(e2e: Environment, namespace: str, playground: str) -> str:
+    """The OpenAI API of the Playground's own Service, by ClusterIP: what a client that bypasses the gateway calls."""
+    return f"{lb_url(e2e, namespace, playground)}/v1"
 
 
 def gateway_pod_ips(e2e: Environment) -> list[str]:
@@ -283,7 +273,8 @@ def names_the_gateway_pods(e2e: Environment, namespace: str, playground: str) ->
     return bool(pods) and activator_addresses(e2e, namespace, playground) == pods
 
 
-def direct_request(url: str, model: str) -> tuple[int, bytes]:
+def held_chat(url: str, model: str) -> tuple[int, bytes]:
+    """A chat request to the OpenAI API at `url`, given time to be held while its model wakes."""
     return http_request(
         f"{url}/chat/completions",
         method="POST",
@@ -300,7 +291,7 @@ def asleep_behind_the_activator(
     model = models.new(name)
     asleep_playground(e2e, namespace, name, model, store)
     eventually(lambda: names_the_gateway_pods(e2e, namespace, name), what=f"the activator slice of {name}-lb")
-    url = lb_url(e2e, namespace, name)
+    url = lb_api_url(e2e, namespace, name)
     # kube-proxy programs the slice a moment after the API has it; until then a Service without endpoints refuses
     # connections. A connection alone sends no request, so it wakes nothing.
     eventually(lambda: accepts_connections(url), what=f"kube-proxy sending {name}-lb to the activator")
@@ -323,7 +314,7 @@ def test_direct_clients_of_a_sleeping_lb_service_are_held_while_it_wakes_once_an
     assert e2e.ready_pods_of(namespace, "direct") == []
 
     with ThreadPoolExecutor(10) as pool:
-        answers = list(pool.map(lambda _: direct_request(url, model), range(10)))
+        answers = list(pool.map(lambda _: held_chat(url, model), range(10)))
     assert [status for status, _ in answers] == [200] * 10, [body[:300] for _, body in answers]
     assert e2e.must_get("playgrounds", "direct", namespace)["spec"]["replicas"] == 1
     woken = gateway_events(e2e, namespace, "direct", "ScaledFromZero")
@@ -362,7 +353,7 @@ def test_after_a_gateway_rollout_the_activator_slice_names_the_new_pods_and_a_di
         # Right after a rollout kube-proxy may still send a new connection to an old gateway pod that is shutting
         # down, as for any Service: that connection is closed before any answer, and a client tries again.
         try:
-            return direct_request(url, model)
+            return held_chat(url, model)
         except (http.client.RemoteDisconnected, ConnectionResetError):
             return None
 
