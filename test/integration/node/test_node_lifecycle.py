@@ -74,7 +74,12 @@ class Driver:
 
 @pytest.fixture
 def clean_host() -> Iterator[dict[str, object]]:
-    """The host before the test; afterwards every driver the test started is stopped and leftovers cleaned."""
+    """The host before the test; afterwards every driver the test started is stopped and leftovers cleaned.
+
+    A node killed with its machine (no reaper survives that) leaves its state directory behind; the next node
+    removes it, so it is cleaned first to make the comparison about this test's node only.
+    """
+    subprocess.run([sys.executable, "-m", "llmaz.envtest.node", "clean"], capture_output=True, check=False)
     before = host_snapshot()
     assert not before["bridge"], f"a node is already running here: {before}"
     assert not before["processes"], f"a node is already running here: {before}"
