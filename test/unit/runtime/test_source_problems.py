@@ -111,7 +111,7 @@ async def test_the_manager_waits_past_the_sync_deadline_for_a_resource_not_serve
             client, ManagerOptions(health_probe_bind_address="127.0.0.1:0", cache_sync_timeout=0.01, clock=clock)
         )
         manager.informers.add_fix_hint(WIDGETS, NOT_SERVED, FIX)
-        manager.informers.informer_for(WIDGETS)
+        informer = manager.informers.informer_for(WIDGETS)
         started = asyncio.Event()
 
         class Controller:
@@ -131,6 +131,8 @@ async def test_the_manager_waits_past_the_sync_deadline_for_a_resource_not_serve
                 async with session.get(f"http://127.0.0.1:{manager.health.port}/readyz?verbose") as resp:
                     return resp.status, await resp.text()
 
+            # The sync deadline is on the fake clock: it passes only once the first list has failed.
+            await eventually(lambda: informer.problem is not None, within=30, what="the first failed list")
             await eventually(stepping(clock, lambda: api.lists() >= 2), within=30, what="two failed lists")
             status, text = await readyz()
             assert status == 500

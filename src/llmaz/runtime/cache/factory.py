@@ -153,9 +153,13 @@ class SharedInformerFactory:
         waiting = [i for i in self._informers.values() if not i.has_synced()]
         if not waiting:
             return
-        futures = [asyncio.ensure_future(i.wait_for_sync()) for i in waiting]
+        pending = {asyncio.ensure_future(i.wait_for_sync()) for i in waiting}
+        # The deadline runs on the factory's clock, as the reflectors' backoffs do, so one clock orders both.
+        deadline = asyncio.ensure_future(self._clock.sleep(deadline_seconds))
         try:
-            _, pending = await asyncio.wait(futures, timeout=deadline_seconds)
+            while pending and not deadline.done():
+                _, pending = await asyncio.wait(pending | {deadline}, return_when=asyncio.FIRST_COMPLETED)
+                pending.discard(deadline)
             stuck = sorted(i.name for i in waiting if not i.has_synced() and i.problem is None)
             if stuck:
                 raise CacheSyncTimeoutError(
@@ -164,8 +168,8 @@ class SharedInformerFactory:
             if pending:
                 await asyncio.wait(pending)
         finally:
-            for fut in futures:
-                fut.cancel()
+            for future in (*pending, deadline):
+                future.cancel()
 
     async def run(self, stopping: asyncio.Event) -> None:
         self._running = True
