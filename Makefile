@@ -222,7 +222,7 @@ $(BENCH_STAMP): pyproject.toml | $(INSTALL_STAMP)
 	@touch $@
 
 .PHONY: bench
-bench: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Python vs Go llmaz benchmarks, serving on the real node (~55 min; BENCH_* knobs in bench/README.md).
+bench: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Python vs Go llmaz benchmarks, serving on the real node (~75 min; BENCH_* knobs in bench/README.md).
 	$(PY) bench/run.py
 
 .PHONY: bench-quick
@@ -236,6 +236,10 @@ bench-runtime: install $(BENCH_STAMP) cluster-bins ## Runtime alone: no-op recon
 .PHONY: bench-memory
 bench-memory: install $(BENCH_STAMP) cluster-bins ## Manager RSS with 10k unrelated Services, HPAs and LWS each vs none.
 	BENCH_SCENARIOS=memory $(PY) bench/run.py
+
+.PHONY: bench-growth
+bench-growth: install $(BENCH_STAMP) cluster-bins ## Cost per Playground at N = 100, 1,000, 10,000, and cold starts over N.
+	BENCH_SCENARIOS=growth $(PY) bench/run.py
 
 .PHONY: bench-gateway
 bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream.

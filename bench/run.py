@@ -32,6 +32,7 @@ from suite import (
     controllers_bench,
     gateway_bench,
     golang,
+    growth_bench,
     limit_bench,
     memory_bench,
     report,
@@ -188,6 +189,17 @@ def gateway(suite: Suite) -> None:
         suite.record("gateway", {"subject": "python", "rep": rep}, run)
 
 
+def growth(suite: Suite, go: golang.GoLlmaz | None) -> None:
+    s = suite.settings
+    for n in s.growth_sizes:
+        for name in s.growth_subjects:
+            if name == "go" and go is None:
+                continue
+            run = partial(growth_bench.run_once, s, name, n, go.binary if go else None, go.crd_dir if go else None,
+                          suite.log_dir)  # fmt: skip
+            suite.record("growth", {"subject": name, "n": n}, run)
+
+
 def main() -> None:
     settings = Settings.from_env()
     if "--report-only" in sys.argv:  # redraw summary.md and the plots from an earlier (or running) raw.json
@@ -195,7 +207,9 @@ def main() -> None:
         return
     suite = Suite(settings)
     created_cert_dir = not GO_CERT_DIR.exists()
-    needs_go = {"controllers", "runtime", "admission"} & set(settings.scenarios)
+    needs_go = {"controllers", "runtime", "admission"} & set(settings.scenarios) or (
+        "growth" in settings.scenarios and "go" in settings.growth_subjects
+    )
     go, noop = go_subjects(suite) if needs_go else (None, None)
     try:
         if "controllers" in settings.scenarios:
@@ -214,6 +228,8 @@ def main() -> None:
             memory(suite)
         if "gateway" in settings.scenarios:
             gateway(suite)
+        if "growth" in settings.scenarios:
+            growth(suite, go)
     finally:
         suite.save()
         if created_cert_dir:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from llmaz.runtime.client import Client
-from suite import workload
+from suite import flamegraph, workload
 from suite.cluster import BenchCluster
 from suite.requests import Snapshot, total_writes
 from suite.settings import Settings
@@ -73,21 +73,24 @@ async def phase(
     return probe.finish(issue_seconds=issue_seconds, failures=failures)
 
 
-async def measure(settings: Settings, subject: Subject, cluster: BenchCluster, n: int, full: bool) -> dict[str, Any]:
+async def measure(
+    settings: Settings, subject: Subject, cluster: BenchCluster, n: int, full: bool, within: float | None = None
+) -> dict[str, Any]:
     client = await Client.from_kubeconfig(cluster.kubeconfig, qps=0)
     tracker = Tracker(client)
     try:
         await tracker.start()
         tracker.mark()
-        t = settings.timeout
+        t = within or settings.timeout
         result: dict[str, Any] = {}
-        result["converge"] = await phase(
-            subject, cluster, lambda: workload.create_playgrounds(client, n, cluster.legacy_api), tracker,
-            lambda c: min(c["services"], c["lws"], c["playground_progressing"]) >= n, t)  # fmt: skip
-        names = [workload.playground_name(i) for i in range(n)]
-        result["available"] = await phase(
-            subject, cluster, lambda: workload.mark_lws_available(client, names), tracker,
-            lambda c: c["playground_available"] >= n, t)  # fmt: skip
+        with profiled(subject, settings.results_dir / f"profile-converge-{subject.name}-{n}.txt"):
+            result["converge"] = await phase(
+                subject, cluster, lambda: workload.create_playgrounds(client, n, cluster.legacy_api), tracker,
+                lambda c: min(c["services"], c["lws"], c["playground_progressing"]) >= n, t)  # fmt: skip
+            names = [workload.playground_name(i) for i in range(n)]
+            result["available"] = await phase(
+                subject, cluster, lambda: workload.mark_lws_available(client, names), tracker,
+                lambda c: c["playground_available"] >= n, t)  # fmt: skip
         result["timelines"] = tracker.timelines
         if subject.name == "python":
             await capture_templates(client, settings.results_dir / "templates.json")
@@ -116,7 +119,8 @@ async def steady_and_churn(
 
 @contextlib.contextmanager
 def profiled(subject: Subject, out: Path) -> Iterator[None]:
-    """With BENCH_PROFILE=1, py-spy samples our manager for the duration (raw collapsed stacks in `out`)."""
+    """With BENCH_PROFILE=1, py-spy samples our manager for the duration: raw collapsed stacks in `out`, and
+    their flame graph beside it (`.png`)."""
     if os.environ.get("BENCH_PROFILE") != "1" or subject.name != "python":
         yield
         return
@@ -129,6 +133,8 @@ def profiled(subject: Subject, out: Path) -> Iterator[None]:
     finally:
         recorder.send_signal(signal.SIGINT)
         recorder.wait(timeout=60)
+        if out.exists():
+            flamegraph.render(out, out.with_suffix(".png"), f"{subject.name} manager, {out.stem}")
 
 
 def run_once(settings: Settings, name: str, n: int, full: bool, go_binary: Path | None, go_crds: Path | None,

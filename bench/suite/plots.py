@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from suite.report import CONTROLLER_ROWS, RUNTIME_ROWS, runs
+from suite.report import CONTROLLER_ROWS, GROWTH_PER_OBJECT, RUNTIME_ROWS, growth_runs, runs
 
 COLORS = {"python": "tab:blue", "go": "tab:orange"}
 
@@ -79,6 +79,33 @@ def admission_bars(results: dict[str, Any], out: Path) -> Path | None:
     return bars("Admission latency, ms (median, min-max)", labels, series, out / "admission.png")
 
 
+def growth(results: dict[str, Any], out: Path) -> Path | None:
+    """Cost per Playground against N, log-log: flat lines are linear total cost."""
+    series = {s: growth_runs(results, s) for s in ("python", "go")}
+    if not any(series.values()):
+        return None
+    fig, axes = plt.subplots(1, len(GROWTH_PER_OBJECT), figsize=(3.6 * len(GROWTH_PER_OBJECT), 3.8))
+    sizes = sorted({n for by_n in series.values() for n in by_n})
+    for ax, (label, key) in zip(axes, GROWTH_PER_OBJECT, strict=True):
+        values: list[float] = []
+        for subject, by_n in series.items():
+            points = [(n, statistics.median([r["per_object"][key] for r in rs])) for n, rs in by_n.items()]
+            points = [(n, v) for n, v in points if v > 0]
+            values += [v for _, v in points]
+            if points:
+                ax.plot([n for n, _ in points], [v for _, v in points], "o-", color=COLORS[subject], label=subject)
+        ax.set(xscale="log", yscale="log", xlabel="N Playgrounds", title=f"{label} per Playground")
+        # A decade of room below and above, so that noise does not look like growth.
+        if values:
+            ax.set_ylim(min(values) / 10, max(values) * 10)
+        ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+        ax.minorticks_off()
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=8)
+    fig.suptitle("Growth: cost per Playground against N (log-log; flat = linear)")
+    return _save(fig, out / "growth.png")
+
+
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -87,5 +114,5 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def draw(results: dict[str, Any], out: Path) -> list[Path]:
-    drawn = [f(results, out) for f in (timeline, controller_bars, runtime_bars, admission_bars)]
+    drawn = [f(results, out) for f in (timeline, controller_bars, runtime_bars, admission_bars, growth)]
     return [p for p in drawn if p is not None]

@@ -248,6 +248,47 @@ def gateway_section(results: dict[str, Any]) -> list[str]:
             *memory]  # fmt: skip
 
 
+GROWTH_PER_OBJECT = (("wall ms", "wall_ms"), ("manager CPU ms", "cpu_ms"), ("API requests", "requests"),
+                     ("API writes", "writes"), ("peak RSS above start-up KB", "rss_kb"))  # fmt: skip
+
+
+def growth_runs(results: dict[str, Any], subject: str) -> dict[int, list[dict[str, Any]]]:
+    """The growth scenario's runs of one subject, by N."""
+    by_n: dict[int, list[dict[str, Any]]] = {}
+    for e in results["runs"]:
+        if e["scenario"] == "growth" and e.get("subject") == subject and "result" in e:
+            by_n.setdefault(e["n"], []).append(e["result"])
+    return dict(sorted(by_n.items()))
+
+
+def growth_section(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for subject in ("python", "go"):
+        by_n = growth_runs(results, subject)
+        if not by_n:
+            continue
+        columns = ["N", "runs", "total wall s", *(f"{label} / Playground" for label, _ in GROWTH_PER_OBJECT)]
+        table = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+        for n, rs in by_n.items():
+            total = cell(summary([r["converge"]["seconds"] + r["available"]["seconds"] for r in rs]))
+            per = [cell(summary([r["per_object"][key] for r in rs])) for _, key in GROWTH_PER_OBJECT]
+            table.append(f"| {n} | {len(rs)} | {total} | " + " | ".join(per) + " |")
+        lines += ["", f"### Growth: cost per Playground as N grows ({subject})", "", *table]
+        cold = {n: [r["cold"] for r in rs if "cold" in r] for n, rs in by_n.items()}
+        if any(cold.values()):
+            rows = ["| N | s to every object reconciled | ms / Playground | manager CPU s | writes | RSS above "
+                    "start-up KB / Playground |", "|---|---|---|---|---|---|"]  # fmt: skip
+            for n, cs in cold.items():
+                if cs:
+                    values = [summary([c["seconds"] for c in cs]), summary([1000 * c["seconds"] / n for c in cs]),
+                              summary([c["cpu_seconds"] for c in cs]), summary([c["writes"] for c in cs]),
+                              summary([c["rss_kb_per_object"] for c in cs])]  # fmt: skip
+                    rows.append(f"| {n} | " + " | ".join(cell(v) for v in values) + " |")
+            lines += ["", f"### Cold start over N converged Playgrounds ({subject}): list, cache fill, one reconcile "
+                      "each", "", *rows]  # fmt: skip
+    return lines
+
+
 def failures_section(results: dict[str, Any]) -> list[str]:
     failed = [e for e in results["runs"] if "error" in e]
     if not failed:
@@ -272,7 +313,7 @@ def write(results: dict[str, Any], out: Path) -> str:
               *go_section(results)]  # fmt: skip
     body = [*controllers_section(results), *runtime_section(results), *admission_section(results),
             *limit_section(results), *loader_section(results), *serving_section(results), *memory_section(results),
-            *gateway_section(results),
+            *gateway_section(results), *growth_section(results),
             *targets.section(results),
             *failures_section(results)]  # fmt: skip
     text = "\n".join([*header, *body]) + "\n"

@@ -12,7 +12,9 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO = BENCH_DIR.parent
-ALL_SCENARIOS = ("controllers", "runtime", "admission", "limit", "loader", "serving", "memory", "gateway")
+ALL_SCENARIOS = (
+    "controllers", "runtime", "admission", "limit", "loader", "serving", "memory", "gateway", "growth",
+)  # fmt: skip
 
 
 def _cache_dir() -> Path:
@@ -49,8 +51,8 @@ class Settings:
     timeout: float
     """BENCH_TIMEOUT: seconds a phase may take before the run is recorded as timed out (full: 900)."""
     scenarios: tuple[str, ...]
-    """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, memory, gateway (default:
-    all; serving needs root and the node tier's binaries and images)."""
+    """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, memory, gateway, growth
+    (default: all; serving needs root and the node tier's binaries and images)."""
     subjects: tuple[str, ...]
     """BENCH_SUBJECTS: subset of python, go (default: both)."""
     loader_megabytes: int
@@ -69,6 +71,11 @@ class Settings:
     gateway_streams: int
     """BENCH_GATEWAY_STREAMS: streams held open through the gateway for its memory per stream (full: 500; quick:
     100)."""
+    growth_sizes: tuple[int, ...]
+    """BENCH_GROWTH_SIZES: Playground counts for the growth scenario (full: 100 1000 10000; quick: 20 200)."""
+    growth_subjects: tuple[str, ...]
+    """BENCH_GROWTH_SUBJECTS: subset of python, go for the growth scenario (default: python; Go's run at 10,000
+    takes about twice ours, and only ours has the cold start)."""
     max_concurrent_reconciles: int
     """BENCH_MCR: --max-concurrent-reconciles for our manager (the Go manager has no flag: 1 worker)."""
     results_dir: Path
@@ -99,6 +106,8 @@ class Settings:
             gateway_blocks=_int("BENCH_GATEWAY_BLOCKS", 2 if quick else 4),
             gateway_block_seconds=_float("BENCH_GATEWAY_BLOCK_SECONDS", 60),
             gateway_streams=_int("BENCH_GATEWAY_STREAMS", 100 if quick else 500),
+            growth_sizes=_ints("BENCH_GROWTH_SIZES", "20 200" if quick else "100 1000 10000"),
+            growth_subjects=tuple(os.environ.get("BENCH_GROWTH_SUBJECTS", "python").replace(",", " ").split()),
             max_concurrent_reconciles=_int("BENCH_MCR", 1),
             results_dir=Path(os.environ.get("BENCH_RESULTS", BENCH_DIR / "results")),
             cache_dir=_cache_dir(),

@@ -92,16 +92,31 @@ def manager(
     return Subject(name, argv, env, log_dir / "go-manager.log")
 
 
-def full_gc_pauses(subject: Subject) -> dict[str, float] | None:
-    """Our manager's full garbage collections so far: how many, and the seconds they stopped it for."""
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def metric_samples(subject: Subject) -> Samples | None:
+    """Our manager's metrics now, by sample name and labels; None while it does not serve them yet."""
     if subject.metrics_url is None:
         return None
-    with urllib.request.urlopen(subject.metrics_url, timeout=10) as resp:
-        text = resp.read().decode()
-    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    try:
+        with urllib.request.urlopen(subject.metrics_url, timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    return {(s.name, frozenset(s.labels.items())): s.value for f in text_string_to_metric_families(text)
+            for s in f.samples}  # fmt: skip
+
+
+def full_gc_pauses(subject: Subject) -> dict[str, float] | None:
+    """Our manager's full garbage collections so far: how many, and the seconds they stopped it for."""
+    samples = metric_samples(subject)
+    if samples is None:
+        return None
+    values = {name: value for (name, _), value in samples.items()}
     return {
-        "full_collections": samples["python_gc_full_collection_duration_seconds_count"],
-        "full_collection_seconds": samples["python_gc_full_collection_duration_seconds_sum"],
+        "full_collections": values["python_gc_full_collection_duration_seconds_count"],
+        "full_collection_seconds": values["python_gc_full_collection_duration_seconds_sum"],
     }
 
 
