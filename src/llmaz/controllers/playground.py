@@ -14,7 +14,9 @@ One reconcile (llmaz's algorithm, with its defects fixed):
    the OpenModel and BackendRuntime watches wake exactly the Playgrounds that use them.
 5. An HPA of the same name that this Playground does not control, while one is wanted -> the same as 3.
 6. Apply the desired Service and HPA (only when they differ from the live objects); delete an HPA we own that is
-   no longer wanted.
+   no longer wanted. The Service carries the global `scheduler-name` from its creation on (or the name it already
+   has), so the Service controller has no name to persist with a second write. An `Applied` Event marks the
+   Service's creation; updates are seen in the Service itself, and N Playgrounds changed cost no N Events.
 7. Compute the status from the Service as it now is (including why its pods are not ready, mirrored from the
    Service's `Progressing` message) and write it when it changed; a new finding is also a Warning Event.
 """
@@ -40,6 +42,7 @@ from llmaz.controllers.builders import (
     ownership_conflict,
     playground_model_refs,
     playground_status,
+    service_scheduler_name,
 )
 from llmaz.controllers.common import (
     apply_if_changed,
@@ -59,6 +62,7 @@ from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import WARNING, EventRecorder
 from llmaz.runtime.rbac import allow
+from llmaz.settings import SettingsHolder
 
 RBAC_RULES = (
     allow(r.PLAYGROUNDS, "update", subresource="status"),
@@ -77,10 +81,18 @@ _SERVICE_KIND = kind_label(Service.GROUP, Service.KIND)
 
 
 class PlaygroundReconciler:
-    def __init__(self, client: Client, informers: SharedInformerFactory, events: EventRecorder, clock: Clock) -> None:
+    def __init__(
+        self,
+        client: Client,
+        informers: SharedInformerFactory,
+        events: EventRecorder,
+        clock: Clock,
+        settings: SettingsHolder | None = None,
+    ) -> None:
         self._client = client
         self._events = events
         self._clock = clock
+        self._settings = settings or SettingsHolder()
         self._playgrounds = informers.informer_for(r.PLAYGROUNDS).store
         self._services = informers.informer_for(r.INFERENCE_SERVICES).store
         self._models = informers.informer_for(r.OPEN_MODELS).store
@@ -106,7 +118,7 @@ class PlaygroundReconciler:
             await self._abort(obj, playground, ChildConflictError(playground, [conflict], c.MESSAGE_SERVICE_CONFLICT))
             return Result(requeue=True)  # also woken by the Service watch, which maps by name
         try:
-            desired_service, desired_hpa = self._desired(playground)
+            desired_service, desired_hpa = self._desired(playground, service)
         except BuildError as err:
             await self._abort(obj, playground, err)
             return Result()
@@ -119,8 +131,9 @@ class PlaygroundReconciler:
         if conflict is not None:
             await self._abort(obj, playground, ChildConflictError(playground, [conflict]))
             return Result(requeue=True)  # also woken by the HPA watch, which maps by name
+        created = service is None
         service, written = await apply_if_changed(self._client, r.INFERENCE_SERVICES, desired_service, service)
-        if written:
+        if written and created:
             self._events.event(obj, "Normal", "Applied", f"Applied inference Service {request.key}")
         await self._reconcile_hpa(request, playground, desired_hpa, live_hpa)
         status = playground_status(playground, Service.from_dict(service), self._clock.wall())
@@ -128,13 +141,16 @@ class PlaygroundReconciler:
             record_new_finding(self._events, obj, status)
         return Result()
 
-    def _desired(self, playground: Playground) -> tuple[Obj, Obj | None]:
+    def _desired(self, playground: Playground, live_service: Obj | None) -> tuple[Obj, Obj | None]:
         models = fetch_models(self._models, playground_model_refs(playground))
         backend_obj = self._backends.get(backend_name(playground))
         if backend_obj is None:
             raise BackendRuntimeNotFoundError(backend_name(playground))
         backend = parse_backend_runtime(backend_obj)
-        return build_service(playground, models, backend), build_hpa(playground, backend)
+        # Until the global config has loaded the Service controller persists the name itself, as before.
+        configured = settings.scheduler_name if (settings := self._settings.current) is not None else ""
+        scheduler = service_scheduler_name(live_service, configured)
+        return build_service(playground, models, backend, scheduler), build_hpa(playground, backend)
 
     async def _reconcile_hpa(
         self, request: Request, playground: Playground, desired: Obj | None, live: Obj | None

@@ -9,7 +9,7 @@ One reconcile:
    retry; the ConfigMap watch re-enqueues every Service when the settings arrive or change (llmaz waited for an
    unrelated event), and `globalconfig` says once, with the fix, why nothing happens meanwhile.
 4. Persist the global scheduler name into pod templates that name none (llmaz's contract), with a merge patch
-   of just those fields, and only when missing.
+   of just those fields, and only when missing (a Playground's Service already has it from its creation).
 5. Fetch the claimed OpenModels; a missing one or an unusable source -> `Progressing=False`/`AbortProcessing`.
 6. An existing LeaderWorkerSet or `-lb` Service that this Service does not control (`ownership_conflict`) ->
    `Progressing=False`/`AbortProcessing` naming it and its controller, a Warning Event, nothing applied, and a
@@ -20,7 +20,7 @@ One reconcile:
    room for every pod now (nodes and their pods read from the API server; a Normal Event `FlavorReturn`). The
    pods are rendered for it. A decision that falls due later requeues the Service for that moment.
 8. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
-   `-lb` Service once and never repaired it).
+   `-lb` Service once and never repaired it); an `Applied` Event marks the LeaderWorkerSet's creation.
 9. Compute the status from the LeaderWorkerSet and the pods (why they are not ready: a failed model loader, a
    crash loop, an image pull, scheduling; on the last flavor, that no flavor fits) with the active flavor, and
    write it when it changed; a new finding is also a Warning Event.
@@ -175,7 +175,7 @@ class ServiceReconciler:
             # at once when the object in the way is deleted or changes controller.
             return Result(requeue=True)
         lws, written = await apply_if_changed(self._client, r.LEADER_WORKER_SETS, desired_lws, live_lws)
-        if written:
+        if written and live_lws is None:
             self._events.event(obj, "Normal", "Applied", f"Applied LeaderWorkerSet {request.key}")
         await apply_if_changed(self._client, r.SERVICES, desired_lb, live_lb)
         finding = no_flavor_fits(flavor, models[0], service) if flavor.exhausted else diagnose_pods(pods)

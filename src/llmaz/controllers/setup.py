@@ -106,7 +106,7 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
         .with_options(max_concurrent_reconciles=workers, reconcile_timeout=timeout)
         .build(
             PlaygroundReconciler(
-                manager.leader_client, informers, manager.event_recorder("playground-controller"), clock
+                manager.leader_client, informers, manager.event_recorder("playground-controller"), clock, settings
             ),
             informers,
         ),

@@ -1,6 +1,7 @@
 """The reconcilers write no child over an object they do not control, and none for an object the webhook would
 deny: each says why in `Progressing=False`/`AbortProcessing` and a Warning Event; a conflict is retried through
-the rate limiter, an invalid object only when it changes.
+the rate limiter, an invalid object only when it changes. The children they do write cost one write each: a
+Playground's Service is created with the scheduler name, and `Applied` Events mark creations only.
 
 The reconcilers run once per call, on fake caches, with a client that records writes.
 """
@@ -33,6 +34,8 @@ class RecordingClient:
 
     def __init__(self) -> None:
         self.applied: list[tuple[str, str]] = []
+        self.applied_objects: list[dict[str, Any]] = []
+        self.patched: list[tuple[str, str]] = []
         self.statuses: list[dict[str, Any]] = []
         self.read: list[tuple[str, str]] = []
 
@@ -42,7 +45,12 @@ class RecordingClient:
 
     async def apply(self, resource: Resource, obj: dict[str, Any], **opts: Any) -> dict[str, Any]:
         self.applied.append((resource.kind, obj["metadata"]["name"]))
+        self.applied_objects.append(obj)
         return obj
+
+    async def patch(self, resource: Resource, name: str, patch: dict[str, Any], *args: Any, **opts: Any) -> Any:
+        self.patched.append((resource.kind, name))
+        raise AssertionError(f"unexpected patch of {resource.kind} {name}: {patch}")
 
     async def update_status(self, resource: Resource, obj: dict[str, Any], **opts: Any) -> dict[str, Any]:
         self.statuses.append(obj["status"])
@@ -133,8 +141,8 @@ class Harness:
         settings.update(GLOBAL_CONFIG)
         return ServiceReconciler(self.client, self.source, self.events, self.clock, settings)  # type: ignore[arg-type]
 
-    def playground_reconciler(self) -> PlaygroundReconciler:
-        return PlaygroundReconciler(self.client, self.source, self.events, self.clock)  # type: ignore[arg-type]
+    def playground_reconciler(self, settings: SettingsHolder | None = None) -> PlaygroundReconciler:
+        return PlaygroundReconciler(self.client, self.source, self.events, self.clock, settings)  # type: ignore[arg-type]
 
     def written_back(self, resource: Resource, obj: dict[str, Any]) -> None:
         """The cache catching up with the last status write."""
@@ -239,3 +247,64 @@ async def test_a_playground_applies_nothing_while_an_hpa_it_does_not_control_hol
     assert h.client.applied == []
     assert _progressing(h.client.statuses[-1]) == ("False", "AbortProcessing", message)
     assert h.events.events == [("Warning", "ChildConflict", message)]
+
+
+def _settings(scheduler: str) -> SettingsHolder:
+    settings = SettingsHolder()
+    config = f"init-container-image: inftyai/model-loader:v0.0.10\nscheduler-name: {scheduler}\n"
+    settings.update({"data": {"config.data": config}})
+    return settings
+
+
+def _scheduler_name(service: dict[str, Any]) -> str | None:
+    spec: dict[str, Any] = service["spec"]["workloadTemplate"]["workerTemplate"]["spec"]
+    return spec.get("schedulerName")
+
+
+async def test_a_playground_s_service_carries_the_scheduler_name_from_its_creation_and_keeps_it() -> None:
+    h = Harness()
+    h.add(r.PLAYGROUNDS, _playground())
+    playgrounds = h.playground_reconciler(_settings("custom-scheduler"))
+
+    assert await playgrounds.reconcile(Request("ns", "pg")) == Result()
+    (service,) = h.client.applied_objects
+    assert _scheduler_name(service) == "custom-scheduler"
+    assert h.events.events == [("Normal", "Applied", "Applied inference Service ns/pg")]
+
+    # The Service controller finds the name there: no patch (the recording client fails on one), one LWS apply.
+    h.add(
+        r.INFERENCE_SERVICES, {**service, "metadata": {**service["metadata"], "uid": "svc-uid", "resourceVersion": "8"}}
+    )
+    services = ServiceReconciler(h.client, h.source, h.events, h.clock, _settings("custom-scheduler"))  # type: ignore[arg-type]
+    assert await services.reconcile(Request("ns", "pg")) == Result()
+    assert h.client.patched == []
+    assert h.client.applied[1:] == [("LeaderWorkerSet", "pg"), ("Service", "pg-lb")]
+    assert h.events.events[1:] == [("Normal", "Applied", "Applied LeaderWorkerSet ns/pg")]
+
+    # A changed global name is not carried into an existing Service (llmaz persists it once): no pods roll.
+    playgrounds = h.playground_reconciler(_settings("another-scheduler"))
+    h.source.informer_for(r.PLAYGROUNDS).update(_playground(replicas=2))
+    assert await playgrounds.reconcile(Request("ns", "pg")) == Result()
+    assert _scheduler_name(h.client.applied_objects[-1]) == "custom-scheduler"
+    assert h.client.applied_objects[-1]["spec"]["replicas"] == 2
+
+
+async def test_applied_events_mark_the_creation_of_a_child_not_its_updates() -> None:
+    h = Harness()
+    h.add(r.PLAYGROUNDS, _playground())
+    playgrounds = h.playground_reconciler(_settings("default-scheduler"))
+    assert await playgrounds.reconcile(Request("ns", "pg")) == Result()
+    created = h.client.applied_objects[-1]
+    h.add(r.INFERENCE_SERVICES, created)
+
+    h.source.informer_for(r.PLAYGROUNDS).update(_playground(replicas=3))
+    assert await playgrounds.reconcile(Request("ns", "pg")) == Result()
+    assert h.client.applied == [("Service", "pg"), ("Service", "pg")]  # written again: the replicas changed
+    assert h.events.events == [("Normal", "Applied", "Applied inference Service ns/pg")]
+
+
+async def test_without_the_global_config_a_playground_s_service_names_no_scheduler() -> None:
+    h = Harness()
+    h.add(r.PLAYGROUNDS, _playground())
+    assert await h.playground_reconciler().reconcile(Request("ns", "pg")) == Result()
+    assert _scheduler_name(h.client.applied_objects[-1]) is None  # the Service controller persists it later

@@ -32,7 +32,7 @@ from llmaz.controllers.builders.models import (
     skip_model_loader,
 )
 from llmaz.controllers.builders.ownership import ChildConflictError, Conflict, kind_label, ownership_conflict
-from llmaz.controllers.builders.playground import build_hpa, build_service
+from llmaz.controllers.builders.playground import build_hpa, build_service, service_scheduler_name
 from llmaz.controllers.builders.service import (
     LB_SERVICE_SUFFIX,
     build_lb_service,
@@ -80,6 +80,7 @@ __all__ = [
     "playground_status",
     "progressing_finding",
     "service_model_refs",
+    "service_scheduler_name",
     "service_status",
     "set_condition",
     "skip_model_loader",

@@ -85,18 +85,25 @@ def _runner_container(
     }
 
 
-def _pod_spec(container: dict[str, Any], shared_memory_size: int | str | None) -> dict[str, Any]:
+def _pod_spec(container: dict[str, Any], shared_memory_size: int | str | None, scheduler_name: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"terminationGracePeriodSeconds": c.TERMINATION_GRACE_PERIOD_SECONDS}
     if shared_memory_size is not None:
         size = quantity_text(shared_memory_size)
         spec["volumes"] = [{"name": c.SHM_VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
         container["volumeMounts"] = [{"name": c.SHM_VOLUME_NAME, "mountPath": c.SHM_MOUNT_PATH}]
     spec["containers"] = [container]
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
     return spec
 
 
-def build_service(playground: Playground, models: Sequence[OpenModel], backend: BackendRuntime) -> dict[str, Any]:
+def build_service(
+    playground: Playground, models: Sequence[OpenModel], backend: BackendRuntime, scheduler_name: str = ""
+) -> dict[str, Any]:
     """The desired `inference.llmaz.io/v1alpha1` Service for `playground`, served by `backend`.
+
+    `scheduler_name` (see `service_scheduler_name`) goes into the pod template, so the Service is created with the
+    name the Service controller would otherwise persist into it with a write of its own.
 
     Raises `RecommendedConfigNotFoundError`, `ArgRenderError`, `InvalidModelSourceError` or `NoModelClaimedError`.
     """
@@ -113,12 +120,23 @@ def build_service(playground: Playground, models: Sequence[OpenModel], backend: 
         "spec": {
             "modelClaims": _model_claims(playground),
             "replicas": 1 if playground.spec.replicas is None else playground.spec.replicas,
-            "workloadTemplate": {"workerTemplate": {"spec": _pod_spec(container, shm)}},
+            "workloadTemplate": {"workerTemplate": {"spec": _pod_spec(container, shm, scheduler_name)}},
             "rolloutStrategy": {"type": "RollingUpdate"},
         },
     }
     result: dict[str, Any] = apply_ready(service)
     return result
+
+
+def service_scheduler_name(live_service: dict[str, Any] | None, configured: str) -> str:
+    """The scheduler name for a Playground's Service: the one it already carries, else the configured one.
+
+    llmaz persists the global `scheduler-name` into a Service once, where its pod templates name none, and never
+    changes it afterwards; carrying the live value forward keeps that, so a changed global config rolls no pods.
+    """
+    template = ((live_service or {}).get("spec") or {}).get("workloadTemplate") or {}
+    live = ((template.get("workerTemplate") or {}).get("spec") or {}).get("schedulerName")
+    return live if isinstance(live, str) and live else configured
 
 
 def _hpa_trigger(playground: Playground, backend: BackendRuntime) -> dict[str, Any] | None:
