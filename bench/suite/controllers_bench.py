@@ -140,7 +140,9 @@ def profiled(subject: Subject, out: Path) -> Iterator[None]:
 def run_once(settings: Settings, name: str, n: int, full: bool, go_binary: Path | None, go_crds: Path | None,
              log_dir: Path) -> dict[str, Any]:  # fmt: skip
     with BenchCluster(name, go_crds) as cluster:
-        subject = manager(name, cluster, log_dir, go_binary, settings.max_concurrent_reconciles)
+        subject = manager(
+            name, cluster, log_dir, go_binary, settings.max_concurrent_reconciles, extra_args=settings.manager_args
+        )
         try:
             start_manager(subject, cluster)
             result = asyncio.run(measure(settings, subject, cluster, n, full))

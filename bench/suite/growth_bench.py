@@ -93,7 +93,9 @@ def run_once(settings: Settings, name: str, n: int, go_binary: Path | None, go_c
     # Phases grow with N; the per-phase timeout is for N = 1,000.
     within = settings.timeout * max(1.0, n / 1000)
     with BenchCluster(name, go_crds) as cluster:
-        subject = manager(name, cluster, log_dir, go_binary, settings.max_concurrent_reconciles)
+        subject = manager(
+            name, cluster, log_dir, go_binary, settings.max_concurrent_reconciles, extra_args=settings.manager_args
+        )
         try:
             start_manager(subject, cluster)
             startup_rss = subject.usage().rss_bytes / MB
@@ -104,7 +106,9 @@ def run_once(settings: Settings, name: str, n: int, go_binary: Path | None, go_c
         result["startup_rss_mb"] = startup_rss
         result["per_object"] = per_object(result, n)
         if name == "python":
-            restarted = manager(name, cluster, log_dir, go_binary, settings.max_concurrent_reconciles)
+            restarted = manager(
+                name, cluster, log_dir, go_binary, settings.max_concurrent_reconciles, extra_args=settings.manager_args
+            )
             try:
                 result["cold"] = asyncio.run(cold_start(restarted, cluster, n, within))
             finally:

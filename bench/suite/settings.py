@@ -7,6 +7,7 @@ an explicit variable wins over both.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,9 @@ class Settings:
     growth_subjects: tuple[str, ...]
     """BENCH_GROWTH_SUBJECTS: subset of python, go for the growth scenario (default: python; Go's run at 10,000
     takes about twice ours, and only ours has the cold start)."""
+    manager_args: tuple[str, ...]
+    """BENCH_MANAGER_ARGS: extra flags for our manager in scenarios 1 and 9, e.g. `--kube-api-qps 0` (default:
+    none, the defaults users get)."""
     max_concurrent_reconciles: int
     """BENCH_MCR: --max-concurrent-reconciles for our manager (the Go manager has no flag: 1 worker)."""
     results_dir: Path
@@ -108,6 +112,7 @@ class Settings:
             gateway_streams=_int("BENCH_GATEWAY_STREAMS", 100 if quick else 500),
             growth_sizes=_ints("BENCH_GROWTH_SIZES", "20 200" if quick else "100 1000 10000"),
             growth_subjects=tuple(os.environ.get("BENCH_GROWTH_SUBJECTS", "python").replace(",", " ").split()),
+            manager_args=tuple(shlex.split(os.environ.get("BENCH_MANAGER_ARGS", ""))),
             max_concurrent_reconciles=_int("BENCH_MCR", 1),
             results_dir=Path(os.environ.get("BENCH_RESULTS", BENCH_DIR / "results")),
             cache_dir=_cache_dir(),

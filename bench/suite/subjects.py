@@ -74,15 +74,17 @@ class Subject:
 
 
 def manager(
-    name: str, cluster: BenchCluster, log_dir: Path, go_binary: Path | None, mcr: int, webhooks: bool = False
-) -> Subject:
+    name: str, cluster: BenchCluster, log_dir: Path, go_binary: Path | None, mcr: int, webhooks: bool = False,
+    extra_args: tuple[str, ...] = (),
+) -> Subject:  # fmt: skip
+    """A manager subject; `extra_args` go to ours only (BENCH_MANAGER_ARGS)."""
     probe, metrics = free_loopback_ports(2)
     kubeconfig = str(cluster.kubeconfig)
     if name == "python":
         argv = [str(Path(sys.executable).with_name("llmaz-manager")), "--kubeconfig", kubeconfig,
                 "--health-probe-bind-address", f"127.0.0.1:{probe}", "--max-concurrent-reconciles", str(mcr),
                 "--log-format", "json", "--log-level", "info", "--namespace", "llmaz-system",
-                "--metrics-bind-address", f"127.0.0.1:{metrics}", "--metrics-secure", "false"]  # fmt: skip
+                "--metrics-bind-address", f"127.0.0.1:{metrics}", "--metrics-secure", "false", *extra_args]  # fmt: skip
         log_path = log_dir / f"{name}-manager.log"
         return Subject(name, argv, {"ENABLE_WEBHOOKS": "false"}, log_path, f"http://127.0.0.1:{metrics}/metrics")
     assert go_binary is not None
