@@ -92,7 +92,7 @@ class PlaygroundReconciler:
         self._client = client
         self._events = events
         self._clock = clock
-        self._settings = settings or SettingsHolder()
+        self._settings = settings if settings is not None else SettingsHolder()
         self._playgrounds = informers.informer_for(r.PLAYGROUNDS).store
         self._services = informers.informer_for(r.INFERENCE_SERVICES).store
         self._models = informers.informer_for(r.OPEN_MODELS).store
