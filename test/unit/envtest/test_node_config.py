@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -13,7 +15,7 @@ from cryptography import x509
 
 from llmaz.envtest._pki import write_pki
 from llmaz.envtest.node import _config
-from llmaz.envtest.node._host import HostState, find_leftovers
+from llmaz.envtest.node._host import HostState, _cgroup_dirs, find_leftovers
 from llmaz.envtest.node._layout import NodeLayout
 
 LAYOUT = NodeLayout(root=Path("/var/lib/llmaz-node-test"))
@@ -145,3 +147,27 @@ def test_traces_without_a_record_keep_every_default_path(tmp_path: Path) -> None
     assert stale is not None
     assert stale.owner_pid == 0
     assert "/var/lib/kubelet" in stale.preexisting
+
+
+def test_a_cgroup_walk_lists_parents_first_and_skips_what_vanishes_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = tmp_path / "kubepods"
+    (tree / "besteffort" / "pod-a").mkdir(parents=True)
+    (tree / "burstable").mkdir()
+    walked = _cgroup_dirs(tree)
+    assert walked[0] == tree
+    assert sorted(walked) == sorted([tree, tree / "besteffort", tree / "besteffort" / "pod-a", tree / "burstable"])
+    assert walked.index(tree / "besteffort") < walked.index(tree / "besteffort" / "pod-a")
+    assert _cgroup_dirs(tmp_path / "gone") == []
+
+    # kubelet or the reaper removes a cgroup between its parent's listing and its own: skipped, no error.
+    real_scandir = os.scandir
+
+    def vanishing(path: Any) -> Any:
+        if Path(path) == tree / "besteffort":
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", vanishing)
+    assert sorted(_cgroup_dirs(tree)) == sorted([tree, tree / "burstable"])

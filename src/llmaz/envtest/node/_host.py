@@ -246,10 +246,16 @@ def _kill_node_processes(layout: NodeLayout) -> int:
 def _kubepods_pids() -> list[int]:
     pids: list[int] = []
     for tree in _kubepods_trees():
-        for procs in tree.rglob("cgroup.procs"):
+        for cgroup in _cgroup_dirs(tree):
             with contextlib.suppress(OSError, ValueError):
-                pids.extend(int(line) for line in procs.read_text().split())
+                pids.extend(int(line) for line in (cgroup / "cgroup.procs").read_text().split())
     return pids
+
+
+def _cgroup_dirs(tree: Path) -> list[Path]:
+    """`tree` and every cgroup under it, parents first. kubelet and the reaper remove cgroups while this walks
+    them: a directory that vanishes mid-walk is skipped, never an error (os.walk ignores what it cannot list)."""
+    return [Path(root) for root, _dirs, _files in os.walk(tree)]
 
 
 def _kubepods_trees() -> list[Path]:
@@ -262,14 +268,11 @@ def _kubepods_trees() -> list[Path]:
 def _remove_cgroups() -> int:
     removed = 0
     for tree in _kubepods_trees():
-        # Deepest first: a cgroup can only be removed once it has no children.
-        for directory in sorted((p for p in tree.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        # Deepest first: a cgroup can only be removed once it has no children (the tree itself comes last).
+        for directory in sorted(_cgroup_dirs(tree), key=lambda p: -len(p.parts)):
             with contextlib.suppress(OSError):
                 directory.rmdir()
                 removed += 1
-        with contextlib.suppress(OSError):
-            tree.rmdir()
-            removed += 1
     return removed
 
 
