@@ -76,13 +76,14 @@ def ratio(py: tuple[float, float, float] | None, go: tuple[float, float, float] 
 def compare(rows: list[Row], py_runs: list[dict[str, Any]], go_runs: list[dict[str, Any]]) -> list[str]:
     lines = ["| metric | Python | Go | Python/Go |", "|---|---|---|---|"]
     for label, get in rows:
-        py = summary([get(r) for r in py_runs if _has(get, r)])
-        go = summary([get(r) for r in go_runs if _has(get, r)])
+        py = summary([get(r) for r in py_runs if has_reading(get, r)])
+        go = summary([get(r) for r in go_runs if has_reading(get, r)])
         lines.append(f"| {label} | {cell(py)} | {cell(go)} | {ratio(py, go)} |")
     return lines
 
 
-def _has(get: Callable[[dict[str, Any]], float], run: dict[str, Any]) -> bool:
+def has_reading(get: Callable[[dict[str, Any]], float], run: dict[str, Any]) -> bool:
+    """Whether `run` holds the reading `get` takes (a failed or partial run may not)."""
     try:
         get(run)
     except (KeyError, TypeError):

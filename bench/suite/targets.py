@@ -15,6 +15,7 @@ from suite.report import (
     ceiling_seconds,
     gateway_levels,
     growth_runs,
+    has_reading,
     runs,
 )
 
@@ -24,17 +25,9 @@ def _median(values: list[float]) -> float | None:
 
 
 def _ratio(results: dict[str, Any], scenario: str, get: Any, **match: Any) -> float | None:
-    py = _median([get(r) for r in runs(results, scenario, subject="python", **match) if _has(get, r)])
-    go = _median([get(r) for r in runs(results, scenario, subject="go", **match) if _has(get, r)])
+    py = _median([get(r) for r in runs(results, scenario, subject="python", **match) if has_reading(get, r)])
+    go = _median([get(r) for r in runs(results, scenario, subject="go", **match) if has_reading(get, r)])
     return py / go if py is not None and go else None
-
-
-def _has(get: Any, run: dict[str, Any]) -> bool:
-    try:
-        get(run)
-    except (KeyError, TypeError):
-        return False
-    return True
 
 
 def _check(label: str, value: float | None, limit: float, unit: str = "", at_least: bool = False) -> str:
