@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from llmaz.apis import constants as c
@@ -108,6 +109,10 @@ def test_a_stripped_child_keeps_llmaz_s_apply_entry_and_drops_the_rest() -> None
     stripped = strip_child(live)
     assert live == original  # the informer's object is not changed in place
     assert [entry["manager"] for entry in stripped["metadata"]["managedFields"]] == [c.FIELD_MANAGER]
+    kept = stripped["metadata"]["managedFields"][0]
+    assert isinstance(kept["fieldsV1"], str)  # as text: a fraction of the memory of the decoded tree
+    assert orjson.loads(kept["fieldsV1"]) == live["metadata"]["managedFields"][0]["fieldsV1"]
+    assert strip_child(stripped) == stripped  # the text form passes through again unchanged
     assert LAST_APPLIED_ANNOTATION not in stripped["metadata"].get("annotations", {})
     assert stripped["status"] == live["status"]  # the LWS status is read by the Service's status
     assert stripped["spec"] == live["spec"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 
 from llmaz.runtime.client.applycheck import apply_is_noop
@@ -18,7 +19,7 @@ DESIRED: dict[str, Any] = {
         "selector": {"app": "x"},
     },
 }
-MANAGED = {
+MANAGED: dict[str, Any] = {
     "manager": "llmaz",
     "operation": "Apply",
     "fieldsV1": {
@@ -69,6 +70,17 @@ def test_a_field_we_applied_before_but_dropped_now_needs_an_apply() -> None:
     live = _live()
     live["metadata"]["annotations"]["old"] = "x"
     live["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"]["f:annotations"]["f:old"] = {}
+    assert not apply_is_noop(DESIRED, live, "llmaz")
+
+
+def test_a_field_set_kept_as_json_text_reads_as_the_decoded_one() -> None:
+    live = _live()
+    live["metadata"]["managedFields"][0]["fieldsV1"] = orjson.dumps(MANAGED["fieldsV1"]).decode()
+    assert apply_is_noop(DESIRED, live, "llmaz")
+    orphaned = copy.deepcopy(MANAGED["fieldsV1"])
+    orphaned["f:metadata"]["f:annotations"]["f:old"] = {}
+    live["metadata"]["annotations"]["old"] = "x"
+    live["metadata"]["managedFields"][0]["fieldsV1"] = orjson.dumps(orphaned).decode()
     assert not apply_is_noop(DESIRED, live, "llmaz")
 
 

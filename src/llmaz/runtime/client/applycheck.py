@@ -8,8 +8,10 @@ nothing changed. `apply_is_noop(desired, live, manager)` answers whether that PA
 2. every field `manager` owns through Apply in `live.metadata.managedFields` is still present in `desired`
    (otherwise the apply would remove it, so it is not a no-op).
 
-The second rule needs no schema: managed-field paths name list items by their keys (`k:{"name":"x"}`), by
-value (`v:"x"`) or by index (`i:0`), which is enough to look them up in `desired`.
+An entry's `fieldsV1` may be the decoded tree, as the API server sends it, or its JSON text, as an informer cache
+keeps it (`runtime.cache.transform.strip_metadata`). The second rule needs no schema: managed-field paths name
+list items by their keys (`k:{"name":"x"}`), by value (`v:"x"`) or by index (`i:0`), which is enough to look them
+up in `desired`.
 
 Values are compared as JSON, except that an int and a string with the same text are equal (quantities such as
 `4` and `"4"` round-trip either way). Other non-canonical forms (`0.5` vs `500m`) read as a change: the apply
@@ -60,10 +62,17 @@ def _scalar_equal(want: Any, have: Any) -> bool:
 
 def _owned_paths_present(live: dict[str, Any], desired: dict[str, Any], manager: str) -> bool:
     return all(
-        _fields_present(entry.get("fieldsV1") or {}, desired)
+        _fields_present(_field_set(entry.get("fieldsV1")), desired)
         for entry in (live.get("metadata") or {}).get("managedFields") or []
         if entry.get("manager") == manager and entry.get("operation") == "Apply"
     )
+
+
+def _field_set(fields: Any) -> dict[str, Any]:
+    if isinstance(fields, str):
+        decoded: dict[str, Any] = orjson.loads(fields)
+        return decoded
+    return fields or {}
 
 
 def _fields_present(fields: dict[str, Any], node: Any) -> bool:
