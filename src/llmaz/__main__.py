@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmaz.apis.duration import parse_duration
-from llmaz.certs import CertRotator, RotatorOptions, ensure_self_signed
 from llmaz.controllers import resources as r
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.runtime import log
@@ -177,6 +176,10 @@ def add_webhooks(manager: Manager, args: argparse.Namespace) -> None:
     if args.cert_dir is not None:
         manager.add_readyz_check("webhook", server.started)
         return
+    # Imported here, as in add_metrics: cryptography's native core adds ~8 MB of RSS to a manager that makes no
+    # certificate.
+    from llmaz.certs import CertRotator, RotatorOptions
+
     ips = tuple(ip for ip in args.webhook_cert_ip_addresses.split(",") if ip)
     rotator = CertRotator(
         manager.client,
@@ -204,6 +207,8 @@ def add_metrics(manager: Manager, args: argparse.Namespace) -> None:
     secure = args.metrics_secure == "true"
     cert_dir = args.metrics_cert_dir or METRICS_CERT_DIR
     if secure and args.metrics_cert_dir is None:
+        from llmaz.certs import ensure_self_signed
+
         ensure_self_signed(cert_dir, dns_names=[socket.gethostname(), "localhost"], ip_addresses=["127.0.0.1", "::1"])
     auth = DelegatingAuth(manager.client) if secure else None
     server = MetricsServer(args.metrics_bind_address, auth=auth, cert_dir=cert_dir, secure=secure)
