@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from llmaz.apis.base import ResourceRequirements
-from llmaz.controllers.builders.merge import append_absent, merge_envs, merge_kvs, merge_resources
+from llmaz.controllers.builders.merge import append_absent, json_copy, merge_envs, merge_kvs, merge_resources
 
 
 def env(name: str, value: str) -> dict[str, Any]:
@@ -119,3 +119,22 @@ def test_append_absent_never_duplicates_a_key() -> None:
     items: list[Any] = [{"name": "a"}]
     append_absent(items, [{"name": "a", "x": 1}, {"name": "b"}, {"name": "b", "x": 2}])
     assert items == [{"name": "a"}, {"name": "b"}]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        {"spec": {"containers": [{"name": "c", "args": ["--x", "1"], "resources": {"limits": {"cpu": 2}}}]}},
+        [{"a": [1, 2.5, True, None, "s"]}, []],
+        "text",
+    ],
+)
+def test_json_copy_is_an_equal_and_independent_copy(value: Any) -> None:
+    copied = json_copy(value)
+    assert copied == value
+    if isinstance(value, dict):
+        copied["spec"]["containers"][0]["args"].append("--y")
+        assert value["spec"]["containers"][0]["args"] == ["--x", "1"]
+    if isinstance(value, list):
+        assert copied[0] is not value[0] and copied[0]["a"] is not value[0]["a"]

@@ -21,7 +21,6 @@ Invariants:
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from llmaz.apis import constants as c
 from llmaz.apis import flavors as apis_flavors
 from llmaz.apis.quantity import parse_quantity
 from llmaz.controllers.builders.diagnosis import REASON_UNSCHEDULABLE, PodFinding, one_line
+from llmaz.controllers.builders.merge import json_copy
 
 # The scheduler's texts (kube-scheduler's NodeResourcesFit and NodeAffinity plugins) that mean "no node of the
 # right kind has room": only these move a Service to its next flavor.
@@ -82,7 +82,7 @@ def with_node_selector(template: dict[str, Any], node_selector: Mapping[str, str
     terms = required.get("nodeSelectorTerms") or [{}]
     for term in terms:
         existing = term.get("matchExpressions") or []
-        term["matchExpressions"] = existing + [copy.deepcopy(e) for e in expressions if e not in existing]
+        term["matchExpressions"] = existing + [json_copy(e) for e in expressions if e not in existing]
     required["nodeSelectorTerms"] = terms
     node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
     affinity["nodeAffinity"] = node_affinity

@@ -9,15 +9,26 @@ Invariants:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+import orjson
 
 from llmaz.apis.base import ResourceRequirements
 from llmaz.apis.quantity import parse_quantity
 
+JsonValue = TypeVar("JsonValue")
+
 # Only these resources get their limit raised to a larger request; accelerators are left as given.
 LIMIT_RAISED_RESOURCES = ("cpu", "memory")
+
+
+def json_copy(value: JsonValue) -> JsonValue:
+    """A deep copy of a JSON value (dicts with string keys, lists, strings, numbers, booleans, None), as the API
+    server and the API models give them: a few times faster than `copy.deepcopy`, which every reconcile pays for
+    each pod template it renders."""
+    copied: JsonValue = orjson.loads(orjson.dumps(value))
+    return copied
 
 
 def quantity_text(value: int | str) -> str:
@@ -28,7 +39,7 @@ def merge_envs(base: Iterable[Mapping[str, Any]] | None, overrides: Iterable[Map
     """Union of two env lists by name; `overrides` win, keeping the base position of the names they replace."""
     merged: dict[str, Any] = {}
     for env in [*(base or ()), *(overrides or ())]:
-        merged[env["name"]] = copy.deepcopy(dict(env))
+        merged[env["name"]] = json_copy(dict(env))
     return list(merged.values())
 
 
@@ -75,5 +86,5 @@ def append_absent(items: list[Any], additions: Sequence[Mapping[str, Any]], key:
     present = {item.get(key) for item in items}
     for addition in additions:
         if addition.get(key) not in present:
-            items.append(copy.deepcopy(dict(addition)))
+            items.append(json_copy(dict(addition)))
             present.add(addition.get(key))

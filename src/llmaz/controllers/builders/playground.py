@@ -13,14 +13,13 @@ Invariants:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
 from llmaz.apis import BackendRuntime, OpenModel, Playground, RecommendedConfig
 from llmaz.apis import constants as c
 from llmaz.controllers.builders.errors import RecommendedConfigNotFoundError
-from llmaz.controllers.builders.merge import merge_envs, merge_resources, quantity_text
+from llmaz.controllers.builders.merge import json_copy, merge_envs, merge_resources, quantity_text
 from llmaz.controllers.builders.meta import apply_ready, owned_metadata
 from llmaz.controllers.builders.models import (
     backend_name,
@@ -77,11 +76,11 @@ def _runner_container(
         "args": args or None,
         "env": env or None,
         "resources": merge_resources(config.resources, overrides.resources if overrides else None) or None,
-        "lifecycle": copy.deepcopy(backend.spec.lifecycle),
+        "lifecycle": json_copy(backend.spec.lifecycle),
         "ports": [{"name": c.HTTP_PORT_NAME, "containerPort": c.DEFAULT_BACKEND_PORT, "protocol": "TCP"}],
-        "startupProbe": copy.deepcopy(backend.spec.startup_probe),
-        "livenessProbe": copy.deepcopy(backend.spec.liveness_probe),
-        "readinessProbe": copy.deepcopy(backend.spec.readiness_probe),
+        "startupProbe": json_copy(backend.spec.startup_probe),
+        "livenessProbe": json_copy(backend.spec.liveness_probe),
+        "readinessProbe": json_copy(backend.spec.readiness_probe),
     }
 
 

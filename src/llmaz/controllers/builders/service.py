@@ -13,7 +13,6 @@ Invariants:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +20,7 @@ from llmaz.apis import OpenModel, Service
 from llmaz.apis import constants as c
 from llmaz.controllers.builders.flavors import find_flavor, flavor_order
 from llmaz.controllers.builders.inject import inject_flavor, inject_labels, inject_models
+from llmaz.controllers.builders.merge import json_copy
 from llmaz.controllers.builders.meta import apply_ready, owned_metadata
 from llmaz.controllers.builders.models import require_models, skip_model_loader
 
@@ -52,7 +52,7 @@ def _templates(service: Service) -> tuple[dict[str, Any] | None, dict[str, Any]]
     workload = service.spec.workload_template
     leader = workload.get("leaderTemplate")
     worker = workload.get("workerTemplate")
-    return copy.deepcopy(leader) if leader is not None else None, copy.deepcopy(worker or {})
+    return json_copy(leader) if leader is not None else None, json_copy(worker or {})
 
 
 def claimed_flavors(service: Service) -> list[str] | None:
@@ -83,7 +83,7 @@ def _leader_worker_template(
         "workerTemplate": worker,
         "size": 1 if size is None else size,
         "restartPolicy": workload.get("restartPolicy"),
-        "subGroupPolicy": copy.deepcopy(workload.get("subGroupPolicy")),
+        "subGroupPolicy": json_copy(workload.get("subGroupPolicy")),
     }
 
 
@@ -141,7 +141,7 @@ def with_scheduler_name(workload_template: dict[str, Any], scheduler_name: str) 
     llmaz persists this into the Service CR itself (an Update), so the LeaderWorkerSet inherits it; an empty
     `scheduler_name` changes nothing.
     """
-    result = copy.deepcopy(workload_template)
+    result = json_copy(workload_template)
     if not scheduler_name:
         return result
     for key in ("leaderTemplate", "workerTemplate"):

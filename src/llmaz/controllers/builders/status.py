@@ -14,7 +14,6 @@ Invariants:
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,7 +70,7 @@ def set_condition(
 
 
 def _status_of(obj: Playground | Service) -> dict[str, Any]:
-    status: dict[str, Any] = copy.deepcopy(obj.status.to_dict()) if obj.status is not None else {}
+    status: dict[str, Any] = obj.status.to_dict() if obj.status is not None else {}  # a fresh dict
     status.setdefault("replicas", 0)
     return status
 
