@@ -217,6 +217,10 @@ test-webui-lock: ## Reinstall the test-webui venv ignoring hack/webui/constraint
 bench-admission: install ## Admission latency p50/p99 at 100 and 500 requests/s over loopback HTTPS (not a test).
 	$(PY) bench/admission.py
 
+.PHONY: bench-admission-floor
+bench-admission-floor: install $(BENCH_STAMP) ## Admission latency of our webhooks vs bare aiohttp and asyncio TLS servers (~2 min).
+	$(PY) bench/admission_floor.py
+
 $(BENCH_STAMP): pyproject.toml | $(INSTALL_STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	@touch $@
