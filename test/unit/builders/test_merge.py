@@ -137,4 +137,5 @@ def test_json_copy_is_an_equal_and_independent_copy(value: Any) -> None:
         copied["spec"]["containers"][0]["args"].append("--y")
         assert value["spec"]["containers"][0]["args"] == ["--x", "1"]
     if isinstance(value, list):
-        assert copied[0] is not value[0] and copied[0]["a"] is not value[0]["a"]
+        assert copied[0] is not value[0]
+        assert copied[0]["a"] is not value[0]["a"]
