@@ -9,11 +9,13 @@ so a wrong-way import fails here before it becomes a tangle.
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
 
 # package prefix -> the llmaz packages it may import (itself always allowed)
 RULES: dict[str, tuple[str, ...]] = {
@@ -27,7 +29,14 @@ RULES: dict[str, tuple[str, ...]] = {
     # The chart generator reads config/ through kustomize, never the code it deploys.
     "llmaz.chartgen": (),
 }
-TEST_ONLY = ("llmaz.envtest", "llmaz.testing")
+# Development tooling (test clusters, fixtures, generators): pyproject.toml keeps it out of the wheel, so no module
+# that ships may import it.
+DEV_ONLY = tuple(
+    path.removeprefix("src/").removesuffix(".py").replace("/", ".")
+    for path in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"][
+        "exclude"
+    ]
+)
 
 
 def _module_name(path: Path) -> str:
@@ -62,9 +71,9 @@ def test_imports_point_the_allowed_way(module: str, path: Path) -> None:
         if _within(module, prefix):
             wrong = [i for i in imports if not _within(i, prefix) and not any(_within(i, a) for a in allowed)]
             assert not wrong, f"{module} may import only {prefix} and {allowed}, but imports {wrong}"
-    if not any(_within(module, t) for t in TEST_ONLY):
-        leaked = [i for i in imports if any(_within(i, t) for t in TEST_ONLY)]
-        assert not leaked, f"production module {module} imports test support {leaked}"
+    if not any(_within(module, t) for t in DEV_ONLY):
+        leaked = [i for i in imports if any(_within(i, t) for t in DEV_ONLY)]
+        assert not leaked, f"production module {module} imports development tooling {leaked}"
 
 
 def test_the_rules_see_the_packages_they_guard() -> None:
@@ -73,3 +82,6 @@ def test_the_rules_see_the_packages_they_guard() -> None:
     assert any(_within(n, "llmaz.apis") for n in names)
     assert any(_within(n, "llmaz.gateway") for n in names)
     assert any(_within(n, "llmaz.schedext") for n in names)
+    assert "llmaz.envtest" in DEV_ONLY
+    for dev in DEV_ONLY:
+        assert any(_within(n, dev) for n in names), f"{dev} is excluded from the wheel but is not in src/llmaz"
