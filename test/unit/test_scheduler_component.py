@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from llmaz.envtest._assets import module_version, tool_path
+from llmaz.settings import parse_global_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,9 +64,11 @@ def test_model_pods_are_sent_to_that_scheduler_which_runs_the_project_s_kubernet
 ) -> None:
     config = yaml.safe_load(installed["ConfigMap", "llmaz-scheduler-config"]["data"]["config.yaml"])
     (profile,) = config["profiles"]
-    settings = yaml.safe_load(installed["ConfigMap", "llmaz-global-config"]["data"]["config.data"])
-    assert settings["scheduler-name"] == profile["schedulerName"] == "llmaz-scheduler"
-    assert settings["init-container-image"]
+    global_config = installed["ConfigMap", "llmaz-global-config"]
+    assert parse_global_config(global_config).scheduler_name == profile["schedulerName"] == "llmaz-scheduler"
+    # Only scheduler-name changes: config.data, with config/default's loader image, is config/default's.
+    default = yaml.safe_load((REPO / "config" / "default" / "configmap.yaml").read_text())
+    assert global_config["data"] == {**default["data"], "scheduler-name": "llmaz-scheduler"}
     scheduler = installed["Deployment", "llmaz-scheduler"]
     assert scheduler["spec"]["template"]["spec"]["serviceAccountName"] == "llmaz-scheduler"
     release = module_version(REPO / "hack" / "cluster" / "go.mod", "k8s.io/kubernetes")
