@@ -87,7 +87,10 @@ def test_a_loader_image_keeps_the_scheduler_name_config_scheduler_sets(
     assert manager["spec"]["template"]["spec"]["containers"][0]["image"] == MANAGER_IMAGE
     assert cluster.admin_client().request("GET", f"{deployments}/llmaz-scheduler")["spec"]["replicas"] == 1
 
-    # Deployed again without a loader image: config/default's comes back, the scheduler name stays.
+    # Deployed again without a loader image: config/default's comes back, the scheduler name stays. No manager runs
+    # here to admit the re-applied BackendRuntimes, so its webhook configurations go first (the apply restores them).
+    for kind in ("mutating", "validating"):
+        cluster.kubectl("delete", f"{kind}webhookconfiguration", f"llmaz-{kind}-webhook-configuration")
     make_deploy(cluster, f"DEPLOY_CONFIG={with_scheduler}", f"IMG={MANAGER_IMAGE}")
     settings = parse_global_config(_global_config(cluster))
     default_image = yaml.safe_load(_default_config_data())["init-container-image"]
