@@ -301,12 +301,10 @@ deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default con
 	$(KUBECTL) wait --for=condition=Established --timeout=60s -f config/crd/bases
 	@rm -rf .dev/deploy && mkdir -p .dev/deploy
 	cd .dev/deploy && $(KUSTOMIZE) create --resources ../../$(DEPLOY_CONFIG) && $(KUSTOMIZE) edit set image controller=$(IMG)
-	@# A LOADER_IMG given on the command line or in the environment replaces the configuration's loader image.
-	@if [ "$(origin LOADER_IMG)" != file ]; then \
-	  printf '%s\n' 'apiVersion: v1' 'kind: ConfigMap' 'metadata:' '  name: llmaz-global-config' \
-	    '  namespace: llmaz-system' 'data:' '  config.data: |' '    scheduler-name: default-scheduler' \
-	    '    init-container-image: $(LOADER_IMG)' > .dev/deploy/loader-image.yaml && \
-	  cd .dev/deploy && $(KUSTOMIZE) edit add patch --path loader-image.yaml; fi
+	@# A LOADER_IMG given on the command line or in the environment becomes the global config's own
+	@# init-container-image key, merged into the ConfigMap: it overrides config.data's and keeps every other setting.
+	@if [ "$(origin LOADER_IMG)" != file ]; then cd .dev/deploy && $(KUSTOMIZE) edit add configmap \
+	  llmaz-global-config --namespace=llmaz-system --behavior=merge '--from-literal=init-container-image=$(LOADER_IMG)'; fi
 	$(KUSTOMIZE) build .dev/deploy | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy

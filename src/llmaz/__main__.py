@@ -1,9 +1,10 @@
 """llmaz-manager: the composition root. Flags, logging, client, manager, controllers, webhooks and metrics.
 
-Nothing imports this module. Startup order is the manager's (probes and servers first, then caches, then leader
-election and controllers; see `llmaz.runtime.manager` for why). Readiness waits for the caches and, when
-webhooks are on, for the webhook server to serve a certificate whose CA is injected into both webhook
-configurations (llmaz reported ready before its webhooks could answer).
+Nothing imports this module but `llmaz.rbacgen`, for the rules of the informers it adds. Startup order is the
+manager's (probes and servers first, then caches, then leader election and controllers; see
+`llmaz.runtime.manager` for why). Readiness waits for the caches and, when webhooks are on, for the webhook server
+to serve a certificate whose CA is injected into both webhook configurations (llmaz reported ready before its
+webhooks could answer).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from llmaz.runtime.leaderelection import check_timings
 from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.metrics_server import DEFAULT_CERT_DIR as METRICS_CERT_DIR
 from llmaz.runtime.metrics_server import MetricsServer
+from llmaz.runtime.rbac import allow
 from llmaz.runtime.webhook.server import DEFAULT_CERT_DIR as WEBHOOK_CERT_DIR
 from llmaz.runtime.webhook.server import Limits, WebhookServer
 from llmaz.schedext.server import SchedulerExtender
@@ -35,6 +37,8 @@ from llmaz.webhooks import webhooks
 from llmaz.webhooks.cachelookup import CacheLookup
 
 LEADER_ELECTION_ID = "fbb36db9.llmaz.io"
+# The scheduler extender's Node informer (`add_scheduler_extender`).
+RBAC_RULES = (allow(r.NODES, "list", "watch"),)
 
 
 def duration(text: str) -> float:
@@ -195,7 +199,10 @@ def add_scheduler_extender(manager: Manager, args: argparse.Namespace) -> None:
         return
     informers = manager.informers
     extender = SchedulerExtender(
-        args.scheduler_extender_bind_address, informers.informer_for(r.OPEN_MODELS).store, informers.has_synced
+        args.scheduler_extender_bind_address,
+        informers.informer_for(r.OPEN_MODELS).store,
+        informers.informer_for(r.NODES).store,
+        informers.has_synced,
     )
     manager.add(extender)
     manager.add_readyz_check("scheduler-extender", extender.started)

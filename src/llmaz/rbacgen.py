@@ -21,6 +21,7 @@ from types import ModuleType
 
 import yaml
 
+from llmaz import __main__ as manager
 from llmaz.certs import rotator
 from llmaz.controllers import legacy, playground, readiness, service, setup
 from llmaz.gateway import activator, catalog, waker
@@ -55,8 +56,8 @@ ROLE_FILES = (
     RoleFile(
         "role.yaml",
         "manager-role",
-        "What the manager calls: controllers, webhooks' caches, certificate rotation and events.",
-        (setup, playground, service, readiness, legacy, cachelookup, rotator, events),
+        "What the manager calls: controllers, the webhooks' and extender's caches, certificate rotation and events.",
+        (setup, playground, service, readiness, legacy, cachelookup, manager, rotator, events),
     ),
     RoleFile("leader_election_role.yaml", "leader-election-role", "The leader-election Lease.", (leaderelection,)),
     RoleFile(

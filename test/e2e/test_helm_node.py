@@ -67,15 +67,25 @@ def helm(e2e: Environment, tmp_path: Path) -> Iterator[Helm]:
 def _node_values(manager_image: str) -> dict[str, Any]:
     """config/node's images as chart values."""
     repository, tag = manager_image.rsplit(":", 1)
-    global_config = yaml.safe_load((NODE / "global-config.yaml").read_text())
     llamacpp = {op["path"]: op["value"] for op in yaml.safe_load((NODE / "llamacpp.yaml").read_text())}
     return {
         "controllerManager": {"manager": {"image": {"repository": repository, "tag": tag}}},
-        "globalConfig": {"configData": global_config["data"]["config.data"]},
+        "globalConfig": {"configData": _node_config_data()},
         "backendRuntime": {
             "llamacpp": {"image": {"repository": llamacpp["/spec/image"], "tag": str(llamacpp["/spec/version"])}}
         },
     }
+
+
+def _node_config_data() -> str:
+    """The settings config/node installs as one config.data: config/default's, with the keys config/node's
+    global-config.yaml sets beside config.data (which override it) written in."""
+    default = yaml.safe_load((REPO / "config" / "default" / "configmap.yaml").read_text())
+    settings = yaml.safe_load(default["data"]["config.data"])
+    node = yaml.safe_load((NODE / "global-config.yaml").read_text())
+    assert "config.data" not in node["data"], "config/node sets single settings, not config.data"
+    settings.update(node["data"])
+    return yaml.safe_dump(settings, sort_keys=False)
 
 
 def _sample(store: ObjectStore) -> list[dict[str, Any]]:

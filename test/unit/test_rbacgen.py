@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from llmaz.__main__ import add_scheduler_extender, parse_args
+from llmaz.controllers import resources as r
 from llmaz.controllers import setup
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.rbacgen import ROLE_FILES, main, render
@@ -56,8 +58,9 @@ def test_every_module_declaring_rbac_rules_feeds_a_role() -> None:
     assert _modules_declaring("RBAC_RULES") == collected
 
 
-def _watched_scopes() -> list[tuple[Resource, str | None, str | None]]:
-    """(resource, namespace, field selector) of every informer the controllers' setup creates."""
+def _watched_scopes(with_extender: bool = False) -> list[tuple[Resource, str | None, str | None]]:
+    """(resource, namespace, field selector) of every informer the controllers' setup creates (and, if asked, the
+    scheduler extender's wiring after it)."""
     manager = Manager(Client(RestConfig(host="https://127.0.0.1:1")))
     created: list[tuple[Resource, str | None, str | None]] = []
     informer_for = manager.informers.informer_for
@@ -73,6 +76,9 @@ def _watched_scopes() -> list[tuple[Resource, str | None, str | None]]:
 
     manager.informers.informer_for = recording  # type: ignore[method-assign,assignment]
     setup_controllers(manager, ControllerSettings(namespace="llmaz-system"))
+    if with_extender:
+        created.clear()
+        add_scheduler_extender(manager, parse_args(["--scheduler-extender-bind-address=127.0.0.1:0"]))
     return created
 
 
@@ -92,3 +98,11 @@ def test_the_watch_rules_are_declared_beside_the_watches() -> None:
     watched = {(resource.group, resource.plural) for resource, _, _ in _watched_scopes()}
     declared = {(rule.api_group, resource) for rule in setup.RBAC_RULES for resource in rule.resources}
     assert declared == watched
+
+
+def test_the_scheduler_extender_s_informers_can_be_listed_and_watched() -> None:
+    scopes = _watched_scopes(with_extender=True)
+    assert {resource for resource, _, _ in scopes} == {r.OPEN_MODELS, r.NODES}
+    for resource, _, _ in scopes:
+        for verb in ("list", "watch"):
+            assert rbac.allows(MANAGER_ROLE.rules(), resource.group, resource.plural, verb, own_namespace=False)

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from llmaz.envtest._assets import module_version, tool_path
+from llmaz.settings import parse_global_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,13 +32,23 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str],
     return {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(built) if doc}
 
 
+def _scheduler_config(installed: dict[tuple[str, str], Any]) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration the scheduler Deployment mounts."""
+    volumes = installed["Deployment", "llmaz-scheduler"]["spec"]["template"]["spec"]["volumes"]
+    (name,) = [v["configMap"]["name"] for v in volumes if v["name"] == "config"]
+    # Generated with a hash of its content, so that a changed configuration rolls the scheduler.
+    assert name.startswith("llmaz-scheduler-config-")
+    config: dict[str, Any] = yaml.safe_load(installed["ConfigMap", name]["data"]["config.yaml"])
+    return config
+
+
 def _container(deployment: dict[str, Any]) -> dict[str, Any]:
     container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
     return container
 
 
 def test_the_scheduler_calls_the_extender_the_manager_serves(installed: dict[tuple[str, str], Any]) -> None:
-    config = yaml.safe_load(installed["ConfigMap", "llmaz-scheduler-config"]["data"]["config.yaml"])
+    config = _scheduler_config(installed)
     (extender,) = config["extenders"]
     service = installed["Service", "llmaz-scheduler-extender"]
     (port,) = service["spec"]["ports"]
@@ -48,7 +59,7 @@ def test_the_scheduler_calls_the_extender_the_manager_serves(installed: dict[tup
     assert (extender["filterVerb"], extender["prioritizeVerb"], extender["nodeCacheCapable"]) == (
         "filter",
         "prioritize",
-        False,
+        True,
     )
 
     manager = installed["Deployment", "llmaz-controller-manager"]
@@ -61,11 +72,13 @@ def test_the_scheduler_calls_the_extender_the_manager_serves(installed: dict[tup
 def test_model_pods_are_sent_to_that_scheduler_which_runs_the_project_s_kubernetes_release(
     installed: dict[tuple[str, str], Any],
 ) -> None:
-    config = yaml.safe_load(installed["ConfigMap", "llmaz-scheduler-config"]["data"]["config.yaml"])
+    config = _scheduler_config(installed)
     (profile,) = config["profiles"]
-    settings = yaml.safe_load(installed["ConfigMap", "llmaz-global-config"]["data"]["config.data"])
-    assert settings["scheduler-name"] == profile["schedulerName"] == "llmaz-scheduler"
-    assert settings["init-container-image"]
+    global_config = installed["ConfigMap", "llmaz-global-config"]
+    assert parse_global_config(global_config).scheduler_name == profile["schedulerName"] == "llmaz-scheduler"
+    # Only scheduler-name changes: config.data, with config/default's loader image, is config/default's.
+    default = yaml.safe_load((REPO / "config" / "default" / "configmap.yaml").read_text())
+    assert global_config["data"] == {**default["data"], "scheduler-name": "llmaz-scheduler"}
     scheduler = installed["Deployment", "llmaz-scheduler"]
     assert scheduler["spec"]["template"]["spec"]["serviceAccountName"] == "llmaz-scheduler"
     release = module_version(REPO / "hack" / "cluster" / "go.mod", "k8s.io/kubernetes")

@@ -33,6 +33,8 @@ OpenModel or Playground), which is why a status write never sends the cached man
   and the last-applied annotation, status; of inference Services also llmaz's Apply managedFields, for the
   Playground's `apply_if_changed`), the webhooks' `CacheLookup` (OpenModels and BackendRuntimes: spec).
   llmaz-gateway runs its own informers.
+- Nodes: the scheduler extender (`llmaz.schedext`: name, labels), whose informer exists only when it is on. A Node's
+  status (images, conditions, addresses) is most of its size, and nobody here reads it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ POD_PATHS: Paths = {
     "status": {"conditions": True, "containerStatuses": True, "initContainerStatuses": True},
 }
 strip_pod = keep_paths(POD_PATHS)
+NODE_PATHS: Paths = {
+    "apiVersion": True,
+    "kind": True,
+    "metadata": {"name": True, "uid": True, "resourceVersion": True, "labels": True},
+}
+strip_node = keep_paths(NODE_PATHS)
 
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 LWS_MANIFESTS = f"https://github.com/kubernetes-sigs/lws/releases/download/{c.LWS_VERSION}/manifests.yaml"
@@ -92,6 +100,7 @@ _READ = (
     r.HORIZONTAL_POD_AUTOSCALERS,
     r.PODS,
     r.CONFIG_MAPS,
+    r.NODES,
 )
 
 
@@ -102,6 +111,7 @@ def configure_caches(informers: SharedInformerFactory) -> None:
     informers.configure(r.SERVICES, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
     informers.configure(r.HORIZONTAL_POD_AUTOSCALERS, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
     informers.configure(r.PODS, transform=strip_pod)
+    informers.configure(r.NODES, transform=strip_node)
     for resource in LLMAZ_KINDS:
         informers.configure(resource, transform=strip_child)
     informers.add_fix_hint(r.LEADER_WORKER_SETS, NOT_SERVED, LWS_FIX)

@@ -22,7 +22,7 @@ def kube_scheduler_with_extender(
     cluster: Cluster, scheduler_name: str, extender_url: str, work_dir: Path, weight: int = 5
 ) -> Iterator[ManagedProcess]:
     """kube-scheduler serving pods that name `scheduler_name`, asking the extender at `extender_url` to filter
-    and prioritize (`nodeCacheCapable: false`, not ignorable: a pod it cannot ask is not scheduled), until the
+    and prioritize (`nodeCacheCapable: true`, not ignorable: a pod it cannot ask is not scheduled), until the
     block ends. Its log is `work_dir/kube-scheduler.log`."""
     work_dir.mkdir(parents=True, exist_ok=True)
     config = {
@@ -37,7 +37,7 @@ def kube_scheduler_with_extender(
                 "filterVerb": "filter",
                 "prioritizeVerb": "prioritize",
                 "weight": weight,
-                "nodeCacheCapable": False,
+                "nodeCacheCapable": True,
                 "ignorable": False,
                 "enableHTTPS": False,
             }

@@ -1,13 +1,15 @@
 """Which nodes a model pod may use, and which it should prefer, by the inference flavors of its model.
 
-The parity of llmaz's ResourceFungibility scheduler plugin, as pure functions over the objects kube-scheduler sends:
+The parity of llmaz's ResourceFungibility scheduler plugin, as pure functions over the pod kube-scheduler sends, the
+names of its candidate nodes, and their labels (from the manager's Node cache):
 
 - A model pod (label `llmaz.io/model-name`) has the flavors its Service claimed (annotation
   `llmaz.io/inference-service-flavors`, comma-separated, only those the model defines), else all of its model's,
   in priority order. A pod that is not a model pod, whose model is unknown, or whose model has no flavors, is not
   constrained: every node passes with score 0.
 - Filter: a node passes when its labels match the `nodeSelector` of any of the pod's flavors (a flavor without one
-  matches every node).
+  matches every node). For a model pod, a node the cache does not hold (yet) fails, saying so, and kube-scheduler
+  tries the pod again later; other pods pass it.
 - Prioritize: a node scores by the first flavor it matches, with llmaz's weights by flavor position (the
   Fibonacci numbers 34, 21, 13, 8, 5, 3, 2, 1, then 0), scaled to the extender range 0-10 and rounded.
 """
@@ -24,6 +26,9 @@ Obj = dict[str, Any]
 FLAVOR_WEIGHTS = (34, 21, 13, 8, 5, 3, 2, 1)
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 ModelLookup = Callable[[str], Obj | None]
+# A node's labels by name; None when the node is not in the cache (yet).
+LabelsLookup = Callable[[str], Mapping[str, str] | None]
+NOT_CACHED = "node is not in llmaz's node cache yet"
 
 
 def pod_flavors(pod: Mapping[str, Any], model_of: ModelLookup) -> tuple[str, list[Obj]]:
@@ -43,13 +48,8 @@ def pod_flavors(pod: Mapping[str, Any], model_of: ModelLookup) -> tuple[str, lis
     return model_name, [by_name[name] for name in order]
 
 
-def _node_name(node: Mapping[str, Any]) -> str:
-    return str((node.get("metadata") or {}).get("name") or "")
-
-
-def first_match(node: Mapping[str, Any], flavors: list[Obj]) -> int | None:
+def first_match(labels: Mapping[str, str], flavors: list[Obj]) -> int | None:
     """The position of the first flavor whose nodeSelector the node's labels match, or None."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
     for index, flavor in enumerate(flavors):
         selector = flavor.get("nodeSelector") or {}
         if all(labels.get(key) == value for key, value in selector.items()):
@@ -58,18 +58,21 @@ def first_match(node: Mapping[str, Any], flavors: list[Obj]) -> int | None:
 
 
 def filter_nodes(
-    pod: Mapping[str, Any], nodes: Iterable[Obj], model_of: ModelLookup
-) -> tuple[list[Obj], dict[str, str]]:
-    """The nodes that pass, and for each that does not, why."""
+    pod: Mapping[str, Any], nodes: Iterable[str], labels_of: LabelsLookup, model_of: ModelLookup
+) -> tuple[list[str], dict[str, str]]:
+    """The names of the nodes that pass, and for each that does not, why."""
     model, flavors = pod_flavors(pod, model_of)
     if not flavors:
         return list(nodes), {}
-    kept: list[Obj] = []
+    kept: list[str] = []
     failed: dict[str, str] = {}
     names = ", ".join(str(f.get("name")) for f in flavors)
     for node in nodes:
-        if first_match(node, flavors) is None:
-            failed[_node_name(node)] = f"node matches no inference flavor of model {model} ({names})"
+        labels = labels_of(node)
+        if labels is None:
+            failed[node] = NOT_CACHED
+        elif first_match(labels, flavors) is None:
+            failed[node] = f"node matches no inference flavor of model {model} ({names})"
         else:
             kept.append(node)
     return kept, failed
@@ -81,7 +84,14 @@ def flavor_score(position: int | None) -> int:
     return round(FLAVOR_WEIGHTS[position] * MAX_SCORE / FLAVOR_WEIGHTS[0])
 
 
-def prioritize(pod: Mapping[str, Any], nodes: Iterable[Obj], model_of: ModelLookup) -> list[tuple[str, int]]:
-    """(node name, score) for each node: earlier flavors score higher."""
+def prioritize(
+    pod: Mapping[str, Any], nodes: Iterable[str], labels_of: LabelsLookup, model_of: ModelLookup
+) -> list[tuple[str, int]]:
+    """(node name, score) for each node: earlier flavors score higher; a node not in the cache scores 0."""
     _, flavors = pod_flavors(pod, model_of)
-    return [(_node_name(node), flavor_score(first_match(node, flavors)) if flavors else 0) for node in nodes]
+
+    def score(node: str) -> int:
+        labels = labels_of(node) if flavors else None
+        return 0 if labels is None else flavor_score(first_match(labels, flavors))
+
+    return [(node, score(node)) for node in nodes]

@@ -1,14 +1,20 @@
 """The scheduler extender's HTTP server: kube-scheduler's `filter` and `prioritize` verbs on their own port.
 
-kube-scheduler (a profile with an `extenders` entry, see config/scheduler) POSTs `ExtenderArgs` (`Pod`, and
-`Nodes`: the candidate nodes, whole) to `<urlPrefix>/filter` and `<urlPrefix>/prioritize`; the answers are an
-`ExtenderFilterResult` (`Nodes`, `FailedNodes`, `Error`) and a list of `HostPriority` (`Host`, `Score`). The field
-names are Go's (the extender types have no JSON tags); the decision is `flavors`'. The extender reads node labels
-from the request, so it must be configured with `nodeCacheCapable: false`; a request with node names only gets an
-`Error` that says so.
+kube-scheduler (a profile with an `extenders` entry, see config/scheduler) POSTs `ExtenderArgs` to
+`<urlPrefix>/filter` and `<urlPrefix>/prioritize`: the `Pod`, and with `nodeCacheCapable: true` the candidate
+nodes' names (`NodeNames`). The answers are an `ExtenderFilterResult` (`NodeNames`, `FailedNodes`, `Error`) and a
+list of `HostPriority` (`Host`, `Score`). The field names are Go's (the extender types have no JSON tags); the
+decision is `flavors'`, over the node labels of the manager's Node cache.
+
+Node names, not Node objects: with `nodeCacheCapable: false` kube-scheduler sends every candidate Node whole, tens
+of MiB per call on a large cluster, and decoding that blocks the event loop that also renews the Lease and answers
+admission for hundreds of milliseconds (a worker thread would not help: the JSON decoder holds the GIL). A
+names-only call is a pod and a list of names, about 0.2 MiB for 5,000 nodes, decoded in about a millisecond; the
+body limit keeps it that small, and a call carrying Node objects gets an `Error` that says how to configure the
+extender.
 
 Off unless `--scheduler-extender-bind-address` is set. Plain HTTP: the scheduler reaches it through a Service in
-the cluster network. Every replica serves it (not leader-elected): the OpenModel cache is all it reads.
+the cluster network. Every replica serves it (not leader-elected): the OpenModel and Node caches are all it reads.
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ from llmaz.runtime.log import bounded, get_logger
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.schedext import flavors
 
-# Node lists are large: a 5,000-node cluster sends a few tens of MiB per call.
-MAX_BODY_BYTES = 64 * 1024 * 1024
+# A pod (at most 1.5 MiB, etcd's object limit) and the names of 5,000 nodes (at most 1.3 MiB).
+MAX_BODY_BYTES = 4 * 1024 * 1024
 READ_TIMEOUT = 30.0
-NODE_NAMES_ONLY = (
-    "llmaz's scheduler extender reads node labels from the request: configure it with nodeCacheCapable: false"
+NODE_CACHE_CAPABLE = (
+    "llmaz's scheduler extender reads nodes from its own cache: configure it with nodeCacheCapable: true, so that "
+    "kube-scheduler sends node names instead of Node objects"
 )
 
 REQUESTS = Counter(
@@ -51,13 +58,15 @@ LATENCY = Histogram(
 
 
 class SchedulerExtender:
-    """A Runnable serving the extender verbs; `synced` tells whether the OpenModel cache can be trusted yet."""
+    """A Runnable serving the extender verbs from the OpenModel and Node caches; `synced` tells whether they can be
+    trusted yet."""
 
     needs_leader_election = False
 
-    def __init__(self, bind_address: str, open_models: Store, synced: Callable[[], bool]) -> None:
+    def __init__(self, bind_address: str, open_models: Store, nodes: Store, synced: Callable[[], bool]) -> None:
         self._host, self._port = split_host_port(bind_address)
         self._models = open_models
+        self._nodes = nodes
         self._synced = synced
         self.port: int | None = None
         self._serving = asyncio.Event()
@@ -91,18 +100,26 @@ class SchedulerExtender:
     def _model(self, name: str) -> dict[str, Any] | None:
         return self._models.get(name)
 
+    def _labels(self, name: str) -> dict[str, str] | None:
+        node = self._nodes.get(name)
+        if node is None:
+            return None
+        labels: dict[str, str] = (node.get("metadata") or {}).get("labels") or {}
+        return labels
+
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
-        nodes = _nodes(args)
-        if nodes is None:
-            return {"NodeNames": _node_names(args), "FailedNodes": {}, "Error": NODE_NAMES_ONLY}
-        kept, failed = flavors.filter_nodes(_pod(args), nodes, self._model)
-        return {"Nodes": {"items": kept}, "FailedNodes": failed, "Error": ""}
+        names = _node_names(args)
+        if names is None:
+            return {"NodeNames": None, "FailedNodes": {}, "Error": NODE_CACHE_CAPABLE}
+        kept, failed = flavors.filter_nodes(_pod(args), names, self._labels, self._model)
+        return {"NodeNames": kept, "FailedNodes": failed, "Error": ""}
 
     def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        nodes = _nodes(args)
-        if nodes is None:
-            return [{"Host": name, "Score": 0} for name in _node_names(args)]
-        return [{"Host": host, "Score": score} for host, score in flavors.prioritize(_pod(args), nodes, self._model)]
+        names = _node_names(args)
+        if names is None:
+            raise ValueError(NODE_CACHE_CAPABLE)
+        scores = flavors.prioritize(_pod(args), names, self._labels, self._model)
+        return [{"Host": host, "Score": score} for host, score in scores]
 
     def _verb(
         self, verb: str, answer: Callable[[dict[str, Any]], Any]
@@ -111,21 +128,26 @@ class SchedulerExtender:
             started = time.perf_counter()
             try:
                 if not self._synced():
-                    raise ValueError("the OpenModel cache has not synced yet")
+                    raise ValueError("the OpenModel and Node caches have not synced yet")
                 args = orjson.loads(await request.read())
                 if not isinstance(args, dict):
                     raise ValueError("expected ExtenderArgs, a JSON object")
                 body = answer(args)
                 result = "ok"
-            except (ValueError, web.HTTPRequestEntityTooLarge) as err:
-                self._log.warning("scheduler extender call refused", verb=verb, error=bounded(str(err)))
-                REQUESTS.labels(verb=verb, result="error").inc()
-                return web.Response(status=400, text=f"{bounded(str(err))}\n")
+            except web.HTTPRequestEntityTooLarge:
+                return self._refused(verb, f"request body over {MAX_BODY_BYTES // 2**20} MiB: {NODE_CACHE_CAPABLE}")
+            except ValueError as err:
+                return self._refused(verb, bounded(str(err)))
             REQUESTS.labels(verb=verb, result=result).inc()
             LATENCY.labels(verb=verb).observe(time.perf_counter() - started)
             return web.Response(body=orjson.dumps(body), content_type="application/json")
 
         return handle
+
+    def _refused(self, verb: str, reason: str) -> web.Response:
+        self._log.warning("scheduler extender call refused", verb=verb, error=reason)
+        REQUESTS.labels(verb=verb, result="error").inc()
+        return web.Response(status=400, text=f"{reason}\n")
 
 
 def _field(args: dict[str, Any], name: str) -> Any:
@@ -143,16 +165,13 @@ def _pod(args: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
-def _nodes(args: dict[str, Any]) -> list[dict[str, Any]] | None:
-    nodes = _field(args, "Nodes")
-    if nodes is None:
-        return None
-    items = nodes.get("items") if isinstance(nodes, dict) else None
-    if not isinstance(items, list):
-        raise ValueError("ExtenderArgs.Nodes has no items list")
-    return [node for node in items if isinstance(node, dict)]
-
-
-def _node_names(args: dict[str, Any]) -> list[str]:
+def _node_names(args: dict[str, Any]) -> list[str] | None:
+    """The candidate node names; None when the call carries Node objects instead (`nodeCacheCapable: false`)."""
     names = _field(args, "NodeNames")
-    return [str(name) for name in names] if isinstance(names, list) else []
+    if names is None:
+        if _field(args, "Nodes") is not None:
+            return None
+        raise ValueError("ExtenderArgs has no NodeNames")
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ValueError("ExtenderArgs.NodeNames must be a list of node names")
+    return names

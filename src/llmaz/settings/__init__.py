@@ -9,6 +9,11 @@
 
 Durations are a number of seconds (`90`, `1.5`) or Go-style text (`90s`, `2m`, `1m30s`, `1h`, `0`).
 
+Each setting may also be a key of its own beside `config.data` (`init-container-image: <image>`), which overrides
+`config.data`'s value: that is how kustomize changes one setting without rewriting the others (`make deploy
+LOADER_IMG=...`, config/node and config/scheduler each merge only their key). A key's value is the text of the
+setting: an image or a name as is, a duration as above, `true` or `false`.
+
 `parse_global_config` turns a ConfigMap into `GlobalSettings` or raises `SettingsError` with llmaz's texts.
 `SettingsHolder` keeps the last good value: a bad edit is reported and ignored, never half-applied.
 """
@@ -16,6 +21,7 @@ Durations are a number of seconds (`90`, `1.5`) or Go-style text (`90s`, `2m`, `
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +69,15 @@ class GlobalSettings:
     flavor_return_when_fits: bool = False
 
 
+# The settings a ConfigMap key of the same name overrides, and how that key's text is read.
+_OVERRIDES: dict[str, Callable[[str], object]] = {
+    "scheduler-name": str,
+    "init-container-image": str,
+    "flavor-fallback-after": str,
+    "flavor-return-when-fits": lambda text: {"true": True, "false": False}.get(text.strip(), text),
+}
+
+
 def parse_global_config(config_map: dict[str, Any]) -> GlobalSettings:
     data = config_map.get("data") or {}
     if c.GLOBAL_CONFIG_DATA_KEY not in data:
@@ -73,6 +88,7 @@ def parse_global_config(config_map: dict[str, Any]) -> GlobalSettings:
         raise SettingsError(f"failed to unmarshal config.data: {err}") from err
     if not isinstance(parsed, dict):
         raise SettingsError("failed to unmarshal config.data: expected a mapping of settings")
+    parsed.update({key: read(str(data[key])) for key, read in _OVERRIDES.items() if key in data})
     image = parsed.get("init-container-image")
     if not isinstance(image, str) or not image:
         raise SettingsError("invalid global config: init-container-image is required")

@@ -1,6 +1,7 @@
 """The scheduler extender as kube-scheduler calls it: a real kube-scheduler (a profile with the extender, weight 5:
-its preference outweighs the default scores, equal on these identical nodes) binds model pods to the nodes of
-their first fitting flavor, over the extender's HTTP API.
+its preference outweighs the default scores, equal on these identical nodes, and `nodeCacheCapable: true`: it
+sends node names) binds model pods to the nodes of their first fitting flavor, over the extender's HTTP API, with
+the node labels from a Node informer configured as the manager's.
 
 The nodes exist only as API objects (no kubelet): they are schedulable, and binding is all that is checked.
 """
@@ -15,8 +16,12 @@ from typing import Any
 
 import pytest
 
+from llmaz.controllers import resources as r
+from llmaz.controllers.caches import configure_caches
 from llmaz.envtest import Cluster
 from llmaz.envtest.scheduler import kube_scheduler_with_extender
+from llmaz.runtime.cache.factory import SharedInformerFactory
+from llmaz.runtime.client import Client
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.schedext.server import SchedulerExtender
 from llmaz.testing.informer import FakeInformer
@@ -54,14 +59,37 @@ def nodes(control_plane: Cluster, namespace: str) -> Iterator[dict[str, str]]:
         client.request("DELETE", f"/api/v1/nodes/{name}")
 
 
+class _Informers:
+    """A SharedInformerFactory as a server Runnable: started once its informers have synced."""
+
+    def __init__(self, factory: SharedInformerFactory) -> None:
+        self.factory = factory
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        await self.factory.run(stopping)
+
+    async def wait_started(self) -> None:
+        await self.factory.wait_for_sync(30)
+
+
 @contextlib.asynccontextmanager
-async def extender(model: str) -> AsyncIterator[int]:
+async def extender(kubeconfig: Path, model: str) -> AsyncIterator[int]:
     models = FakeInformer()
     models.add({"metadata": {"name": model}, "spec": {"inferenceConfig": {"flavors": FLAVORS}}})
     models.mark_synced()
-    async with running(SchedulerExtender("127.0.0.1:0", models.store, models.has_synced)) as server:
-        assert server.port is not None
-        yield server.port
+    client = await Client.from_kubeconfig(kubeconfig)
+    factory = SharedInformerFactory(client)
+    configure_caches(factory)
+    nodes = factory.informer_for(r.NODES)
+    try:
+        async with (
+            running(_Informers(factory), within=30),
+            running(SchedulerExtender("127.0.0.1:0", models.store, nodes.store, factory.has_synced)) as server,
+        ):
+            assert server.port is not None
+            yield server.port
+    finally:
+        await client.close()
 
 
 def _calls(verb: str) -> float:
@@ -80,14 +108,14 @@ def _pod(name: str, scheduler: str, model: str, claimed: str | None = None) -> d
 
 
 async def test_kube_scheduler_binds_model_pods_to_their_first_fitting_flavor(
-    control_plane: Cluster, namespace: str, nodes: dict[str, str], tmp_path: Path
+    control_plane: Cluster, kubeconfig: Path, namespace: str, nodes: dict[str, str], tmp_path: Path
 ) -> None:
     model, scheduler = f"m-{namespace.rsplit('-', 1)[-1]}", f"llmaz-{namespace.rsplit('-', 1)[-1]}"
     calls = {verb: _calls(verb) for verb in ("filter", "prioritize")}
     client = control_plane.admin_client()
     # Pods need their ServiceAccount (admission); no controller creates `default` here.
     client.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "default"}})
-    async with extender(model) as port:
+    async with extender(kubeconfig, model) as port:
         with kube_scheduler_with_extender(control_plane, scheduler, f"http://127.0.0.1:{port}", tmp_path):
             client.request("POST", f"/api/v1/namespaces/{namespace}/pods", _pod("best", scheduler, model))
             client.request("POST", f"/api/v1/namespaces/{namespace}/pods", _pod("claimed", scheduler, model, "a10"))

@@ -204,3 +204,24 @@ def test_llmaz_kinds_are_cached_without_others_managed_fields_or_the_last_applie
     assert cached["metadata"]["annotations"] == {"team": "a"}
     assert cached["spec"] == live["spec"]
     assert cached["status"] == live["status"]
+
+
+def test_a_cached_node_keeps_only_what_the_scheduler_extender_reads() -> None:
+    factory = SharedInformerFactory(Client(RestConfig(host="http://127.0.0.1:1")))
+    configure_caches(factory)
+    informer = factory.informer_for(r.NODES)
+    labels = {"nvidia.com/gpu.product": "A100", "kubernetes.io/hostname": "gpu-1"}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "gpu-1", "uid": "u", "resourceVersion": "7", "labels": labels,
+                     "annotations": {"big": "x" * 1000}, "managedFields": OTHER_MANAGERS},
+        "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "status": {"images": [{"names": ["registry.example/engine:v1"], "sizeBytes": 1}] * 50, "capacity": {}},
+    }  # fmt: skip
+    informer.add(copy.deepcopy(node))
+    assert informer.store.get("gpu-1") == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "gpu-1", "uid": "u", "resourceVersion": "7", "labels": labels},
+    }

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from llmaz.schedext import flavors
-from llmaz.schedext.server import NODE_NAMES_ONLY, SchedulerExtender
+from llmaz.schedext.server import MAX_BODY_BYTES, NODE_CACHE_CAPABLE, SchedulerExtender
 from llmaz.testing.informer import FakeInformer
 from llmaz.testing.runnables import running
 
@@ -35,6 +35,8 @@ def node(name: str, product: str | None) -> dict[str, Any]:
 
 
 NODES = [node("h", "H100"), node("a", "A100"), node("s", "A10"), node("cpu", None)]
+NAMES = [n["metadata"]["name"] for n in NODES]
+LABELS = {n["metadata"]["name"]: n["metadata"]["labels"] for n in NODES}
 
 
 def pod(model: str | None = "llama", claimed: str | None = None) -> dict[str, Any]:
@@ -46,6 +48,10 @@ def pod(model: str | None = "llama", claimed: str | None = None) -> dict[str, An
 
 def lookup(name: str) -> dict[str, Any] | None:
     return MODEL if name == "llama" else None
+
+
+def labels_of(name: str) -> dict[str, str] | None:
+    return LABELS.get(name)
 
 
 @pytest.mark.parametrize(
@@ -62,15 +68,22 @@ def lookup(name: str) -> dict[str, Any] | None:
 def test_nodes_are_kept_by_any_flavor_and_scored_by_the_first(
     the_pod: dict[str, Any], kept: list[str], scores: dict[str, int]
 ) -> None:
-    passed, failed = flavors.filter_nodes(the_pod, NODES, lookup)
-    assert [n["metadata"]["name"] for n in passed] == kept
-    assert sorted(failed) == sorted(n["metadata"]["name"] for n in NODES if n["metadata"]["name"] not in kept)
-    assert dict(flavors.prioritize(the_pod, NODES, lookup)) == scores
+    passed, failed = flavors.filter_nodes(the_pod, NAMES, labels_of, lookup)
+    assert passed == kept
+    assert sorted(failed) == sorted(name for name in NAMES if name not in kept)
+    assert dict(flavors.prioritize(the_pod, NAMES, labels_of, lookup)) == scores
 
 
 def test_a_failed_node_says_which_flavors_it_matches_none_of() -> None:
-    _, failed = flavors.filter_nodes(pod(), NODES, lookup)
+    _, failed = flavors.filter_nodes(pod(), NAMES, labels_of, lookup)
     assert failed == {"cpu": "node matches no inference flavor of model llama (h100, a100, a10)"}
+
+
+def test_a_node_not_in_the_cache_fails_a_model_pod_but_not_another_pod() -> None:
+    names = ["h", "new"]
+    assert flavors.filter_nodes(pod(), names, labels_of, lookup) == (["h"], {"new": flavors.NOT_CACHED})
+    assert flavors.prioritize(pod(), names, labels_of, lookup) == [("h", 10), ("new", 0)]
+    assert flavors.filter_nodes(pod(model=None), names, labels_of, lookup) == (names, {})
 
 
 def test_llmaz_weights_by_flavor_position_scaled_to_the_extender_range() -> None:
@@ -80,11 +93,18 @@ def test_llmaz_weights_by_flavor_position_scaled_to_the_extender_range() -> None
 
 @contextlib.asynccontextmanager
 async def serving(synced: bool = True) -> AsyncIterator[str]:
-    models = FakeInformer()
+    models, nodes = FakeInformer(), FakeInformer()
     models.add(MODEL)
+    for each in NODES:
+        nodes.add(each)
     if synced:
         models.mark_synced()
-    async with running(SchedulerExtender("127.0.0.1:0", models.store, models.has_synced)) as server:
+        nodes.mark_synced()
+
+    def both_synced() -> bool:
+        return models.has_synced() and nodes.has_synced()
+
+    async with running(SchedulerExtender("127.0.0.1:0", models.store, nodes.store, both_synced)) as server:
         yield f"http://127.0.0.1:{server.port}"
 
 
@@ -94,13 +114,17 @@ async def call(url: str, verb: str, args: Any) -> tuple[int, Any]:
 
 
 async def test_kube_scheduler_s_calls_are_answered_in_its_go_field_names() -> None:
-    args = {"Pod": pod(), "Nodes": {"items": NODES}, "NodeNames": None}
+    args = {"Pod": pod(), "Nodes": None, "NodeNames": NAMES}
     async with serving() as url:
         status, filtered = await call(url, "filter", args)
-        assert status == 200
-        assert [n["metadata"]["name"] for n in filtered["Nodes"]["items"]] == ["h", "a", "s"]
-        assert filtered["FailedNodes"] == {"cpu": "node matches no inference flavor of model llama (h100, a100, a10)"}
-        assert filtered["Error"] == ""
+        assert (status, filtered) == (
+            200,
+            {
+                "NodeNames": ["h", "a", "s"],
+                "FailedNodes": {"cpu": "node matches no inference flavor of model llama (h100, a100, a10)"},
+                "Error": "",
+            },
+        )
         status, scored = await call(url, "prioritize", args)
         assert (status, scored) == (
             200,
@@ -113,19 +137,31 @@ async def test_kube_scheduler_s_calls_are_answered_in_its_go_field_names() -> No
         )
 
 
-async def test_names_only_calls_get_an_error_that_says_how_to_configure_the_extender() -> None:
+async def test_node_objects_get_an_error_that_says_how_to_configure_the_extender() -> None:
+    """kube-scheduler configured with nodeCacheCapable: false: the filter's Error reaches the pod's events."""
+    args = {"pod": pod(), "nodes": {"items": NODES}}
     async with serving() as url:
-        status, filtered = await call(url, "filter", {"pod": pod(), "nodenames": ["h", "cpu"]})
-    assert (status, filtered) == (200, {"NodeNames": ["h", "cpu"], "FailedNodes": {}, "Error": NODE_NAMES_ONLY})
+        filtered = await call(url, "filter", args)
+        scored = await call(url, "prioritize", args)
+    assert filtered == (200, {"NodeNames": None, "FailedNodes": {}, "Error": NODE_CACHE_CAPABLE})
+    assert scored == (400, f"{NODE_CACHE_CAPABLE}\n")
+
+
+async def test_a_body_too_large_for_node_names_is_refused_saying_why() -> None:
+    nodes = [node(f"n{i}", "H100") | {"status": {"images": [{"names": ["x" * 200]}] * 20}} for i in range(1200)]
+    async with serving() as url:
+        status, text = await call(url, "filter", {"Pod": pod(), "Nodes": {"items": nodes}})
+    assert (status, text) == (400, f"request body over {MAX_BODY_BYTES // 2**20} MiB: {NODE_CACHE_CAPABLE}\n")
 
 
 @pytest.mark.parametrize(
     ("synced", "args", "message"),
     [
         (True, [1], "expected ExtenderArgs, a JSON object"),
-        (True, {"Nodes": {"items": []}}, "ExtenderArgs has no Pod"),
-        (True, {"Pod": pod(), "Nodes": {}}, "ExtenderArgs.Nodes has no items list"),
-        (False, {"Pod": pod(), "Nodes": {"items": NODES}}, "the OpenModel cache has not synced yet"),
+        (True, {"NodeNames": NAMES}, "ExtenderArgs has no Pod"),
+        (True, {"Pod": pod()}, "ExtenderArgs has no NodeNames"),
+        (True, {"Pod": pod(), "NodeNames": "h"}, "ExtenderArgs.NodeNames must be a list of node names"),
+        (False, {"Pod": pod(), "NodeNames": NAMES}, "the OpenModel and Node caches have not synced yet"),
     ],
 )
 async def test_bad_calls_are_refused_with_a_400_that_says_why(synced: bool, args: Any, message: str) -> None:

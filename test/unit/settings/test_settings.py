@@ -94,3 +94,49 @@ def test_returning_to_a_better_flavor_is_off_unless_asked_for(text: str, value: 
 def test_a_flavor_return_that_is_not_a_boolean_is_named_in_the_error(text: str) -> None:
     with pytest.raises(SettingsError, match="flavor-return-when-fits must be true or false, got"):
         parse_global_config(_cm(f"init-container-image: img:1\nflavor-return-when-fits: {text}\n"))
+
+
+def test_a_setting_s_own_key_overrides_config_data_and_keeps_the_rest() -> None:
+    config_map = _cm("scheduler-name: s\ninit-container-image: img:1\nflavor-fallback-after: 30s\n")
+    config_map["data"]["init-container-image"] = "registry.example:5000/loader:2"
+    assert parse_global_config(config_map) == GlobalSettings(
+        init_container_image="registry.example:5000/loader:2", scheduler_name="s", flavor_fallback_after=30.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "field", "value"),
+    [
+        ("scheduler-name", "llmaz-scheduler", "scheduler_name", "llmaz-scheduler"),
+        ("init-container-image", "img:2", "init_container_image", "img:2"),
+        ("flavor-fallback-after", "90", "flavor_fallback_after", 90.0),
+        ("flavor-fallback-after", "1m30s", "flavor_fallback_after", 90.0),
+        ("flavor-return-when-fits", "true", "flavor_return_when_fits", True),
+        ("flavor-return-when-fits", "false", "flavor_return_when_fits", False),
+    ],
+)
+def test_every_setting_s_key_is_read_as_its_text(key: str, text: str, field: str, value: object) -> None:
+    config_map = _cm("init-container-image: img:1\nflavor-return-when-fits: true\n")
+    config_map["data"][key] = text
+    assert getattr(parse_global_config(config_map), field) == value
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "message"),
+    [
+        ("init-container-image", "", "invalid global config: init-container-image is required"),
+        ("flavor-fallback-after", "soon", "invalid global config: flavor-fallback-after must be a duration"),
+        ("flavor-return-when-fits", "yes", "invalid global config: flavor-return-when-fits must be true or false"),
+    ],
+)
+def test_a_bad_key_is_named_in_the_error(key: str, text: str, message: str) -> None:
+    config_map = _cm("init-container-image: img:1\n")
+    config_map["data"][key] = text
+    with pytest.raises(SettingsError) as err:
+        parse_global_config(config_map)
+    assert str(err.value).startswith(message)
+
+
+def test_a_key_alone_does_not_replace_config_data() -> None:
+    with pytest.raises(SettingsError, match=r"^config\.data not found in ConfigMap$"):
+        parse_global_config({"data": {"init-container-image": "img:1"}})
