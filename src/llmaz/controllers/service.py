@@ -14,7 +14,7 @@ One reconcile:
 6. An existing LeaderWorkerSet or `-lb` Service that this Service does not control (`ownership_conflict`) ->
    `Progressing=False`/`AbortProcessing` naming it and its controller, a Warning Event, nothing applied, and a
    rate-limited retry (llmaz force-applied over it and took it over).
-7. Decide the active inference flavor (`builders.flavors.decide_flavor`): the one in the status, or the next when
+7. Decide the active inference flavor (`flavors.decision.decide_flavor`): the one in the status, or the next when
    the pods waited `flavor-fallback-after` for a node of it (a Warning Event `FlavorFallback` names both); with
    `flavor-return-when-fits`, a full period after the last change, the best flavor ahead of it whose nodes have
    room for every pod now (nodes and their pods read from the API server; a Normal Event `FlavorReturn`). The
@@ -50,22 +50,7 @@ from llmaz.controllers.builders import (
     service_status,
     with_scheduler_name,
 )
-from llmaz.controllers.builders.flavors import (
-    FlavorDecision,
-    decide_flavor,
-    fallback_message,
-    find_flavor,
-    flavor_order,
-    missing_flavors,
-    no_flavor_fits,
-    parse_time,
-    pods_per_service,
-    return_candidates,
-    return_message,
-    room_on,
-    schedulable,
-    template_tolerations,
-)
+from llmaz.controllers.builders.flavors import find_flavor, flavor_order, missing_flavors
 from llmaz.controllers.builders.service import claimed_flavors
 from llmaz.controllers.builders.status import with_flavor
 from llmaz.controllers.common import (
@@ -77,6 +62,19 @@ from llmaz.controllers.common import (
     unless_deleted,
     write_status_if_changed,
 )
+from llmaz.controllers.flavors.decision import (
+    FlavorDecision,
+    decide_flavor,
+    fallback_message,
+    flavor_request,
+    no_flavor_fits,
+    parse_time,
+    pods_per_service,
+    return_candidates,
+    return_message,
+    template_tolerations,
+)
+from llmaz.controllers.flavors.fit import room_on, schedulable
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client, PatchType
@@ -202,7 +200,8 @@ class ServiceReconciler:
             flavor = find_flavor(main, name)
             if flavor is None:
                 continue
-            room = room_on(flavor, *await self._nodes_and_pods(flavor.node_selector, tolerations), tolerations)
+            nodes, pods = await self._nodes_and_pods(flavor.node_selector, tolerations)
+            room = room_on(flavor_request(flavor), nodes, pods, tolerations)
             if room.pods >= needed:
                 return FlavorDecision(name, previous=decision.active, requeue_after=fallback_after, room=room)
         return decision

@@ -12,7 +12,6 @@ import pytest
 from llmaz.apis import constants as c
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import build_hpa, build_lb_service, build_leader_worker_set, diagnose_pod
-from llmaz.controllers.builders.flavors import longest_waiting
 from llmaz.controllers.caches import (
     CHILD_SELECTOR,
     LLMAZ_KINDS,
@@ -22,6 +21,7 @@ from llmaz.controllers.caches import (
     strip_child_and_status,
     strip_pod,
 )
+from llmaz.controllers.flavors.decision import longest_waiting
 from llmaz.controllers.indexes import pod_service, service_of_pod
 from llmaz.envtest._assets import module_version
 from llmaz.runtime.cache import NOT_SERVED, SharedInformerFactory
