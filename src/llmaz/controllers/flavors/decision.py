@@ -13,14 +13,14 @@ Invariants:
   `Insufficient <resource>` or a node affinity/selector mismatch, and nothing about volumes or claims. A pod
   waiting for a PersistentVolumeClaim would wait on every flavor: moving would not help.
 - With `flavor-return-when-fits`, a Service off its first flavor for a full period moves back to the best
-  flavor ahead of it whose nodes have room for all its pods now; the room is the caller's answer (`fit.room_on`
-  over the nodes and the pods bound to them).
+  flavor ahead of it whose nodes have room for all its pods now (`return_if_room`); the room is the caller's
+  answer (`fit.room_on` over the nodes and the pods bound to them).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -29,7 +29,7 @@ from llmaz.apis import Flavor, OpenModel, Service
 from llmaz.apis import constants as c
 from llmaz.apis.quantity import parse_quantity
 from llmaz.controllers.builders.diagnosis import REASON_UNSCHEDULABLE, PodFinding, one_line
-from llmaz.controllers.builders.flavors import flavor_order
+from llmaz.controllers.builders.flavors import find_flavor, flavor_order
 from llmaz.controllers.flavors.fit import Resources, Room, condition
 
 # The scheduler's texts (kube-scheduler's NodeResourcesFit and NodeAffinity plugins) that mean "no node of the
@@ -197,6 +197,25 @@ def flavor_request(flavor: Flavor) -> Resources:
     the pods get as requests (resources at zero ask for nothing)."""
     limits = {name: parse_quantity(value) for name, value in (flavor.limits or {}).items()}
     return {name: value for name, value in limits.items() if value > 0}
+
+
+def return_if_room(
+    decision: FlavorDecision,
+    main: OpenModel,
+    candidates: Sequence[str],
+    needed: int,
+    fallback_after: float,
+    room_for: Callable[[Flavor], Room],
+) -> FlavorDecision:
+    """`decision`, or a move back to the best of `candidates` whose nodes have room for `needed` pods now."""
+    for name in candidates:
+        flavor = find_flavor(main, name)
+        if flavor is None:
+            continue
+        room = room_for(flavor)
+        if room.pods >= needed:
+            return FlavorDecision(name, previous=decision.active, requeue_after=fallback_after, room=room)
+    return decision
 
 
 def pods_per_service(service: Service) -> int:
