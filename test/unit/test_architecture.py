@@ -22,6 +22,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "llmaz.runtime": (),
     "llmaz.apis": (),
     "llmaz.controllers.builders": ("llmaz.apis",),
+    # The flavor decision and the fit are pure: objects and times in, answers out; the informers are `capacity`'s.
+    "llmaz.controllers.flavors.fit": ("llmaz.apis",),
+    "llmaz.controllers.flavors.decision": ("llmaz.apis", "llmaz.controllers.builders", "llmaz.controllers.flavors.fit"),
     "llmaz.settings": ("llmaz.apis",),
     "llmaz.loader": ("llmaz.apis.constants", "llmaz.apis.modelpath", "llmaz.apis.uri"),
     "llmaz.gateway": ("llmaz.apis", "llmaz.runtime"),
@@ -85,3 +88,4 @@ def test_the_rules_see_the_packages_they_guard() -> None:
     assert "llmaz.envtest" in DEV_ONLY
     for dev in DEV_ONLY:
         assert any(_within(n, dev) for n in names), f"{dev} is excluded from the wheel but is not in src/llmaz"
+    assert {"llmaz.controllers.flavors.fit", "llmaz.controllers.flavors.decision"} <= names

@@ -3,7 +3,8 @@
 A cluster's core Services, HPAs and LeaderWorkerSets mostly belong to others. Their informers select
 `app.kubernetes.io/managed-by=llmaz`, which the builders put on every child (`builders.meta.owned_metadata`), so
 the manager holds its own children and nothing else whatever the size of the cluster. Model pods were already
-selected by label (`indexes.MODEL_POD_SELECTOR`).
+selected by label (`indexes.MODEL_POD_SELECTOR`). Nodes and the pods bound to them are cached cluster-wide, in a
+factory of their own, only by a manager whose `flavor-return-when-fits` has checked a return (`flavors.capacity`).
 
 Children created before the label existed (by llmaz, or by an older llmaz for Python) are not in the cache. The
 reconcile of their owner then sees no live child and applies the desired one, which carries the label: server-side
@@ -14,9 +15,9 @@ never applied is an HPA whose Playground no longer wants one; `legacy.LegacyHpaR
 
 Transforms drop what no reader reads: managedFields except llmaz's own Apply entry (the apply no-op check reads it),
 the `kubectl.kubernetes.io/last-applied-configuration` annotation, the status of Services and HPAs, and all but
-the few pod fields diagnosis reads. llmaz's own kinds lose the same metadata (about 40 % of a kubectl-applied
-OpenModel or Playground), which is why a status write never sends the cached managedFields back
-(`common.write_status_if_changed`). The readers, which this list must follow:
+the few pod and node fields diagnosis and the flavor fit read. llmaz's own kinds lose the same metadata (about 40 %
+of a kubectl-applied OpenModel or Playground), which is why a status write never sends the cached managedFields
+back (`common.write_status_if_changed`). The readers, which this list must follow:
 
 - LeaderWorkerSets: `ServiceReconciler` (`apply_if_changed`: spec, metadata, llmaz's Apply managedFields;
   `service_status`: status conditions, replicas, hpaPodSelector); the Service controller's `owns` watch (owner
@@ -27,8 +28,13 @@ OpenModel or Playground), which is why a status write never sends the cached man
   precondition); the `owns` watch (owner reference, generation). Nobody reads their status.
 - model pods: `diagnose_pod` (name, deletionTimestamp; name, image and restartPolicy of containers and init
   containers; status conditions and container statuses), the `pod_service` index and `service_of_pod` (labels,
-  namespace), `pod_finding_changed` (`diagnose_pod`), the flavor fallback (`flavors.longest_waiting`: name,
-  deletionTimestamp, the `PodScheduled` condition's status, reason, message and lastTransitionTime).
+  namespace), `pod_finding_changed` (`diagnose_pod`), the flavor fallback (`flavors.decision.longest_waiting`:
+  name, deletionTimestamp, the `PodScheduled` condition's status, reason, message and lastTransitionTime).
+- pods bound to a node (the flavor fit's factory, `configure_fit_caches`): the `pod_node` index (nodeName),
+  `fit.free_on` (phase; through `fit.pod_requests`: the resources of containers and init containers, the
+  restartPolicy of init containers, pod-level resources, overhead).
+- Nodes (the same factory): `flavors.capacity` (labels, for a flavor's nodeSelector), `fit.schedulable`
+  (unschedulable, taints, the Ready condition's status), `fit.free_on` (allocatable).
 - Playgrounds, inference Services, OpenModels, BackendRuntimes: the reconcilers (spec, metadata but managedFields
   and the last-applied annotation, status; of inference Services also llmaz's Apply managedFields, for the
   Playground's `apply_if_changed`), the webhooks' `CacheLookup` (OpenModels and BackendRuntimes: spec).
@@ -69,11 +75,33 @@ POD_PATHS: Paths = {
     "status": {"conditions": True, "containerStatuses": True, "initContainerStatuses": True},
 }
 strip_pod = keep_paths(POD_PATHS)
-NODE_PATHS: Paths = {
+# The manager's own Node cache: the scheduler extender matches a flavor's nodeSelector against labels alone.
+NODE_LABEL_PATHS: Paths = {
     "apiVersion": True,
     "kind": True,
     "metadata": {"name": True, "uid": True, "resourceVersion": True, "labels": True},
 }
+strip_node_to_labels = keep_paths(NODE_LABEL_PATHS)
+
+# The flavor fit's caches (`flavors.capacity`): what `fit.pod_requests` and `fit.free_on` read of a pod bound to a
+# node, and what `fit.schedulable`, `fit.free_on` and a flavor's nodeSelector read of a Node.
+BOUND_POD_PATHS: Paths = {
+    "metadata": {"name": True, "namespace": True, "resourceVersion": True},
+    "spec": {
+        "nodeName": True,
+        "containers": {"resources": True},
+        "initContainers": {"resources": True, "restartPolicy": True},
+        "resources": True,
+        "overhead": True,
+    },
+    "status": {"phase": True},
+}
+NODE_PATHS: Paths = {
+    "metadata": {"name": True, "resourceVersion": True, "labels": True},
+    "spec": {"unschedulable": True, "taints": True},
+    "status": {"allocatable": True, "conditions": {"type": True, "status": True}},
+}
+strip_bound_pod = keep_paths(BOUND_POD_PATHS)
 strip_node = keep_paths(NODE_PATHS)
 
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
@@ -111,11 +139,20 @@ def configure_caches(informers: SharedInformerFactory) -> None:
     informers.configure(r.SERVICES, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
     informers.configure(r.HORIZONTAL_POD_AUTOSCALERS, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
     informers.configure(r.PODS, transform=strip_pod)
-    informers.configure(r.NODES, transform=strip_node)
+    informers.configure(r.NODES, transform=strip_node_to_labels)
     for resource in LLMAZ_KINDS:
         informers.configure(resource, transform=strip_child)
     informers.add_fix_hint(r.LEADER_WORKER_SETS, NOT_SERVED, LWS_FIX)
     for resource in LLMAZ_KINDS:
         informers.add_fix_hint(resource, NOT_SERVED, LLMAZ_CRD_FIX)
     for resource in _READ:
+        informers.add_fix_hint(resource, FORBIDDEN, RBAC_FIX)
+
+
+def configure_fit_caches(informers: SharedInformerFactory) -> None:
+    """Strip the Nodes and bound pods of the flavor fit's own factory (`flavors.capacity`), and say what fixes a
+    list they are forbidden."""
+    informers.configure(r.NODES, transform=strip_node)
+    informers.configure(r.PODS, transform=strip_bound_pod)
+    for resource in (r.NODES, r.PODS):
         informers.add_fix_hint(resource, FORBIDDEN, RBAC_FIX)

@@ -14,11 +14,12 @@ One reconcile:
 6. An existing LeaderWorkerSet or `-lb` Service that this Service does not control (`ownership_conflict`) ->
    `Progressing=False`/`AbortProcessing` naming it and its controller, a Warning Event, nothing applied, and a
    rate-limited retry (llmaz force-applied over it and took it over).
-7. Decide the active inference flavor (`builders.flavors.decide_flavor`): the one in the status, or the next when
+7. Decide the active inference flavor (`flavors.decision.decide_flavor`): the one in the status, or the next when
    the pods waited `flavor-fallback-after` for a node of it (a Warning Event `FlavorFallback` names both); with
    `flavor-return-when-fits`, a full period after the last change, the best flavor ahead of it whose nodes have
-   room for every pod now (nodes and their pods read from the API server; a Normal Event `FlavorReturn`). The
-   pods are rendered for it. A decision that falls due later requeues the Service for that moment.
+   room for every pod now (`flavors.capacity`: nodes and the pods bound to them, cached from the first such check
+   on; a Normal Event `FlavorReturn`). The pods are rendered for it. A decision that falls due later requeues
+   the Service for that moment.
 8. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
    `-lb` Service once and never repaired it); an `Applied` Event marks the LeaderWorkerSet's creation.
 9. Compute the status from the LeaderWorkerSet and the pods (why they are not ready: a failed model loader, a
@@ -31,7 +32,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from llmaz.apis import OpenModel, Service
+from llmaz.apis import Flavor, OpenModel, Service
 from llmaz.apis import constants as c
 from llmaz.apis.validation import validate_service
 from llmaz.controllers import indexes as ix
@@ -50,22 +51,7 @@ from llmaz.controllers.builders import (
     service_status,
     with_scheduler_name,
 )
-from llmaz.controllers.builders.flavors import (
-    FlavorDecision,
-    decide_flavor,
-    fallback_message,
-    find_flavor,
-    flavor_order,
-    missing_flavors,
-    no_flavor_fits,
-    parse_time,
-    pods_per_service,
-    return_candidates,
-    return_message,
-    room_on,
-    schedulable,
-    template_tolerations,
-)
+from llmaz.controllers.builders.flavors import flavor_order, missing_flavors
 from llmaz.controllers.builders.service import claimed_flavors
 from llmaz.controllers.builders.status import with_flavor
 from llmaz.controllers.common import (
@@ -77,6 +63,21 @@ from llmaz.controllers.common import (
     unless_deleted,
     write_status_if_changed,
 )
+from llmaz.controllers.flavors.capacity import NodeCapacity
+from llmaz.controllers.flavors.decision import (
+    FlavorDecision,
+    decide_flavor,
+    fallback_message,
+    flavor_request,
+    no_flavor_fits,
+    parse_time,
+    pods_per_service,
+    return_candidates,
+    return_if_room,
+    return_message,
+    template_tolerations,
+)
+from llmaz.controllers.flavors.fit import Room
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client, PatchType
@@ -84,7 +85,7 @@ from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import NORMAL, WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
-from llmaz.runtime.rbac import allow
+from llmaz.runtime.rbac import READ, allow
 from llmaz.settings import SettingsHolder
 
 # Where the API server enforces owner-reference permissions (OwnerReferencesPermissionEnforcement, on in
@@ -96,12 +97,16 @@ RBAC_RULES = (
     allow(r.INFERENCE_SERVICES, "update", subresource="finalizers"),
     allow(r.LEADER_WORKER_SETS, "create", "patch", "delete"),  # server-side apply
     allow(r.SERVICES, "create", "patch", "delete"),  # the `-lb` Service, server-side apply
-    # flavor-return-when-fits: a better flavor's nodes and the pods bound to them, read once per fallback period.
-    allow(r.NODES, "list"),
-    allow(r.PODS, "list"),
+    # flavor-return-when-fits: the nodes and the pods bound to them, cached from the first return check on.
+    allow(r.NODES, *READ),
+    allow(r.PODS, *READ),
 )
 
 _log = get_logger("llmaz.controllers.service")
+
+
+# While the node and pod caches fill (the first return check of this manager), look again this soon.
+CAPACITY_SYNC_RECHECK = 2.0
 
 
 def _sooner(first: float | None, second: float | None) -> float | None:
@@ -116,6 +121,7 @@ class ServiceReconciler:
         events: EventRecorder,
         clock: Clock,
         settings: SettingsHolder,
+        capacity: NodeCapacity,
     ) -> None:
         self._client = client
         self._events = events
@@ -126,6 +132,7 @@ class ServiceReconciler:
         self._lws = informers.informer_for(r.LEADER_WORKER_SETS).store
         self._lb_services = informers.informer_for(r.SERVICES).store
         self._pods = informers.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).store
+        self._capacity = capacity
 
     async def reconcile(self, request: Request) -> Result:
         return await unless_deleted(r.INFERENCE_SERVICES, request, self._reconcile)
@@ -158,7 +165,8 @@ class ServiceReconciler:
                 candidates, recheck = return_candidates(order, flavor.active, since, now, fallback_after)
                 # Node capacity changes wake no reconcile: off the first flavor, look again once per period.
                 flavor = replace(flavor, requeue_after=_sooner(flavor.requeue_after, recheck))
-                flavor = await self._return_if_room(service, models[0], flavor, candidates, fallback_after)
+                if candidates:
+                    flavor = self._return_if_room(service, models[0], flavor, candidates, fallback_after)
             desired_lws = build_leader_worker_set(service, models, settings.init_container_image, flavor.active)
             desired_lb = build_lb_service(service, models)
         except BuildError as err:
@@ -192,36 +200,18 @@ class ServiceReconciler:
             record_new_finding(self._events, obj, status)
         return Result(requeue_after=flavor.requeue_after)
 
-    async def _return_if_room(
+    def _return_if_room(
         self, service: Service, main: OpenModel, decision: FlavorDecision, candidates: list[str], fallback_after: float
     ) -> FlavorDecision:
         """`decision`, or a move back to the best of `candidates` whose nodes have room for every pod now."""
-        needed = pods_per_service(service)
+        if not self._capacity.synced():
+            return replace(decision, requeue_after=_sooner(decision.requeue_after, CAPACITY_SYNC_RECHECK))
         tolerations = template_tolerations(service)
-        for name in candidates:
-            flavor = find_flavor(main, name)
-            if flavor is None:
-                continue
-            room = room_on(flavor, *await self._nodes_and_pods(flavor.node_selector, tolerations), tolerations)
-            if room.pods >= needed:
-                return FlavorDecision(name, previous=decision.active, requeue_after=fallback_after, room=room)
-        return decision
 
-    async def _nodes_and_pods(
-        self, node_selector: dict[str, str] | None, tolerations: list[dict[str, Any]]
-    ) -> tuple[list[Obj], dict[str, list[Obj]]]:
-        """The schedulable nodes with these labels, and the pods bound to each that have not ended: read from the
-        API server, not cached, one list of Pods per such node."""
-        selector = ",".join(f"{key}={value}" for key, value in sorted((node_selector or {}).items())) or None
-        nodes = [
-            n for n in (await self._client.list(r.NODES, label_selector=selector)).items if schedulable(n, tolerations)
-        ]
-        pods: dict[str, list[Obj]] = {}
-        for node in nodes:
-            name = node["metadata"]["name"]
-            bound = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
-            pods[name] = (await self._client.list(r.PODS, field_selector=bound)).items
-        return nodes, pods
+        def room_for(flavor: Flavor) -> Room:
+            return self._capacity.room(flavor_request(flavor), flavor.node_selector, tolerations)
+
+        return return_if_room(decision, main, candidates, pods_per_service(service), fallback_after, room_for)
 
     async def _abort(self, obj: Obj, service: Service, err: BuildError) -> None:
         """`Progressing=False`/`AbortProcessing` with the error's message; a Warning Event when that is news."""

@@ -18,7 +18,8 @@ Caches (`caches`): core Services, HPAs and LeaderWorkerSets only with llmaz's ma
 reader reads; what fixes a resource that is not served (the LeaderWorkerSet CRD, llmaz's CRDs) or not allowed is
 registered with the informers, which log it once and serve it on /readyz. The global ConfigMap's absence is said
 the same way (`globalconfig`, readiness check "global-config"), and HPAs from before the label are relabelled once
-per leadership (`legacy`).
+per leadership (`legacy`). Nodes and the pods bound to them are cached only for `flavor-return-when-fits`, from its
+first check on, by a second factory outside the start-up sync and readiness (`flavors.capacity`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from llmaz.apis import constants as c
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import LB_SERVICE_SUFFIX
-from llmaz.controllers.caches import configure_caches
+from llmaz.controllers.caches import configure_caches, configure_fit_caches
+from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.globalconfig import GlobalConfig
 from llmaz.controllers.legacy import LegacyHpaRelabeler
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.readiness import backend_reconciler, model_reconciler
 from llmaz.controllers.service import ServiceReconciler
+from llmaz.runtime.cache import SharedInformerFactory
 from llmaz.runtime.controller import Controller, ControllerBuilder, Scope
 from llmaz.runtime.controller import predicate as p
 from llmaz.runtime.manager import Manager
@@ -95,6 +98,11 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
     manager.add_readyz_check("global-config", global_config.check)
     manager.add(LegacyHpaRelabeler(manager.leader_client))
     workers, timeout = opts.max_concurrent_reconciles, opts.reconcile_timeout
+    # The flavor fit's nodes and bound pods, requested on first use: in a factory of their own, outside the start-up
+    # sync and the "informers" readiness check (see flavors.capacity).
+    fit_informers = SharedInformerFactory(manager.client, clock=clock)
+    configure_fit_caches(fit_informers)
+    manager.add(fit_informers)
 
     controllers = [
         ControllerBuilder("playground")
@@ -120,7 +128,12 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
         .with_options(max_concurrent_reconciles=workers, reconcile_timeout=timeout)
         .build(
             ServiceReconciler(
-                manager.leader_client, informers, manager.event_recorder("service-controller"), clock, settings
+                manager.leader_client,
+                informers,
+                manager.event_recorder("service-controller"),
+                clock,
+                settings,
+                NodeCapacity(fit_informers),
             ),
             informers,
         ),

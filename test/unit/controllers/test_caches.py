@@ -1,8 +1,10 @@
-"""What the manager caches of children and pods: selected by label, stripped without changing any reader's answer."""
+"""What the manager caches of children, pods and nodes: selected by label or field, stripped without changing any
+reader's answer."""
 
 from __future__ import annotations
 
 import copy
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -12,21 +14,27 @@ import pytest
 from llmaz.apis import constants as c
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import build_hpa, build_lb_service, build_leader_worker_set, diagnose_pod
-from llmaz.controllers.builders.flavors import longest_waiting
 from llmaz.controllers.caches import (
     CHILD_SELECTOR,
     LLMAZ_KINDS,
     LWS_FIX,
+    RBAC_FIX,
     configure_caches,
+    configure_fit_caches,
+    strip_bound_pod,
     strip_child,
     strip_child_and_status,
+    strip_node,
     strip_pod,
 )
+from llmaz.controllers.flavors.capacity import BOUND_POD_SELECTOR, pod_node
+from llmaz.controllers.flavors.decision import longest_waiting
+from llmaz.controllers.flavors.fit import free_on, pod_requests, schedulable
 from llmaz.controllers.indexes import pod_service, service_of_pod
 from llmaz.envtest._assets import module_version
 from llmaz.runtime.cache import NOT_SERVED, SharedInformerFactory
 from llmaz.runtime.cache.transform import LAST_APPLIED_ANNOTATION, keep_paths, strip_metadata
-from llmaz.runtime.client import Client, NotFound, RestConfig
+from llmaz.runtime.client import Client, Forbidden, NotFound, RestConfig
 from llmaz.runtime.client.applycheck import apply_is_noop
 from llmaz.runtime.resource import Resource
 
@@ -225,3 +233,135 @@ def test_a_cached_node_keeps_only_what_the_scheduler_extender_reads() -> None:
         "kind": "Node",
         "metadata": {"name": "gpu-1", "uid": "u", "resourceVersion": "7", "labels": labels},
     }
+
+
+NODE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {
+        "name": "node-1",
+        "uid": "n-1",
+        "resourceVersion": "7",
+        "labels": {"gpu": "a100", "kubernetes.io/hostname": "node-1"},
+        "annotations": {"node.alpha.kubernetes.io/ttl": "0", "big": "x" * 1000},
+        "managedFields": OTHER_MANAGERS,
+    },
+    "spec": {
+        "podCIDR": "10.0.1.0/24",
+        "providerID": "kind://node-1",
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    },
+    "status": {
+        "capacity": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8", "pods": "110"},
+        "allocatable": {"cpu": "15", "memory": "62Gi", "nvidia.com/gpu": "8", "pods": "110"},
+        "conditions": [
+            {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory", "message": "ok"},
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"},
+        ],
+        "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+        "images": [{"names": [f"registry/image-{i}:v1"], "sizeBytes": 10**9} for i in range(50)],
+        "nodeInfo": {"kubeletVersion": "v1.35.4", "machineID": "m" * 32},
+    },
+}
+GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+
+
+def bound_pod() -> dict[str, Any]:
+    """A running pod on node-1 with a sidecar, an init container, pod-level requests and overhead, and the rest of
+    what a pod carries."""
+    resources = {"requests": {"cpu": "1", "nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}
+    main = {"name": "main", "image": "main:v1", "env": [{"name": "A", "value": "b"}], "resources": resources}
+    proxy = {"name": "proxy", "image": "proxy:v1", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}}
+    setup = {"name": "setup", "image": "setup:v1", "resources": {"requests": {"cpu": "4"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "w-0",
+            "namespace": "team",
+            "uid": "p-1",
+            "resourceVersion": "9",
+            "labels": {"app": "w"},
+            "annotations": {"big": "x" * 1000},
+            "managedFields": OTHER_MANAGERS,
+        },
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [main],
+            "initContainers": [proxy, setup],
+            "resources": {"requests": {"memory": "8Gi"}},
+            "overhead": {"cpu": "250m"},
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "tolerations": GPU_TOLERATION,
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.1.5",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "main", "ready": True, "image": "main:v1"}],
+        },
+    }
+
+
+def test_a_bound_pod_keeps_only_what_the_fit_reads() -> None:
+    pod = bound_pod()
+    stripped = strip_bound_pod(copy.deepcopy(pod))
+    assert stripped == {
+        "metadata": {"name": "w-0", "namespace": "team", "resourceVersion": "9"},
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [{"resources": pod["spec"]["containers"][0]["resources"]}],
+            "initContainers": [
+                {"restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+                {"resources": {"requests": {"cpu": "4"}}},
+            ],
+            "resources": {"requests": {"memory": "8Gi"}},
+            "overhead": {"cpu": "250m"},
+        },
+        "status": {"phase": "Running"},
+    }
+    assert (
+        pod_requests(stripped)
+        == pod_requests(pod)
+        == {
+            "cpu": Decimal("5.25"),
+            "memory": Decimal(8 * 2**30),
+            "nvidia.com/gpu": Decimal(2),
+        }
+    )
+    assert pod_node(stripped) == pod_node(pod) == ["node-1"]
+    assert free_on(strip_node(NODE), [stripped]) == free_on(NODE, [pod])
+    ended = {**pod, "status": {**pod["status"], "phase": "Failed"}}
+    assert free_on(NODE, [strip_bound_pod(ended)]) == free_on(NODE, [])
+
+
+def test_a_node_keeps_only_what_the_fit_reads() -> None:
+    stripped = strip_node(copy.deepcopy(NODE))
+    assert stripped == {
+        "metadata": {"name": "node-1", "resourceVersion": "7", "labels": NODE["metadata"]["labels"]},
+        "spec": {"taints": NODE["spec"]["taints"]},
+        "status": {
+            "allocatable": NODE["status"]["allocatable"],
+            "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}],
+        },
+    }
+    for tolerations in ([], GPU_TOLERATION):
+        assert schedulable(stripped, tolerations) is schedulable(NODE, tolerations) is bool(tolerations)
+    cordoned = copy.deepcopy(NODE)
+    cordoned["spec"]["unschedulable"] = True
+    assert schedulable(strip_node(cordoned), GPU_TOLERATION) is False
+
+
+def test_the_fit_s_own_factory_caches_stripped_nodes_and_bound_pods() -> None:
+    factory = SharedInformerFactory(Client(RestConfig(host="http://127.0.0.1:1")))
+    configure_fit_caches(factory)
+    nodes = factory.informer_for(r.NODES)
+    bound = factory.informer_for(r.PODS, field_selector=BOUND_POD_SELECTOR)
+    assert bound.name == f"{r.PODS}/{BOUND_POD_SELECTOR}"
+    nodes.add(copy.deepcopy(NODE))
+    bound.add(bound_pod())
+    assert nodes.store.list() == [strip_node(NODE)]
+    assert bound.store.list() == [strip_bound_pod(bound_pod())]
+    nodes._report_problem(Forbidden(403, "Forbidden", 'nodes is forbidden: cannot list resource "nodes"'))
+    assert nodes.problem is not None
+    assert nodes.problem.fix == RBAC_FIX

@@ -14,6 +14,7 @@ import pytest
 
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
+from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.service import ServiceReconciler
 from llmaz.runtime.client.errors import error_from_status
@@ -139,7 +140,7 @@ class Harness:
     def service_reconciler(self) -> ServiceReconciler:
         settings = SettingsHolder()
         settings.update(GLOBAL_CONFIG)
-        return ServiceReconciler(self.client, self.source, self.events, self.clock, settings)  # type: ignore[arg-type]
+        return ServiceReconciler(self.client, self.source, self.events, self.clock, settings, NodeCapacity(self.source))  # type: ignore[arg-type]
 
     def playground_reconciler(self, settings: SettingsHolder | None = None) -> PlaygroundReconciler:
         return PlaygroundReconciler(self.client, self.source, self.events, self.clock, settings)  # type: ignore[arg-type]
@@ -275,7 +276,8 @@ async def test_a_playground_s_service_carries_the_scheduler_name_from_its_creati
     h.add(
         r.INFERENCE_SERVICES, {**service, "metadata": {**service["metadata"], "uid": "svc-uid", "resourceVersion": "8"}}
     )
-    services = ServiceReconciler(h.client, h.source, h.events, h.clock, _settings("custom-scheduler"))  # type: ignore[arg-type]
+    settings = _settings("custom-scheduler")
+    services = ServiceReconciler(h.client, h.source, h.events, h.clock, settings, NodeCapacity(h.source))  # type: ignore[arg-type]
     assert await services.reconcile(Request("ns", "pg")) == Result()
     assert h.client.patched == []
     assert h.client.applied[1:] == [("LeaderWorkerSet", "pg"), ("Service", "pg-lb")]

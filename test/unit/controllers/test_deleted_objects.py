@@ -12,6 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from llmaz.controllers import resources as r
+from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.readiness import model_reconciler
 from llmaz.controllers.service import ServiceReconciler
@@ -76,7 +77,8 @@ def service_case(source: FakeInformerSource, client: Any, clock: FakeClock) -> t
         "metadata": meta("s", "ns"),
         "spec": {"modelClaims": {"models": [{"name": "missing"}]}, "replicas": 1, "workloadTemplate": template},
     }
-    return ServiceReconciler(client, source, NullEvents(), clock, settings), obj  # type: ignore[arg-type]
+    reconciler = ServiceReconciler(client, source, NullEvents(), clock, settings, NodeCapacity(source))  # type: ignore[arg-type]
+    return reconciler, obj
 
 
 def openmodel_case(source: FakeInformerSource, client: Any, clock: FakeClock) -> tuple[Reconciler, dict[str, Any]]:

@@ -12,11 +12,12 @@ from typing import Any
 
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
-from llmaz.controllers.service import ServiceReconciler
-from llmaz.runtime.client import ObjectList
+from llmaz.controllers.flavors.capacity import BOUND_POD_SELECTOR, NodeCapacity
+from llmaz.controllers.service import CAPACITY_SYNC_RECHECK, ServiceReconciler
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.resource import Resource
 from llmaz.settings import SettingsHolder
+from llmaz.testing import FakeInformer
 
 from .test_children_and_admission import INFERENCE, RUNNER, Harness, RecordingClient, _meta, _progressing
 
@@ -31,30 +32,11 @@ CONFIG = "init-container-image: loader:v1\nflavor-fallback-after: 30s\n"
 
 
 class KeepingClient(RecordingClient):
-    """Also keeps what was applied, and lists `nodes` (by label selector) and `pods` (by `spec.nodeName`)."""
+    """Also keeps what was applied."""
 
     def __init__(self) -> None:
         super().__init__()
         self.objects: list[dict[str, Any]] = []
-        self.nodes: list[dict[str, Any]] = []
-        self.pods: list[dict[str, Any]] = []
-        self.lists: list[tuple[str, str | None]] = []
-
-    async def list(self, resource: Resource, namespace: str | None = None, **opts: Any) -> ObjectList:
-        labels, fields = opts.get("label_selector"), opts.get("field_selector")
-        self.lists.append((resource.kind, labels or fields))
-        if resource.kind == "Node":
-            wanted = dict(pair.split("=") for pair in labels.split(",")) if labels else {}
-            found = [n for n in self.nodes if wanted.items() <= n["metadata"]["labels"].items()]
-        else:
-            wanted = dict(pair.split("=", 1) for pair in str(fields).split(",") if "!=" not in pair)
-            ended = [pair.split("!=", 1)[1] for pair in str(fields).split(",") if "!=" in pair]
-            found = [
-                p
-                for p in self.pods
-                if p["spec"]["nodeName"] == wanted["spec.nodeName"] and p["status"].get("phase") not in ended
-            ]
-        return ObjectList(copy.deepcopy(found), "1")
 
     async def apply(self, resource: Resource, obj: dict[str, Any], **opts: Any) -> dict[str, Any]:
         self.objects.append(obj)
@@ -88,7 +70,7 @@ class FlavorHarness(Harness):
     def reconciler(self, config: str = CONFIG) -> ServiceReconciler:
         settings = SettingsHolder()
         settings.update({"data": {"config.data": config}})
-        return ServiceReconciler(self.client, self.source, self.events, self.clock, settings)  # type: ignore[arg-type]
+        return ServiceReconciler(self.client, self.source, self.events, self.clock, settings, NodeCapacity(self.source))  # type: ignore[arg-type]
 
     def pending_pod(self, name: str, seconds_ago: float, message: str = INSUFFICIENT) -> None:
         since = self.clock.wall() - timedelta(seconds=seconds_ago)
@@ -195,14 +177,33 @@ def gpu_node(name: str, gpu: str, gpus: int) -> dict[str, Any]:
 
 def bound_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
     container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
-    return {"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [container]}, "status": {}}
+    return {
+        "metadata": {"name": name, "namespace": "other"},
+        "spec": {"nodeName": node, "containers": [container]},
+        "status": {"phase": "Running"},
+    }
 
 
-async def test_with_return_on_the_service_moves_back_once_the_first_flavor_has_room() -> None:
-    h = FlavorHarness()
-    reconciler = h.reconciler(CONFIG + "flavor-return-when-fits: true\n")
-    h.keeping.nodes = [gpu_node("a100-0", "a100", 8), gpu_node("a10-0", "a10", 8)]
-    h.keeping.pods = [bound_pod("other", "a100-0", 4)]
+def capacity_requested(h: FlavorHarness) -> bool:
+    nodes = r.NODES in h.source.informers
+    pods = (r.PODS, None, None, BOUND_POD_SELECTOR) in h.source.scoped
+    assert nodes == pods
+    return nodes
+
+
+def fill_capacity(h: FlavorHarness, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> FakeInformer:
+    """The node and bound-pod informers' first list, as the API server would answer it."""
+    for node in nodes:
+        h.source.informer_for(r.NODES).add(node)
+    bound = h.source.informer_for(r.PODS, field_selector=BOUND_POD_SELECTOR)
+    for pod in pods:
+        bound.add(pod)
+    h.source.mark_all_synced()
+    return bound
+
+
+async def _moved_to_a10(h: FlavorHarness, reconciler: ServiceReconciler) -> None:
+    """On a100, a pod waits a full period: the Service moves to a10, and the pod goes (rescheduled on an a10 node)."""
     await reconciler.reconcile(Request("ns", "svc"))
     h.caught_up()
     h.clock.step(30)
@@ -212,24 +213,34 @@ async def test_with_return_on_the_service_moves_back_once_the_first_flavor_has_r
     h.caught_up()
     h.source.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).delete(
         {"metadata": {"name": "svc-0", "namespace": "ns"}}
-    )  # rescheduled on an a10 node
+    )
+
+
+async def test_with_return_on_the_service_moves_back_once_the_first_flavor_has_room() -> None:
+    h = FlavorHarness()
+    reconciler = h.reconciler(CONFIG + "flavor-return-when-fits: true\n")
+    await _moved_to_a10(h, reconciler)
 
     # Within the period after the change nothing is read: it looks again when the period is over.
     h.clock.step(10)
     assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=20.0)
-    assert h.keeping.lists == []
+    assert not capacity_requested(h)
 
-    # A full period on: the a100 node has 4 GPUs free, not the 8 a pod asks for. Stay, and look again later.
+    # A full period on, the first check asks for the nodes and bound pods; it looks again once they are cached.
     h.clock.step(20)
+    assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=CAPACITY_SYNC_RECHECK)
+    assert capacity_requested(h)
+    assert (h.gpus(), h.status()["activeFlavor"]) == ("2", "a10")
+
+    # The a100 node has 4 GPUs free, not the 8 a pod asks for. Stay, and look again later.
+    bound = fill_capacity(
+        h, [gpu_node("a100-0", "a100", 8), gpu_node("a10-0", "a10", 8)], [bound_pod("other", "a100-0", 4)]
+    )
     assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=30.0)
-    assert h.keeping.lists == [
-        ("Node", "gpu=a100"),
-        ("Pod", "spec.nodeName=a100-0,status.phase!=Succeeded,status.phase!=Failed"),
-    ]
     assert (h.gpus(), h.status()["activeFlavor"]) == ("2", "a10")
 
     # The other pod is gone: room for one pod of 8 GPUs, all this Service needs. Back to a100, said once.
-    h.keeping.pods = []
+    bound.delete(bound_pod("other", "a100-0", 4))
     h.clock.step(30)
     assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=30.0)
     assert (h.gpus(), h.status()["activeFlavor"], h.status()["activeFlavorTime"]) == (
@@ -249,38 +260,20 @@ async def test_with_return_on_the_service_moves_back_once_the_first_flavor_has_r
 async def test_without_return_the_service_stays_on_the_flavor_it_moved_to() -> None:
     h = FlavorHarness()
     reconciler = h.reconciler()
-    h.keeping.nodes = [gpu_node("a100-0", "a100", 8)]
-    await reconciler.reconcile(Request("ns", "svc"))
-    h.caught_up()
-    h.clock.step(30)
-    h.pending_pod("svc-0", 30)
-    await reconciler.reconcile(Request("ns", "svc"))
-    assert h.status()["activeFlavor"] == "a10"
-    h.caught_up()
-    h.source.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).delete(
-        {"metadata": {"name": "svc-0", "namespace": "ns"}}
-    )
+    await _moved_to_a10(h, reconciler)
     h.clock.step(600)
     assert await reconciler.reconcile(Request("ns", "svc")) == Result()
-    assert (h.gpus(), h.status()["activeFlavor"], h.keeping.lists) == ("2", "a10", [])
+    assert (h.gpus(), h.status()["activeFlavor"]) == ("2", "a10")
+    assert not capacity_requested(h)
 
 
-async def test_a_return_check_lists_pods_only_on_nodes_that_could_take_one() -> None:
+async def test_a_cordoned_node_of_the_better_flavor_has_no_room() -> None:
     h = FlavorHarness()
     reconciler = h.reconciler(CONFIG + "flavor-return-when-fits: true\n")
     cordoned = gpu_node("a100-0", "a100", 8)
     cordoned["spec"]["unschedulable"] = True
-    h.keeping.nodes = [cordoned]
-    await reconciler.reconcile(Request("ns", "svc"))
-    h.caught_up()
-    h.clock.step(30)
-    h.pending_pod("svc-0", 30)
-    await reconciler.reconcile(Request("ns", "svc"))
-    h.caught_up()
-    h.source.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).delete(
-        {"metadata": {"name": "svc-0", "namespace": "ns"}}
-    )
+    await _moved_to_a10(h, reconciler)
+    fill_capacity(h, [cordoned], [])
     h.clock.step(30)
     assert await reconciler.reconcile(Request("ns", "svc")) == Result(requeue_after=30.0)
-    assert h.keeping.lists == [("Node", "gpu=a100")]
     assert h.status()["activeFlavor"] == "a10"

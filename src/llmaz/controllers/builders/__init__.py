@@ -2,10 +2,9 @@
 
 A Playground reconcile: `playground_model_refs` -> fetch each OpenModel -> `main_first` -> `build_service` and
 `build_hpa` (apply both; None means delete an owned HPA) -> `playground_status`. A Service reconcile:
-`with_scheduler_name` -> `service_model_refs` -> fetch -> `main_first` -> `flavors.decide_flavor` (the active
-inference flavor, from the status, the pods and the time) -> `build_leader_worker_set` for it and
-`build_lb_service` (apply both) -> `diagnose_pods` (why its pods are not ready) -> `service_status` and
-`status.with_flavor`. Before
+`with_scheduler_name` -> `service_model_refs` -> fetch -> `main_first` -> the active inference flavor (decided
+outside the builders, in `llmaz.controllers.flavors`) -> `build_leader_worker_set` for it and `build_lb_service`
+(apply both) -> `diagnose_pods` (why its pods are not ready) -> `service_status` and `status.with_flavor`. Before
 any of that both reconcilers run the admission rules (`InvalidSpecError`), and before applying, `ownership_conflict`
 says whether an existing child may be written (`ChildConflictError`). Every `BuildError` carries the message of
 the `Progressing=False`/`AbortProcessing` condition to surface (`abort_status`); a `PodFinding` goes into the
