@@ -18,7 +18,7 @@ from llmaz.envtest.control_plane import ControlPlane
 from llmaz.runtime.client import Client
 from llmaz.runtime.leaderelection import JITTER_FACTOR, LEASES
 from llmaz.runtime.manager import LeadershipLostError, Manager, ManagerOptions
-from llmaz.runtime.runnable import Runnable
+from llmaz.runtime.runnable import Runnable, until_cancelled
 from llmaz.testing.manifests import CONFIGMAPS, configmap
 from llmaz.testing.waiting import eventually
 
@@ -58,10 +58,10 @@ class LeaderOnlyWork:
         self.who = who
         self.board = board
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         self.board.enter(self.who)
         try:
-            await stopping.wait()
+            await until_cancelled()
         finally:
             self.board.leave(self.who)
 
@@ -209,11 +209,11 @@ class Writer:
         self.manager: Manager | None = None
         self.sent: list[float] = []
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         assert self.manager is not None
         self.board.enter(self.who)
         try:
-            while not stopping.is_set():
+            while True:
                 sent = time.monotonic()
                 patch = {"data": {self.who: str(sent)}}
                 await self.manager.leader_client.patch(CONFIGMAPS, "written", patch, self.namespace)

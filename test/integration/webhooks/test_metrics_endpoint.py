@@ -19,6 +19,7 @@ from llmaz.runtime.authn import CacheTTLs, DelegatingAuth
 from llmaz.runtime.client import Client
 from llmaz.runtime.metrics_server import MetricsServer
 from llmaz.runtime.resource import Resource
+from llmaz.testing.runnables import running
 
 REPO = Path(__file__).resolve().parents[3]
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)
@@ -29,13 +30,8 @@ BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "C
 async def metrics(client: Client, tmp_path: Path) -> AsyncIterator[MetricsServer]:
     ensure_self_signed(tmp_path, ["localhost"], ["127.0.0.1"])
     auth = DelegatingAuth(client, CacheTTLs(unauthenticated=0.2, denied=0.2))
-    server = MetricsServer("127.0.0.1:0", auth=auth, cert_dir=tmp_path)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(server.run(stopping))
-    await asyncio.wait_for(server.wait_started(), 10)
-    yield server
-    stopping.set()
-    await task
+    async with running(MetricsServer("127.0.0.1:0", auth=auth, cert_dir=tmp_path)) as server:
+        yield server
 
 
 async def scrape(server: MetricsServer, token: str | None) -> tuple[int, str]:

@@ -4,7 +4,6 @@ anything else is still a failure."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -21,6 +20,7 @@ from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.resource import Resource
 from llmaz.settings import SettingsHolder
 from llmaz.testing import FakeClock, FakeInformerSource
+from llmaz.testing.runnables import started
 
 from ..runtime.helpers import until
 
@@ -112,13 +112,10 @@ async def reconcile_once(
     controller = ControllerBuilder(name).for_(resource).with_options(clock=clock).build(reconciler, source)
     source.mark_all_synced()
     with capture_logs() as logs:
-        stopping = asyncio.Event()
-        task = asyncio.create_task(controller.run(stopping))
-        source.informer_for(resource).add(obj)
-        ended = ("success", "error")
-        await until(lambda: sum(count(RECONCILES, controller=name, result=result) for result in ended) == 1)
-        stopping.set()
-        await asyncio.wait_for(task, 5)
+        async with started(controller):
+            source.informer_for(resource).add(obj)
+            ended = ("success", "error")
+            await until(lambda: sum(count(RECONCILES, controller=name, result=result) for result in ended) == 1)
     return client, logs
 
 

@@ -12,6 +12,7 @@ from llmaz.runtime.controller import ControllerBuilder, Request, Result, Scope
 from llmaz.runtime.controller import predicate as p
 from llmaz.runtime.resource import Resource
 from llmaz.testing import FakeClock, FakeInformerSource
+from llmaz.testing.runnables import stop
 
 from .helpers import settle, until
 
@@ -62,8 +63,7 @@ async def test_built_controller_reconciles_primary_owned_and_mapped_objects(
     )
     assert set(source.informers) == {PLAYGROUND, SERVICE, MODEL}
     source.mark_all_synced()
-    stopping = asyncio.Event()
-    task = asyncio.create_task(controller.run(stopping))
+    task = asyncio.create_task(controller.run())
     await settle()
 
     source.informer_for(PLAYGROUND).add(playground("pg1"))
@@ -88,8 +88,7 @@ async def test_built_controller_reconciles_primary_owned_and_mapped_objects(
     source.informer_for(MODEL).add({"metadata": {"name": "llama"}})
     await until(lambda: len(reconciler.requests) == 3)
     await settle()
-    stopping.set()
-    await asyncio.wait_for(task, timeout=5)
+    await stop(task)
     assert reconciler.requests == [Request("ns", "pg1")] * 3
 
 

@@ -19,7 +19,9 @@ from llmaz.runtime.cache import NOT_SERVED, SharedInformerFactory
 from llmaz.runtime.cache.transform import strip_metadata
 from llmaz.runtime.client import Client, RestConfig
 from llmaz.runtime.manager import Manager, ManagerOptions
+from llmaz.runtime.runnable import until_cancelled
 from llmaz.testing.clock import FakeClock
+from llmaz.testing.runnables import stop
 from llmaz.testing.waiting import eventually
 
 from .fakeapi import WIDGETS, FakeApi
@@ -67,9 +69,8 @@ async def test_a_resource_not_served_is_logged_once_with_its_fix_waited_for_and_
         factory.configure(WIDGETS, label_selector="owner=me", transform=strip_metadata())
         factory.add_fix_hint(WIDGETS, NOT_SERVED, FIX)
         informer = factory.informer_for(WIDGETS, label_selector="tier=x")
-        stopping = asyncio.Event()
         with capture_logs() as logs:
-            run = asyncio.create_task(factory.run(stopping))
+            run = asyncio.create_task(factory.run())
             await eventually(stepping(clock, lambda: api.lists() >= 3), within=30, what="three failed lists")
             problem = informer.problem
             assert problem is not None
@@ -82,8 +83,7 @@ async def test_a_resource_not_served_is_logged_once_with_its_fix_waited_for_and_
             api.served = True
             await eventually(stepping(clock, sync.done), within=30, what="the cache to sync")
             await sync
-            stopping.set()
-            await run
+            await stop(run)
     errors = [log for log in logs if log["log_level"] == "error"]
     assert [(e["event"], e["resource"], e["fix"]) for e in errors] == [
         ("resource is not served by the API server", "example.com/v1/widgets", FIX)
@@ -117,9 +117,9 @@ async def test_the_manager_waits_past_the_sync_deadline_for_a_resource_not_serve
         class Controller:
             needs_leader_election = True
 
-            async def run(self, stopping: asyncio.Event) -> None:
+            async def run(self) -> None:
                 started.set()
-                await stopping.wait()
+                await until_cancelled()
 
         manager.add(Controller())
         stopping = asyncio.Event()
