@@ -1,4 +1,5 @@
-"""Polling for conditions that become true eventually (informers converging, objects appearing, pods ready).
+"""Waiting in tests: the one way to wait for something to become true (informers converging, objects appearing,
+pods ready, a server answering, a reconcile having run).
 
 `eventually` (async) and `eventually_sync` poll `check` until it returns something truthy, which they return. An
 AssertionError or LookupError raised by `check` counts as "not yet" (so a check may index into an object that is
@@ -6,7 +7,13 @@ still being filled in); anything else propagates at once. For the type checker a
 (so `cond and value` and "the object or None" checks give back `T`); `eventually` also takes an async check. mypy
 types `eventually`'s result as `Any` when an async check's result type contains `Any` (both overloads match then).
 
-Limits: real time; for code that takes a Clock, step a FakeClock instead.
+`eventually` first polls after every event-loop turn (for `QUICK_TURNS` turns), so a condition that tasks on this
+loop bring about (fakes, a FakeClock being stepped) is seen as soon as it holds; after that, every `interval`
+seconds. To assert that something did NOT happen, wait for a positive signal that it had its chance first (a
+reconcile counter for the key, the resourceVersion it acted on), then assert the absence.
+
+Limits: `within` is real time; for code that takes a Clock, step a FakeClock in the check
+(`FakeClock.stepping`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar, overload
 
 T = TypeVar("T")
+QUICK_TURNS = 100
 
 
 @overload
@@ -40,9 +48,11 @@ async def eventually(
     what: str = "",
     interval: float = 0.05,
 ) -> T:
-    """Poll `check` (sync or async) every `interval` seconds until it returns something truthy."""
+    """Poll `check` (sync or async) until it returns something truthy: after each of the first `QUICK_TURNS`
+    event-loop turns, then every `interval` seconds."""
     deadline = time.monotonic() + within
     last: BaseException | None = None
+    turns = 0
     while True:
         try:
             result = check()
@@ -54,7 +64,8 @@ async def eventually(
             last = error
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {what or check} (last: {last!r})")
-        await asyncio.sleep(interval)
+        turns += 1
+        await asyncio.sleep(0 if turns <= QUICK_TURNS else interval)
 
 
 def eventually_sync(

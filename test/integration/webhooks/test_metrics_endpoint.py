@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from llmaz.runtime.client import Client
 from llmaz.runtime.metrics_server import MetricsServer
 from llmaz.runtime.resource import Resource
 from llmaz.testing.runnables import running
+from llmaz.testing.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)
@@ -66,12 +66,13 @@ async def test_metrics_need_an_authenticated_and_authorized_caller(
         assert (await scrape(metrics, None))[0] == 401
         assert (await scrape(metrics, "not-a-token"))[0] == 401
         assert (await scrape(metrics, stranger))[0] == 403
-        deadline = time.monotonic() + 10  # the authorizer sees the new binding within moments
-        status, body = await scrape(metrics, reader)
-        while status != 200 and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+
+        async def scraped_by_reader() -> str | None:
             status, body = await scrape(metrics, reader)
-        assert status == 200
+            return body if status == 200 else None
+
+        # The authorizer sees the new binding within moments.
+        body = await eventually(scraped_by_reader, within=10, interval=0.2, what="the reader's scrape allowed")
         assert "# TYPE " in body
         assert (await scrape(metrics, stranger))[0] == 403
     finally:

@@ -21,8 +21,7 @@ from llmaz.runtime.resource import Resource
 from llmaz.settings import SettingsHolder
 from llmaz.testing import FakeClock, FakeInformerSource
 from llmaz.testing.runnables import started
-
-from ..runtime.helpers import until
+from llmaz.testing.waiting import eventually
 
 RECONCILES = "controller_runtime_reconcile_total"
 GLOBAL_CONFIG = {"data": {"config.data": "init-container-image: inftyai/model-loader:v0.0.10\n"}}
@@ -115,7 +114,7 @@ async def reconcile_once(
         async with started(controller):
             source.informer_for(resource).add(obj)
             ended = ("success", "error")
-            await until(lambda: sum(count(RECONCILES, controller=name, result=result) for result in ended) == 1)
+            await eventually(lambda: sum(count(RECONCILES, controller=name, result=result) for result in ended) == 1)
     return client, logs
 
 

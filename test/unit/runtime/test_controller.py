@@ -24,8 +24,9 @@ from llmaz.runtime.resource import Resource
 from llmaz.runtime.runnable import cancel_without_grace
 from llmaz.testing import FakeClock, FakeInformer, FakeInformerSource
 from llmaz.testing.runnables import started
+from llmaz.testing.waiting import eventually
 
-from .helpers import sample, settle, until
+from .helpers import sample, settle
 
 MODEL = Resource("llmaz.io", "v1alpha1", "openmodels", "OpenModel", namespaced=True)
 
@@ -80,10 +81,10 @@ def build(
 
 async def fail_once_then_retry(clock: FakeClock, reconciler: ScriptedReconciler) -> None:
     """Wait for the first reconcile, step the fake clock past the first backoff (5 ms), wait for the retry."""
-    await until(lambda: len(reconciler.calls) == 1)
+    await eventually(lambda: len(reconciler.calls) == 1)
     await clock.wait_for_sleepers()
     clock.step(0.005)
-    await until(lambda: len(reconciler.calls) == 2)
+    await eventually(lambda: len(reconciler.calls) == 2)
 
 
 def reconciles(controller: Controller, result: str) -> float | None:
@@ -105,7 +106,7 @@ async def test_success_reconciles_once_and_forgets_the_key(clock: FakeClock, nam
     controller, informer = build(name, reconciler, clock)
     async with started(controller):
         informer.add(model("a"))
-        await until(lambda: len(reconciler.calls) == 1)
+        await eventually(lambda: len(reconciler.calls) == 1)
         clock.step(2000.0)
         await settle()
     assert [c.request for c in reconciler.calls] == [Request("ns", "a")]
@@ -121,10 +122,10 @@ async def test_an_error_is_retried_with_growing_backoff_until_success(clock: Fak
         async with started(controller):
             informer.add(model("a"))
             for calls, backoff in [(1, 0.005), (2, 0.01), (3, 0.02)]:
-                await until(lambda n=calls: len(reconciler.calls) == n)  # type: ignore[misc]
+                await eventually(lambda n=calls: len(reconciler.calls) == n)  # type: ignore[misc]
                 await clock.wait_for_sleepers()
                 clock.step(backoff)
-            await until(lambda: len(reconciler.calls) == 4)
+            await eventually(lambda: len(reconciler.calls) == 4)
     offsets = [round(c.at - start, 6) for c in reconciler.calls]
     assert offsets == [0.0, 0.005, 0.015, 0.035]
     assert controller.queue.num_requeues(Request("ns", "a")) == 0
@@ -152,7 +153,7 @@ async def test_requeue_after_resets_the_backoff_and_reconciles_after_exactly_tha
         await settle()
         assert len(reconciler.calls) == 2
         clock.set(requeued_at + 30.0)
-        await until(lambda: len(reconciler.calls) == 3)
+        await eventually(lambda: len(reconciler.calls) == 3)
     assert reconciler.calls[2].at - start == pytest.approx(30.005)
     assert reconciles(controller, "requeue_after") == 1
 
@@ -162,15 +163,15 @@ async def test_requeue_retries_with_the_rate_limiters_backoff(clock: FakeClock, 
     controller, informer = build(name, reconciler, clock)
     async with started(controller):
         informer.add(model("a"))
-        await until(lambda: len(reconciler.calls) == 1)
+        await eventually(lambda: len(reconciler.calls) == 1)
         await clock.wait_for_sleepers()
         assert controller.queue.num_requeues(Request("ns", "a")) == 1
         clock.step(0.005)
-        await until(lambda: len(reconciler.calls) == 2)
+        await eventually(lambda: len(reconciler.calls) == 2)
         await clock.wait_for_sleepers()
         assert clock.next_deadline() == pytest.approx(clock.now() + 0.01)
         clock.step(0.01)
-        await until(lambda: len(reconciler.calls) == 3)
+        await eventually(lambda: len(reconciler.calls) == 3)
     assert controller.queue.num_requeues(Request("ns", "a")) == 0
     assert reconciles(controller, "requeue") == 2
     assert reconciles(controller, "success") == 1
@@ -181,13 +182,13 @@ async def test_a_terminal_error_is_counted_but_not_retried(clock: FakeClock, nam
     controller, informer = build(name, reconciler, clock)
     async with started(controller):
         informer.add(model("a"))
-        await until(lambda: len(reconciler.calls) == 1)
+        await eventually(lambda: len(reconciler.calls) == 1)
         clock.step(2000.0)
         await settle()
         assert len(reconciler.calls) == 1
         assert controller.queue.num_requeues(Request("ns", "a")) == 0
         informer.update(model("a", generation=2))  # the next event reconciles it again
-        await until(lambda: len(reconciler.calls) == 2)
+        await eventually(lambda: len(reconciler.calls) == 2)
     assert sample("controller_runtime_terminal_reconcile_errors_total", controller=name) == 1
     assert sample("controller_runtime_reconcile_errors_total", controller=name) == 1
     assert reconciles(controller, "error") == 1
@@ -199,7 +200,7 @@ async def test_no_exception_from_a_reconciler_stops_the_worker(clock: FakeClock,
     async with started(controller):
         for item in ["a", "b", "c", "d"]:
             informer.add(model(item))
-        await until(lambda: len(reconciler.calls) == 4)
+        await eventually(lambda: len(reconciler.calls) == 4)
     assert [c.request.name for c in reconciler.calls] == ["a", "b", "c", "d"]
     assert reconciles(controller, "error") == 3  # returning None instead of a Result is an error too
 
@@ -210,7 +211,7 @@ async def test_each_reconcile_runs_in_its_own_log_context(clock: FakeClock, name
     async with started(controller):
         informer.add(model("a"))
         informer.add(model("b"))
-        await until(lambda: len(reconciler.calls) == 2)
+        await eventually(lambda: len(reconciler.calls) == 2)
     contexts = [c.log_context for c in reconciler.calls]
     assert [(c["controller"], c["kind"], c["namespace"], c["name"]) for c in contexts] == [
         (name, "OpenModel", "ns", "a"),
@@ -231,11 +232,11 @@ async def test_reconcile_metrics_add_up(clock: FakeClock, name: str) -> None:
     reconciler = ScriptedReconciler(clock, script)
     controller, informer = build(name, reconciler, clock, workers=3)
     async with started(controller):
-        await until(lambda: sample("controller_runtime_max_concurrent_reconciles", controller=name) == 3)
+        await eventually(lambda: sample("controller_runtime_max_concurrent_reconciles", controller=name) == 3)
         assert reconciles(controller, "requeue_after") == 0  # series exist at zero before any reconcile
         for item in ["a", "b", "c", "d", "e"]:
             informer.add(model(item))
-        await until(lambda: len(reconciler.calls) == 5)
+        await eventually(lambda: len(reconciler.calls) == 5)
         await settle()
     results = {r: reconciles(controller, r) for r in ("success", "error", "requeue", "requeue_after")}
     assert results == {"success": 1, "error": 2, "requeue": 1, "requeue_after": 1}
@@ -279,13 +280,13 @@ async def test_a_key_is_never_reconciled_concurrently_even_with_many_workers(clo
     async with started(controller):
         informer.add(model("a"))
         informer.add(model("b"))
-        await until(lambda: len(reconciler.started) == 2)
+        await eventually(lambda: len(reconciler.started) == 2)
         informer.update(model("a", generation=2))  # arrives while "a" is being reconciled
         await settle()
         assert reconciler.started == ["a", "b"]
         assert reconciler.max_in_flight == 2
         reconciler.release.set()
-        await until(lambda: len(reconciler.finished) == 3)
+        await eventually(lambda: len(reconciler.finished) == 3)
     assert reconciler.started == ["a", "b", "a"]
     assert reconciler.overlaps == 0
 
@@ -296,7 +297,7 @@ async def test_stopping_drains_in_flight_reconciles_and_drops_queued_keys(clock:
     task = asyncio.create_task(controller.run())
     informer.add(model("in-flight"))
     informer.add(model("queued"))
-    await until(lambda: reconciler.started == ["in-flight"])
+    await eventually(lambda: reconciler.started == ["in-flight"])
     task.cancel()
     await settle()
     assert not task.done()  # waiting for the in-flight reconcile
@@ -318,7 +319,7 @@ async def test_workers_start_only_after_the_informers_sync(clock: FakeClock, nam
         await settle()
         assert reconciler.calls == []
         informer.mark_synced()
-        await until(lambda: len(reconciler.calls) == 1)
+        await eventually(lambda: len(reconciler.calls) == 1)
 
 
 async def test_run_fails_when_the_informers_do_not_sync_in_time(clock: FakeClock, name: str) -> None:
@@ -355,7 +356,7 @@ async def test_stopping_without_grace_cancels_in_flight_reconciles(
     controller, informer = build(name, reconciler, clock, reconcile_timeout=reconcile_timeout)
     task = asyncio.create_task(controller.run())
     informer.add(model("a"))
-    await until(lambda: reconciler.started == ["a"])
+    await eventually(lambda: reconciler.started == ["a"])
     if grace_ends == "at once":
         cancel_without_grace(task)  # a lost Lease
     else:
@@ -424,17 +425,17 @@ async def test_a_reconcile_past_its_timeout_is_cancelled_counted_as_a_timeout_an
     with capture_logs() as logs:
         async with started(controller):
             informer.add(model("a"))
-            await until(lambda: reconciler.calls == 1)
+            await eventually(lambda: reconciler.calls == 1)
             await clock.wait_for_sleepers()  # the reconcile's deadline
             clock.set(start + 29.9)
             await settle()
             assert reconciler.cancelled == 0
             clock.set(start + 30.0)
-            await until(lambda: reconciler.cancelled == 1)
-            await until(lambda: controller.queue.num_requeues(Request("ns", "a")) == 1)  # rate-limited retry
+            await eventually(lambda: reconciler.cancelled == 1)
+            await eventually(lambda: controller.queue.num_requeues(Request("ns", "a")) == 1)  # rate-limited retry
             await clock.wait_for_sleepers()
             clock.step(0.005)
-            await until(lambda: reconciler.calls == 2)
+            await eventually(lambda: reconciler.calls == 2)
             await settle()
     assert reconciles(controller, "error") == 1
     assert reconciles(controller, "success") == 1
@@ -457,9 +458,9 @@ async def test_a_reconcile_within_its_timeout_is_not_affected(clock: FakeClock, 
     controller, informer = build(name, reconciler, clock, reconcile_timeout=30.0)
     async with started(controller):
         informer.add(model("a"))
-        await until(lambda: len(reconciler.calls) == 1)
+        await eventually(lambda: len(reconciler.calls) == 1)
         informer.update(model("a", generation=2))
-        await until(lambda: len(reconciler.calls) == 2)
+        await eventually(lambda: len(reconciler.calls) == 2)
         await settle()
         assert clock.sleepers == 1  # the retry's backoff; no deadline is left behind
     assert reconciles(controller, "success") == 1
@@ -472,7 +473,7 @@ async def test_a_zero_reconcile_timeout_lets_a_reconcile_run_as_long_as_it_takes
     controller, informer = build(name, reconciler, clock, reconcile_timeout=0.0)
     task = asyncio.create_task(controller.run())
     informer.add(model("a"))
-    await until(lambda: reconciler.calls == 1)
+    await eventually(lambda: reconciler.calls == 1)
     clock.step(10_000.0)
     await settle()
     assert reconciler.cancelled == 0

@@ -14,7 +14,8 @@ from llmaz.runtime.client import Client, Expired, RestConfig
 from llmaz.runtime.resource import Resource
 from llmaz.testing.clock import FakeClock
 from llmaz.testing.listwatch import ScriptedListWatch, event, obj
-from llmaz.testing.runnables import stop
+from llmaz.testing.runnables import started, stop
+from llmaz.testing.waiting import eventually
 
 
 class Recorder:
@@ -53,18 +54,9 @@ class Recorder:
 
 @contextlib.asynccontextmanager
 async def running(informer: SharedInformer, lw: ScriptedListWatch, clock: FakeClock) -> AsyncIterator[None]:
-    task = asyncio.create_task(informer.run())
-    try:
+    async with started(informer):
         yield
-        for _ in range(10_000):
-            if lw.exhausted.is_set():
-                break
-            await asyncio.sleep(0)
-            if (deadline := clock.next_deadline()) is not None:
-                clock.set(deadline)
-        assert lw.exhausted.is_set(), lw.calls
-    finally:
-        await stop(task, 5)
+        await eventually(clock.stepping(lw.exhausted.is_set), within=10, what="the list-watch script to be consumed")
 
 
 def make(lw: ScriptedListWatch, clock: FakeClock, **kw: Any) -> SharedInformer:

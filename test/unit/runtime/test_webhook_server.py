@@ -30,6 +30,7 @@ from llmaz.runtime.webhook import (
     denied,
 )
 from llmaz.testing.runnables import running, stop
+from llmaz.testing.waiting import eventually
 from llmaz.webhooks import webhooks
 
 
@@ -134,8 +135,17 @@ async def test_tls_serving_waits_for_a_certificate_and_follows_renewed_files(tmp
     now = datetime.now(UTC)
     ca = new_ca(now, "test-ca", "test")
     server = WebhookServer([HOOK], host="127.0.0.1", port=0, cert_dir=tmp_path, cert_poll_interval=0.05)
+    looked = 0
+    reload = server.certs.reload
+
+    def counted_reload() -> bool:
+        nonlocal looked
+        looked += 1
+        return reload()
+
+    server.certs.reload = counted_reload  # type: ignore[method-assign]
     task = asyncio.create_task(server.run())
-    await asyncio.sleep(0.2)
+    await eventually(lambda: looked >= 2, what="the server to look for its certificate twice")
     assert not server.started()  # no certificate yet
     first = new_serving_cert(ca, now, ["webhook.test"])
     write_pair(tmp_path, first)
@@ -144,11 +154,11 @@ async def test_tls_serving_waits_for_a_certificate_and_follows_renewed_files(tmp
 
     second = new_serving_cert(ca, now, ["webhook.test"])
     write_pair(tmp_path, second)
-    for _ in range(100):
-        if (await served_certificate(server.port, ca)).serial_number == second.cert.serial_number:
-            break
-        await asyncio.sleep(0.05)
-    assert (await served_certificate(server.port, ca)).serial_number == second.cert.serial_number
+
+    async def serves_second() -> bool:
+        return (await served_certificate(server.port, ca)).serial_number == second.cert.serial_number
+
+    await eventually(serves_second, within=5, what="the renewed certificate served")
 
     async with aiohttp.ClientSession() as session:
         context = ssl.create_default_context(cadata=ca.cert_pem.decode())
