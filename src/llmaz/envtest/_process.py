@@ -140,6 +140,13 @@ def is_listening(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def stop_in_reverse(processes: list[ManagedProcess]) -> None:
+    """Stop `processes`, the last started first, and empty the list."""
+    for process in reversed(processes):
+        process.stop()
+    processes.clear()
+
+
 def stop_all() -> None:
     """Stop every attached process still running, then run the registered cleanups (atexit and signal path)."""
     with _live_lock:
