@@ -19,8 +19,9 @@ Limits: `within` is real time; for code that takes a Clock, step a FakeClock in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Literal, TypeVar, overload
 
 T = TypeVar("T")
@@ -50,20 +51,15 @@ async def eventually(
 ) -> T:
     """Poll `check` (sync or async) until it returns something truthy: after each of the first `QUICK_TURNS`
     event-loop turns, then every `interval` seconds."""
-    deadline = time.monotonic() + within
-    last: BaseException | None = None
-    turns = 0
+    wait, turns = _Wait(check, within, what), 0
     while True:
-        try:
+        with wait.attempt():
             result = check()
             if isinstance(result, Awaitable):
                 result = await result
             if result:
                 return result
-        except (AssertionError, LookupError) as error:
-            last = error
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what or check} (last: {last!r})")
+        wait.give_up_if_late()
         turns += 1
         await asyncio.sleep(0 if turns <= QUICK_TURNS else interval)
 
@@ -72,15 +68,32 @@ def eventually_sync(
     check: Callable[[], T | Literal[False] | None], within: float = 30.0, what: str = "", interval: float = 0.1
 ) -> T:
     """`eventually` for synchronous tests (kubectl-driven e2e and deploy tests)."""
-    deadline = time.monotonic() + within
-    last: BaseException | None = None
+    wait = _Wait(check, within, what)
     while True:
-        try:
-            result = check()
-            if result:
+        with wait.attempt():
+            if result := check():
                 return result
-        except (AssertionError, LookupError) as error:
-            last = error
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what or check} (last: {last!r})")
+        wait.give_up_if_late()
         time.sleep(interval)
+
+
+class _Wait:
+    """One wait's bookkeeping: why the check last said "not yet", and when to give up."""
+
+    def __init__(self, check: object, within: float, what: str) -> None:
+        self._deadline = time.monotonic() + within
+        self._within = within
+        self._what = what or repr(check)
+        self._last: BaseException | None = None
+
+    @contextlib.contextmanager
+    def attempt(self) -> Iterator[None]:
+        """Run one check: an AssertionError or LookupError from it is "not yet", remembered for the timeout."""
+        try:
+            yield
+        except (AssertionError, LookupError) as error:
+            self._last = error
+
+    def give_up_if_late(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise AssertionError(f"timed out after {self._within}s waiting for {self._what} (last: {self._last!r})")
