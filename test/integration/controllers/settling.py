@@ -54,15 +54,17 @@ def _cached_version(manager: Manager, resource: Resource, key: str) -> str | Non
 
 
 async def settled(manager: Manager, client: Client, namespace: str, objects: Sequence[tuple[Resource, str]]) -> None:
-    """Wait until the manager has caught up with `objects` (resource, name in `namespace`) and is idle."""
+    """Wait until the manager has caught up with `objects` (resource, name; in `namespace` where namespaced) and is
+    idle."""
 
     async def caught_up_and_idle() -> bool:
         before = reconciles()
         if not _idle():
             return False
         for resource, name in objects:
-            current = (await client.get(resource, name, namespace))["metadata"]["resourceVersion"]
-            cached = _cached_version(manager, resource, f"{namespace}/{name}")
+            scope = namespace if resource.namespaced else None
+            current = (await client.get(resource, name, scope))["metadata"]["resourceVersion"]
+            cached = _cached_version(manager, resource, f"{scope}/{name}" if scope else name)
             assert cached == current, f"{resource} {name}: cached {cached}, current {current}"
         return _idle() and reconciles() == before
 

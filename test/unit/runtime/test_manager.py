@@ -70,6 +70,15 @@ class Failing:
         raise RuntimeError("reconciler crashed")
 
 
+async def start_then_stop(mgr: Manager, started: asyncio.Event) -> None:
+    """Start `mgr`, stop it once a runnable has set `started`, and wait until it has stopped."""
+    stopping = asyncio.Event()
+    run = asyncio.create_task(mgr.start(stopping))
+    await asyncio.wait_for(started.wait(), 5)
+    stopping.set()
+    await asyncio.wait_for(run, 5)
+
+
 def manager(**options: object) -> Manager:
     opts = ManagerOptions(health_probe_bind_address=None, **options)  # type: ignore[arg-type]
     return Manager(Client(RestConfig(host=UNREACHABLE)), opts)
@@ -82,11 +91,7 @@ async def test_servers_start_before_leader_runnables_and_stop_after_them() -> No
     webhook = Tracked("webhook", journal, leader=False)
     mgr.add(controller)
     mgr.add(webhook)
-    stopping = asyncio.Event()
-    run = asyncio.create_task(mgr.start(stopping))
-    await asyncio.wait_for(controller.started.wait(), 5)
-    stopping.set()
-    await asyncio.wait_for(run, 5)
+    await start_then_stop(mgr, controller.started)
     assert journal == ["start webhook", "start controller", "stop controller", "stop webhook"]
 
 
@@ -105,11 +110,7 @@ async def test_runnables_overrunning_the_grace_period_are_cancelled() -> None:
     mgr = manager(graceful_shutdown_timeout=0.2)
     slow = Tracked("slow", journal, leader=True, drain=60)
     mgr.add(slow)
-    stopping = asyncio.Event()
-    run = asyncio.create_task(mgr.start(stopping))
-    await asyncio.wait_for(slow.started.wait(), 5)
-    stopping.set()
-    await asyncio.wait_for(run, 5)
+    await start_then_stop(mgr, slow.started)
     assert journal == ["start slow", "cancelled slow"]
 
 
@@ -118,11 +119,7 @@ async def test_with_no_grace_period_runnables_stop_without_winding_down() -> Non
     mgr = manager(graceful_shutdown_timeout=0)
     mgr.add(slow := Tracked("slow", journal, leader=True, drain=60))
     mgr.add(Tracked("webhook", journal, leader=False, drain=60))
-    stopping = asyncio.Event()
-    run = asyncio.create_task(mgr.start(stopping))
-    await asyncio.wait_for(slow.started.wait(), 5)
-    stopping.set()
-    await asyncio.wait_for(run, 5)
+    await start_then_stop(mgr, slow.started)
     assert journal == ["start webhook", "start slow", "abandoned slow", "abandoned webhook"]
 
 
@@ -130,11 +127,7 @@ async def test_a_runnable_with_a_stop_event_still_runs_and_its_event_is_set_on_t
     journal: list[str] = []
     mgr = manager()
     mgr.add(legacy := WithStopEvent(journal))
-    stopping = asyncio.Event()
-    run = asyncio.create_task(mgr.start(stopping))
-    await asyncio.wait_for(legacy.started.wait(), 5)
-    stopping.set()
-    await asyncio.wait_for(run, 5)
+    await start_then_stop(mgr, legacy.started)
     assert journal == ["stopped by its event"]
 
 

@@ -6,9 +6,21 @@ import asyncio
 
 import pytest
 
-from llmaz.runtime.runnable import cancel_without_grace, grace_remains, run_until_cancelled, until_cancelled
+from llmaz.runtime.runnable import (
+    AnyRunnable,
+    cancel_without_grace,
+    grace_remains,
+    run_until_cancelled,
+    until_cancelled,
+)
 
 from .helpers import settle
+
+
+async def started(runnable: AnyRunnable) -> asyncio.Task[None]:
+    task = asyncio.create_task(run_until_cancelled(runnable))
+    await settle()
+    return task
 
 
 class WindingDown:
@@ -36,35 +48,30 @@ class WindingDown:
                 self.journal.append("no grace")
 
 
-async def test_one_cancellation_lets_a_runnable_wind_down() -> None:
+@pytest.mark.parametrize(
+    ("then", "journal"),
+    [("it finishes", ["winding down", "wound down"]), ("cancelled again", ["winding down", "wind-down cut short"])],
+)
+async def test_one_cancellation_lets_a_runnable_wind_down_and_a_second_cuts_that_short(
+    then: str, journal: list[str]
+) -> None:
     runnable = WindingDown()
-    task = asyncio.create_task(run_until_cancelled(runnable))
-    await settle()
+    task = await started(runnable)
     task.cancel()
     await settle()
-    assert not task.done()
-    runnable.done.set()
+    assert not task.done()  # winding down
+    if then == "it finishes":
+        runnable.done.set()
+    else:
+        task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert runnable.journal == ["winding down", "wound down"]
-
-
-async def test_a_second_cancellation_cuts_the_wind_down_short() -> None:
-    runnable = WindingDown()
-    task = asyncio.create_task(run_until_cancelled(runnable))
-    await settle()
-    task.cancel()
-    await settle()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert runnable.journal == ["winding down", "wind-down cut short"]
+    assert runnable.journal == journal
 
 
 async def test_cancelling_without_grace_skips_the_wind_down() -> None:
     runnable = WindingDown()
-    task = asyncio.create_task(run_until_cancelled(runnable))
-    await settle()
+    task = await started(runnable)
     cancel_without_grace(task)
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -90,8 +97,7 @@ class WithStopEvent:
 
 async def test_a_stop_event_runnable_gets_its_event_on_the_first_cancellation_and_is_cancelled_on_the_second() -> None:
     runnable = WithStopEvent()
-    task = asyncio.create_task(run_until_cancelled(runnable))
-    await settle()
+    task = await started(runnable)
     assert runnable.stopping is not None
     assert not runnable.stopping.is_set()
     task.cancel()
