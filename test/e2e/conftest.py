@@ -20,7 +20,6 @@ Every test here carries the `e2e` marker; tests marked `disruptive` (they stop o
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -239,8 +238,4 @@ def _ensure_nodes(cluster: Cluster) -> None:
         }
         return ready >= names
 
-    deadline = time.monotonic() + 120
-    while not all_ready():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the kwok nodes are not Ready: is kwok (with its stages) installed in this cluster?")
-        time.sleep(1)
+    eventually(all_ready, within=120, what="the kwok nodes to be Ready (is kwok, with its stages, installed?)")

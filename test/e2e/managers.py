@@ -19,7 +19,6 @@ import os
 import re
 import signal
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from llmaz.certs import ensure_self_signed
 from llmaz.envtest import Cluster
 from llmaz.envtest._process import ManagedProcess, free_loopback_ports
 from llmaz.envtest.forward import TcpForwarder
+from llmaz.testing.waiting import eventually_sync
 
 NAMESPACE = "llmaz-system"
 DEPLOYMENT = "llmaz-controller-manager"
@@ -150,12 +150,15 @@ class DeployedManager:
             replicas = int(
                 kubectl("get", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "-o", "jsonpath={.spec.replicas}")
             )
-        deadline = time.monotonic() + READY_TIMEOUT
-        # Terminating pods count until they are gone: in its preStop pause an old replica still runs for the Lease.
-        while len(self._pods(terminating=True)) != replicas:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{DEPLOYMENT} did not settle at {replicas} pods: {self._pods(terminating=True)}")
-            time.sleep(0.5)
+
+        def settled() -> bool:
+            # Terminating pods count until they are gone: in its preStop pause an old replica still runs for the
+            # Lease.
+            pods = self._pods(terminating=True)
+            assert len(pods) == replicas, pods
+            return True
+
+        eventually_sync(settled, READY_TIMEOUT, f"{DEPLOYMENT} to settle at {replicas} pods", interval=0.5)
 
     def replica_identities(self) -> list[str]:
         return self._pods()
@@ -192,15 +195,15 @@ def _identity_in_log(replica: _Replica) -> str | None:
 
 
 def _wait_ready(replica: _Replica) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while not _ready(replica.probe_port):
+    def ready() -> bool:
         if replica.process.exit_code() is not None:
             raise RuntimeError(f"{replica.process.name} exited:\n{replica.process.log_tail()}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"{replica.process.name} not ready in {READY_TIMEOUT:.0f}s:\n{replica.process.log_tail()}"
-            )
-        time.sleep(0.2)
+        return _ready(replica.probe_port)
+
+    try:
+        eventually_sync(ready, READY_TIMEOUT, f"{replica.process.name} to be ready", interval=0.2)
+    except AssertionError as timeout:
+        raise AssertionError(f"{timeout}:\n{replica.process.log_tail()}") from None
 
 
 def _ready(port: int) -> bool:

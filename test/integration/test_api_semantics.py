@@ -14,6 +14,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from llmaz.envtest import Cluster
+from llmaz.testing.waiting import eventually
 
 
 class CustomResource(TypedDict):
@@ -140,7 +141,17 @@ async def test_service_account_token_is_denied_until_a_role_binding_grants_acces
         assert denied.value.status == 403
 
         await grant_configmap_reading(admin_api_client, namespace, "reader")
-        allowed = await eventually_allowed(client.CoreV1Api(as_reader), namespace)
+
+        async def listed() -> Any:
+            try:
+                return await client.CoreV1Api(as_reader).list_namespaced_config_map(namespace)
+            except ApiException as error:
+                if error.status != 403:
+                    raise
+                return None
+
+        # The RBAC authorizer reads bindings from an informer: a new one takes effect within moments, not at once.
+        allowed = await eventually(listed, within=5, interval=0.1, what="the new RoleBinding to allow the list")
 
     assert allowed.kind == "ConfigMapList"
 
@@ -156,15 +167,3 @@ async def grant_configmap_reading(api_client: Any, namespace: str, service_accou
         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
     }
     await rbac.create_namespaced_role_binding(namespace, binding)  # type: ignore[arg-type]
-
-
-async def eventually_allowed(core: client.CoreV1Api, namespace: str) -> Any:
-    # The RBAC authorizer reads bindings from an informer: a new one takes effect within moments, not at once.
-    for _ in range(50):
-        try:
-            return await core.list_namespaced_config_map(namespace)
-        except ApiException as error:
-            if error.status != 403:
-                raise
-        await asyncio.sleep(0.1)
-    return await core.list_namespaced_config_map(namespace)

@@ -9,15 +9,15 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmaz.envtest._devcluster import dev_down, dev_up
-from llmaz.envtest._process import is_listening
+from llmaz.envtest._process import is_gone
 from llmaz.envtest.control_plane import _new_temporary_work_dir
+from llmaz.testing.processes import recorded_state, wait_all_gone
 
 INNER_TEST = textwrap.dedent(
     """
@@ -32,28 +32,8 @@ INNER_TEST = textwrap.dedent(
 )
 
 
-def gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"
-
-
 def all_running(state: dict[str, Any]) -> bool:
-    return all(not gone(process["pid"]) for process in state["processes"])
-
-
-def wait_until_all_gone(state: dict[str, Any], timeout: float = 15.0) -> tuple[list[int], list[int]]:
-    """Pids still alive and ports still listening once `timeout` has passed (or sooner, when none are)."""
-    pids = [process["pid"] for process in state["processes"]]
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [pid for pid in pids if not gone(pid)]
-        listening = [port for port in state["ports"].values() if is_listening(port)]
-        if not (alive or listening) or time.monotonic() > deadline:
-            return alive, listening
-        time.sleep(0.1)
+    return all(not is_gone(process["pid"]) for process in state["processes"])
 
 
 def run_inner_session(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
@@ -71,12 +51,7 @@ def run_inner_session(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen[byte
         "no:cacheprovider",
     ]
     inner = subprocess.Popen([*argv, "test_inner.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE)
-    deadline = time.monotonic() + 90
-    while not state_out.is_file() or not state_out.read_text():
-        assert inner.poll() is None or state_out.is_file(), inner.communicate()[0].decode()
-        assert time.monotonic() < deadline, "inner session never started its control plane"
-        time.sleep(0.1)
-    return inner, json.loads(state_out.read_text())
+    return inner, recorded_state(inner, state_out, within=90)
 
 
 @pytest.mark.parametrize(
@@ -100,7 +75,7 @@ def test_no_process_or_port_survives_a_session_that(
 
     if signum is None:
         assert inner.returncode == 0, output
-    assert wait_until_all_gone(state) == ([], []), f"session that {ending} left these behind:\n{output}"
+    wait_all_gone(state, what=f"what a session that {ending} started to be gone (its output:\n{output})")
     if signum == signal.SIGKILL:
         shutil.rmtree(_new_temporary_work_dir())  # the next start sweeps what a killed owner could not
     assert not Path(state["work_dir"]).exists()
@@ -120,6 +95,6 @@ def test_dev_up_is_idempotent_and_dev_down_stops_everything_it_started(tmp_path:
         stopped = dev_down(state_dir)
 
     assert sorted(stopped) == ["etcd", "kube-apiserver"]
-    assert wait_until_all_gone(first) == ([], [])
+    wait_all_gone(first, what="what dev up started to be gone")
     assert not (state_dir / "state.json").exists()
     assert not kubeconfig.exists()

@@ -20,7 +20,6 @@ the interval) and never end the runnable, so the pod simply stays unready.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -117,20 +116,17 @@ class CertRotator:
     async def wait_ready(self) -> None:
         await self._ready.wait()
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         backoff = 1.0
-        while not stopping.is_set():
+        while True:
             try:
                 await self.sync()
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:
                 self._log.error("certificate sync failed", error=repr(exc), retry_in=backoff)
                 wait, backoff = backoff, min(backoff * 2, self.options.check_interval)
             else:
                 wait, backoff = self._next_check(), 1.0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), wait)
+            await asyncio.sleep(wait)
 
     def _next_check(self) -> float:
         """The check interval, or less if a certificate reaches its renewal point before then."""

@@ -1,6 +1,7 @@
 """What every llmaz reconciler does the same way: read models from the cache, apply only real changes, write
 status only when it differs, report a new pod finding once, tell who controls an object, and end quietly when
-the object was deleted under it.
+the object was deleted under it. The Playground and Service reconcilers also open alike (`ParentReconciler`):
+the parent from the cache, checked against the admission rules, and aborted with a status and an Event.
 
 Writes go through server-side apply with field manager `llmaz` and `force=true` (llmaz's contract), skipped when
 `apply_is_noop` shows the live object already matches, so a steady cluster costs no API traffic. Status is written
@@ -9,23 +10,35 @@ with an update carrying the cached resourceVersion: a stale cache gets a Conflic
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from llmaz.apis import BackendRuntime, OpenModel
+from llmaz.apis import BackendRuntime, OpenModel, Playground, Service
 from llmaz.apis import constants as c
 from llmaz.apis.base import ApiModel
 from llmaz.apis.core_v1alpha1 import ModelRef
-from llmaz.controllers.builders import BuildError, finding_reason, main_first, progressing_finding
-from llmaz.runtime.cache import Obj, Store
+from llmaz.apis.validation import FieldError
+from llmaz.controllers.builders import (
+    BuildError,
+    InvalidSpecError,
+    abort_status,
+    finding_reason,
+    main_first,
+    progressing_finding,
+)
+from llmaz.controllers.resources import OPEN_MODELS
+from llmaz.runtime.cache import Obj, SharedInformerFactory, Store
 from llmaz.runtime.client import Client, NotFound
 from llmaz.runtime.client.applycheck import apply_is_noop
+from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result, TerminalError
 from llmaz.runtime.events import WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.resource import Resource
+from llmaz.settings import SettingsHolder
 
 ModelT = TypeVar("ModelT", bound=ApiModel)
 
@@ -165,16 +178,82 @@ def deleted_meanwhile(err: NotFound, resource: Resource, request: Request) -> bo
     return kind == resource.plural and (details.get("group") or "") == resource.group and name == request.name
 
 
-async def unless_deleted(
-    resource: Resource, request: Request, reconcile: Callable[[Request], Awaitable[Result]]
+async def reconcile_cached(
+    resource: Resource, store: Store, request: Request, reconcile: Callable[[Request, Obj], Awaitable[Result]]
 ) -> Result:
-    """`reconcile(request)`, where the NotFound of the object itself (deleted while its key waited in the queue,
-    or during the reconcile) is success: the normal end of its life, so neither logged as an error nor counted
-    as one, and not retried. Whatever it owns is garbage-collected."""
+    """`reconcile(request, obj)` with the object as cached. Gone from the cache: nothing to do (whatever it owned is
+    garbage-collected). The NotFound of the object itself (deleted during the reconcile) is success too: the
+    normal end of its life, so neither logged as an error nor counted as one, and not retried."""
+    obj = store.get(request.key)
+    if obj is None:
+        return Result()
     try:
-        return await reconcile(request)
+        return await reconcile(request, obj)
     except NotFound as err:
         if not deleted_meanwhile(err, resource, request):
             raise
         _log.debug("object deleted during its reconcile", kind=resource.kind, key=request.key, error=str(err))
         return Result()
+
+
+ParentT = TypeVar("ParentT", Playground, Service)
+
+
+class ParentReconciler(ABC, Generic[ParentT]):
+    """The opening the Playground and Service reconcilers share, and how they report what stops them.
+
+    `reconcile` reads the parent from the cache (`reconcile_cached`), parses it, and runs the admission rules on
+    it (`validate`, as on create): a parent stored without admission that the webhook would deny is aborted with
+    the webhook's text, and not retried until it changes. A valid one goes to `converge`. `abort` reports any
+    `BuildError`: `Progressing=False`/`AbortProcessing` with its message, and a Warning Event when that is news.
+    A subclass names its `resource` and `model`, and takes the other stores it reads in `watch`.
+    """
+
+    resource: ClassVar[Resource]
+    model: type[ParentT]
+
+    def __init__(
+        self,
+        client: Client,
+        informers: SharedInformerFactory,
+        events: EventRecorder,
+        clock: Clock,
+        settings: SettingsHolder | None = None,
+    ) -> None:
+        self._client = client
+        self._events = events
+        self._clock = clock
+        self._settings = settings if settings is not None else SettingsHolder()
+        self._parents = informers.informer_for(self.resource).store
+        self._models = informers.informer_for(OPEN_MODELS).store
+        self.watch(informers)
+
+    @abstractmethod
+    def watch(self, informers: SharedInformerFactory) -> None:
+        """Take the stores of the other objects this reconciler reads."""
+
+    @abstractmethod
+    def validate(self, parent: ParentT) -> Sequence[FieldError]:
+        """The admission rules for a create, on `parent`."""
+
+    async def reconcile(self, request: Request) -> Result:
+        return await reconcile_cached(self.resource, self._parents, request, self._open)
+
+    async def _open(self, request: Request, obj: Obj) -> Result:
+        parent = parse_cached(self.model, obj, request.key)
+        invalid = self.validate(parent)
+        if invalid:
+            # Not retried: only an edit can fix it, and the edit's own event reconciles it again.
+            await self.abort(obj, parent, InvalidSpecError(invalid))
+            return Result()
+        return await self.converge(request, obj, parent)
+
+    @abstractmethod
+    async def converge(self, request: Request, obj: Obj, parent: ParentT) -> Result:
+        """The rest of the reconcile, for a parent that exists and passes admission."""
+
+    async def abort(self, obj: Obj, parent: ParentT, err: BuildError) -> None:
+        status = abort_status(parent, err.message, self._clock.wall())
+        if await write_status_if_changed(self._client, self.resource, obj, status):
+            # The event reason names the cause: ModelNotFound, BackendRuntimeNotFound, InvalidSpec, ChildConflict, ...
+            self._events.event(obj, WARNING, type(err).__name__.removesuffix("Error"), err.message)

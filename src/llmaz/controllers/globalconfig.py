@@ -16,9 +16,6 @@ Services reconciled meanwhile wait quietly: the ConfigMap watch re-enqueues ever
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 from llmaz.apis import constants as c
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Informer, Obj
 from llmaz.runtime.healthz import CheckFailed
@@ -96,16 +93,7 @@ class GlobalConfig:
             _log.info("global config loaded", **self._fields)
         self._reported = problem
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Report once the ConfigMap informer has synced (an absent ConfigMap brings no event), then wait."""
-        synced = asyncio.ensure_future(self._informer.wait_for_sync())
-        stopped = asyncio.ensure_future(stopping.wait())
-        try:
-            await asyncio.wait((synced, stopped), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            synced.cancel()
-            stopped.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await synced
+    async def run(self) -> None:
+        """Report once the ConfigMap informer has synced (an absent ConfigMap brings no event), then return."""
+        await self._informer.wait_for_sync()
         self._report()
-        await stopping.wait()

@@ -14,8 +14,6 @@ that still want one are relabelled by their apply anyway).
 
 from __future__ import annotations
 
-import asyncio
-
 from llmaz.apis import constants as c
 from llmaz.controllers import resources as r
 from llmaz.controllers.common import controller_uid
@@ -38,14 +36,14 @@ def _owned_by_playground(hpa: Obj) -> bool:
 
 
 class LegacyHpaRelabeler:
-    """A leader-elected Runnable: relabels, then waits for the stop."""
+    """A leader-elected Runnable: relabels once, then returns."""
 
     needs_leader_election = True
 
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         try:
             relabelled = await self.relabel()
         except Exception as err:
@@ -53,7 +51,6 @@ class LegacyHpaRelabeler:
         else:
             if relabelled:
                 _log.info("relabelled HPAs created before the managed-by label", count=relabelled)
-        await stopping.wait()
 
     async def relabel(self) -> int:
         """Label every unlabelled Playground HPA; the number labelled."""

@@ -27,14 +27,12 @@ import contextlib
 
 from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
-from llmaz.apis.validation import validate_playground
+from llmaz.apis.validation import FieldError, validate_playground
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import (
     BackendRuntimeNotFoundError,
     BuildError,
     ChildConflictError,
-    InvalidSpecError,
-    abort_status,
     backend_name,
     build_hpa,
     build_service,
@@ -45,24 +43,20 @@ from llmaz.controllers.builders import (
     service_scheduler_name,
 )
 from llmaz.controllers.common import (
+    ParentReconciler,
     apply_if_changed,
     fetch_models,
     is_controlled_by,
     live_child,
     parse_backend_runtime,
-    parse_cached,
     record_new_finding,
-    unless_deleted,
     write_status_if_changed,
 )
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
-from llmaz.runtime.client import Client, NotFound
-from llmaz.runtime.clock import Clock
+from llmaz.runtime.client import NotFound
 from llmaz.runtime.controller import Request, Result
-from llmaz.runtime.events import WARNING, EventRecorder
 from llmaz.runtime.rbac import allow
-from llmaz.settings import SettingsHolder
 
 RBAC_RULES = (
     allow(r.PLAYGROUNDS, "update", subresource="status"),
@@ -80,47 +74,28 @@ RBAC_RULES = (
 _SERVICE_KIND = kind_label(Service.GROUP, Service.KIND)
 
 
-class PlaygroundReconciler:
-    def __init__(
-        self,
-        client: Client,
-        informers: SharedInformerFactory,
-        events: EventRecorder,
-        clock: Clock,
-        settings: SettingsHolder | None = None,
-    ) -> None:
-        self._client = client
-        self._events = events
-        self._clock = clock
-        self._settings = settings if settings is not None else SettingsHolder()
-        self._playgrounds = informers.informer_for(r.PLAYGROUNDS).store
+class PlaygroundReconciler(ParentReconciler[Playground]):
+    resource = r.PLAYGROUNDS
+    model = Playground
+
+    def watch(self, informers: SharedInformerFactory) -> None:
         self._services = informers.informer_for(r.INFERENCE_SERVICES).store
-        self._models = informers.informer_for(r.OPEN_MODELS).store
         self._backends = informers.informer_for(r.BACKEND_RUNTIMES).store
         self._hpas = informers.informer_for(r.HORIZONTAL_POD_AUTOSCALERS).store
 
-    async def reconcile(self, request: Request) -> Result:
-        return await unless_deleted(r.PLAYGROUNDS, request, self._reconcile)
+    def validate(self, playground: Playground) -> list[FieldError]:
+        return validate_playground(playground, creating=True)
 
-    async def _reconcile(self, request: Request) -> Result:
-        obj = self._playgrounds.get(request.key)
-        if obj is None:
-            return Result()
-        playground = parse_cached(Playground, obj, request.key)
-        invalid = validate_playground(playground, creating=True)
-        if invalid:
-            # Not retried: only an edit can fix it, and the edit's own event reconciles it again.
-            await self._abort(obj, playground, InvalidSpecError(invalid))
-            return Result()
+    async def converge(self, request: Request, obj: Obj, playground: Playground) -> Result:
         service = self._services.get(request.key)
         conflict = ownership_conflict(playground, _SERVICE_KIND, service)
         if conflict is not None:
-            await self._abort(obj, playground, ChildConflictError(playground, [conflict], c.MESSAGE_SERVICE_CONFLICT))
+            await self.abort(obj, playground, ChildConflictError(playground, [conflict], c.MESSAGE_SERVICE_CONFLICT))
             return Result(requeue=True)  # also woken by the Service watch, which maps by name
         try:
             desired_service, desired_hpa = self._desired(playground, service)
         except BuildError as err:
-            await self._abort(obj, playground, err)
+            await self.abort(obj, playground, err)
             return Result()
         live_hpa = self._hpas.get(request.key)
         conflict = None
@@ -129,7 +104,7 @@ class PlaygroundReconciler:
             live_hpa = await live_child(self._client, self._hpas, hpas, request.namespace, request.name)
             conflict = ownership_conflict(playground, hpas.kind, live_hpa)
         if conflict is not None:
-            await self._abort(obj, playground, ChildConflictError(playground, [conflict]))
+            await self.abort(obj, playground, ChildConflictError(playground, [conflict]))
             return Result(requeue=True)  # also woken by the HPA watch, which maps by name
         created = service is None
         service, written = await apply_if_changed(self._client, r.INFERENCE_SERVICES, desired_service, service)
@@ -164,10 +139,3 @@ class PlaygroundReconciler:
                 await self._client.delete(
                     r.HORIZONTAL_POD_AUTOSCALERS, request.name, request.namespace, preconditions={"uid": uid}
                 )
-
-    async def _abort(self, obj: Obj, playground: Playground, err: BuildError) -> None:
-        """`Progressing=False`/`AbortProcessing` with the error's message; a Warning Event when that is news."""
-        status = abort_status(playground, err.message, self._clock.wall())
-        if await write_status_if_changed(self._client, r.PLAYGROUNDS, obj, status):
-            # The event reason names the cause: ModelNotFound, BackendRuntimeNotFound, InvalidSpec, ChildConflict, ...
-            self._events.event(obj, WARNING, type(err).__name__.removesuffix("Error"), err.message)

@@ -23,7 +23,7 @@ from llmaz.controllers import resources as r
 from llmaz.controllers.builders import BuildError, set_condition
 from llmaz.controllers.builders.render import render_arg
 from llmaz.controllers.builders.sources import loader_env
-from llmaz.controllers.common import unless_deleted, write_status_if_changed
+from llmaz.controllers.common import reconcile_cached, write_status_if_changed
 from llmaz.runtime.cache import Obj, Store
 from llmaz.runtime.client import Client
 from llmaz.runtime.clock import Clock
@@ -108,12 +108,9 @@ class ReadinessReconciler:
         self._clock = clock
 
     async def reconcile(self, request: Request) -> Result:
-        return await unless_deleted(self._resource, request, self._reconcile)
+        return await reconcile_cached(self._resource, self._store, request, self._report)
 
-    async def _reconcile(self, request: Request) -> Result:
-        obj = self._store.get(request.key)
-        if obj is None:
-            return Result()
+    async def _report(self, request: Request, obj: Obj) -> Result:
         status = _ready_status(obj, self._problem(obj), self._ready_reason, self._not_ready_reason, self._clock.wall())
         await write_status_if_changed(self._client, self._resource, obj, status)
         return Result()

@@ -34,14 +34,12 @@ from typing import Any
 
 from llmaz.apis import Flavor, OpenModel, Service
 from llmaz.apis import constants as c
-from llmaz.apis.validation import validate_service
+from llmaz.apis.validation import FieldError, validate_service
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import (
     BuildError,
     ChildConflictError,
-    InvalidSpecError,
-    abort_status,
     build_lb_service,
     build_leader_worker_set,
     diagnose_pods,
@@ -55,12 +53,11 @@ from llmaz.controllers.builders.flavors import flavor_order, missing_flavors
 from llmaz.controllers.builders.service import claimed_flavors
 from llmaz.controllers.builders.status import with_flavor
 from llmaz.controllers.common import (
+    ParentReconciler,
     apply_if_changed,
     fetch_models,
     live_child,
-    parse_cached,
     record_new_finding,
-    unless_deleted,
     write_status_if_changed,
 )
 from llmaz.controllers.flavors.capacity import NodeCapacity
@@ -80,13 +77,11 @@ from llmaz.controllers.flavors.decision import (
 from llmaz.controllers.flavors.fit import Room
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
-from llmaz.runtime.client import Client, PatchType
-from llmaz.runtime.clock import Clock
+from llmaz.runtime.client import PatchType
 from llmaz.runtime.controller import Request, Result
-from llmaz.runtime.events import NORMAL, WARNING, EventRecorder
+from llmaz.runtime.events import NORMAL, WARNING
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import READ, allow
-from llmaz.settings import SettingsHolder
 
 # Where the API server enforces owner-reference permissions (OwnerReferencesPermissionEnforcement, on in
 # OpenShift): blockOwnerDeletion needs `update` on the owner's finalizers, and changing the owner reference of
@@ -113,40 +108,24 @@ def _sooner(first: float | None, second: float | None) -> float | None:
     return min((t for t in (first, second) if t is not None), default=None)
 
 
-class ServiceReconciler:
-    def __init__(
-        self,
-        client: Client,
-        informers: SharedInformerFactory,
-        events: EventRecorder,
-        clock: Clock,
-        settings: SettingsHolder,
-        capacity: NodeCapacity,
-    ) -> None:
-        self._client = client
-        self._events = events
-        self._clock = clock
-        self._settings = settings
-        self._services = informers.informer_for(r.INFERENCE_SERVICES).store
-        self._models = informers.informer_for(r.OPEN_MODELS).store
+class ServiceReconciler(ParentReconciler[Service]):
+    resource = r.INFERENCE_SERVICES
+    model = Service
+
+    def __init__(self, *args: Any, capacity: NodeCapacity, **kwargs: Any) -> None:
+        """`capacity` answers whether a flavor's nodes have room (flavor return); the rest as `ParentReconciler`."""
+        self._capacity = capacity
+        super().__init__(*args, **kwargs)
+
+    def watch(self, informers: SharedInformerFactory) -> None:
         self._lws = informers.informer_for(r.LEADER_WORKER_SETS).store
         self._lb_services = informers.informer_for(r.SERVICES).store
         self._pods = informers.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).store
-        self._capacity = capacity
 
-    async def reconcile(self, request: Request) -> Result:
-        return await unless_deleted(r.INFERENCE_SERVICES, request, self._reconcile)
+    def validate(self, service: Service) -> list[FieldError]:
+        return validate_service(service, creating=True)
 
-    async def _reconcile(self, request: Request) -> Result:
-        obj = self._services.get(request.key)
-        if obj is None:
-            return Result()
-        service = parse_cached(Service, obj, request.key)
-        invalid = validate_service(service, creating=True)
-        if invalid:
-            # Not retried: only an edit can fix it, and the edit's own event reconciles it again.
-            await self._abort(obj, service, InvalidSpecError(invalid))
-            return Result()
+    async def converge(self, request: Request, obj: Obj, service: Service) -> Result:
         settings = self._settings.current
         if settings is None:
             _log.debug("waiting for the global config", reason=self._settings.last_error or "no ConfigMap")
@@ -170,7 +149,7 @@ class ServiceReconciler:
             desired_lws = build_leader_worker_set(service, models, settings.init_container_image, flavor.active)
             desired_lb = build_lb_service(service, models)
         except BuildError as err:
-            await self._abort(obj, service, err)
+            await self.abort(obj, service, err)
             return Result()
         ns, lb_name = request.namespace, lb_service_name(request.name)
         live_lws = await live_child(self._client, self._lws, r.LEADER_WORKER_SETS, ns, request.name)
@@ -178,7 +157,7 @@ class ServiceReconciler:
         children = ((r.LEADER_WORKER_SETS.kind, live_lws), (r.SERVICES.kind, live_lb))
         conflicts = [found for kind, live in children if (found := ownership_conflict(service, kind, live))]
         if conflicts:
-            await self._abort(obj, service, ChildConflictError(service, conflicts))
+            await self.abort(obj, service, ChildConflictError(service, conflicts))
             # Retried with the rate limiter's backoff; the name-based watches in setup.py also wake this Service
             # at once when the object in the way is deleted or changes controller.
             return Result(requeue=True)
@@ -212,13 +191,6 @@ class ServiceReconciler:
             return self._capacity.room(flavor_request(flavor), flavor.node_selector, tolerations)
 
         return return_if_room(decision, main, candidates, pods_per_service(service), fallback_after, room_for)
-
-    async def _abort(self, obj: Obj, service: Service, err: BuildError) -> None:
-        """`Progressing=False`/`AbortProcessing` with the error's message; a Warning Event when that is news."""
-        status = abort_status(service, err.message, self._clock.wall())
-        if await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status):
-            # The event reason names the cause: ModelNotFound, InvalidSpec, ChildConflict, ...
-            self._events.event(obj, WARNING, type(err).__name__.removesuffix("Error"), err.message)
 
     async def _persist_scheduler_name(self, obj: Obj, service: Service, scheduler: str) -> tuple[Obj, Service]:
         template = service.spec.workload_template

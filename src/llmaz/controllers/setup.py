@@ -24,13 +24,17 @@ first check on, by a second factory outside the start-up sync and readiness (`fl
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from llmaz.apis import constants as c
 from llmaz.controllers import indexes as ix
 from llmaz.controllers import resources as r
 from llmaz.controllers.builders import LB_SERVICE_SUFFIX
 from llmaz.controllers.caches import configure_caches, configure_fit_caches
+from llmaz.controllers.common import ParentReconciler
 from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.globalconfig import GlobalConfig
 from llmaz.controllers.legacy import LegacyHpaRelabeler
@@ -104,38 +108,36 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
     configure_fit_caches(fit_informers)
     manager.add(fit_informers)
 
+    def parent(
+        watching: ControllerBuilder, reconciler: Callable[..., ParentReconciler[Any]], reporting: str
+    ) -> Controller:
+        """A Playground or Service controller: leader-elected, with the workers and timeout asked for."""
+        events = manager.event_recorder(reporting)
+        return watching.with_options(max_concurrent_reconciles=workers, reconcile_timeout=timeout).build(
+            reconciler(manager.leader_client, informers, events, clock, settings), informers
+        )
+
     controllers = [
-        ControllerBuilder("playground")
-        .for_(r.PLAYGROUNDS)
-        .watches(r.HORIZONTAL_POD_AUTOSCALERS, ix.owner_named_like(playgrounds.store), predicates=[CHILD_SPEC])
-        .watches(r.INFERENCE_SERVICES, ix.owner_named_like(playgrounds.store), predicates=[CHILD_SPEC_OR_STATUS])
-        .watches(r.OPEN_MODELS, ix.users_of(playgrounds.store, ix.PLAYGROUND_MODELS), predicates=[SPEC])
-        .watches(r.BACKEND_RUNTIMES, ix.users_of(playgrounds.store, ix.PLAYGROUND_BACKEND), predicates=[SPEC])
-        .with_options(max_concurrent_reconciles=workers, reconcile_timeout=timeout)
-        .build(
-            PlaygroundReconciler(
-                manager.leader_client, informers, manager.event_recorder("playground-controller"), clock, settings
-            ),
-            informers,
+        parent(
+            ControllerBuilder("playground")
+            .for_(r.PLAYGROUNDS)
+            .watches(r.HORIZONTAL_POD_AUTOSCALERS, ix.owner_named_like(playgrounds.store), predicates=[CHILD_SPEC])
+            .watches(r.INFERENCE_SERVICES, ix.owner_named_like(playgrounds.store), predicates=[CHILD_SPEC_OR_STATUS])
+            .watches(r.OPEN_MODELS, ix.users_of(playgrounds.store, ix.PLAYGROUND_MODELS), predicates=[SPEC])
+            .watches(r.BACKEND_RUNTIMES, ix.users_of(playgrounds.store, ix.PLAYGROUND_BACKEND), predicates=[SPEC]),
+            PlaygroundReconciler,
+            "playground-controller",
         ),
-        ControllerBuilder("service")
-        .for_(r.INFERENCE_SERVICES)
-        .watches(r.LEADER_WORKER_SETS, ix.owner_named_like(services.store), predicates=[CHILD_SPEC_OR_STATUS])
-        .watches(r.SERVICES, ix.owner_named_like(services.store, LB_SERVICE_SUFFIX), predicates=[RESOURCE_VERSION])
-        .watches(r.OPEN_MODELS, ix.users_of(services.store, ix.SERVICE_MODELS), predicates=[SPEC])
-        .watches(r.CONFIG_MAPS, ix.everything_in(services.store), scope=config_scope)
-        .watches(r.PODS, ix.service_of_pod, predicates=[ix.pod_finding_changed()], scope=pod_scope)
-        .with_options(max_concurrent_reconciles=workers, reconcile_timeout=timeout)
-        .build(
-            ServiceReconciler(
-                manager.leader_client,
-                informers,
-                manager.event_recorder("service-controller"),
-                clock,
-                settings,
-                NodeCapacity(fit_informers),
-            ),
-            informers,
+        parent(
+            ControllerBuilder("service")
+            .for_(r.INFERENCE_SERVICES)
+            .watches(r.LEADER_WORKER_SETS, ix.owner_named_like(services.store), predicates=[CHILD_SPEC_OR_STATUS])
+            .watches(r.SERVICES, ix.owner_named_like(services.store, LB_SERVICE_SUFFIX), predicates=[RESOURCE_VERSION])
+            .watches(r.OPEN_MODELS, ix.users_of(services.store, ix.SERVICE_MODELS), predicates=[SPEC])
+            .watches(r.CONFIG_MAPS, ix.everything_in(services.store), scope=config_scope)
+            .watches(r.PODS, ix.service_of_pod, predicates=[ix.pod_finding_changed()], scope=pod_scope),
+            functools.partial(ServiceReconciler, capacity=NodeCapacity(fit_informers)),
+            "service-controller",
         ),
         ControllerBuilder("openmodel")
         .for_(r.OPEN_MODELS, predicates=[SPEC])

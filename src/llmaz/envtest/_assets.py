@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 LWS_CRD_FILE = "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 _BUILD_HINT = "run `make cluster-bins` (hack/cluster/build.sh) or set KUBEBUILDER_ASSETS"
@@ -47,6 +48,33 @@ def source_root() -> Path | None:
     """The source checkout this package runs from, if it is one (editable install or PYTHONPATH=src)."""
     root = Path(__file__).resolve().parents[3]
     return root if (root / "hack" / "cluster" / "go.mod").is_file() else None
+
+
+def checkout_root(hint: str) -> Path:
+    """`source_root()`, or AssetsMissingError saying that `hint` (the command that builds what is missing) needs one."""
+    root = source_root()
+    if root is None:
+        raise AssetsMissingError(f"hack/cluster not found (not a source checkout): {hint}")
+    return root
+
+
+def repo_crd_paths() -> list[Path]:
+    """The llmaz CRDs of the source checkout (config/crd/bases), or none outside one."""
+    root = source_root()
+    crds = root / "config" / "crd" / "bases" if root is not None else None
+    return [crds] if crds is not None and crds.is_dir() else []
+
+
+AssetsT = TypeVar("AssetsT")
+
+
+def all_files(assets: AssetsT, hint: str) -> AssetsT:
+    """`assets` (a dataclass of paths) when every path is a file; else AssetsMissingError naming the missing ones and
+    `hint`, the command that builds them."""
+    missing = [str(path) for path in vars(assets).values() if not path.is_file()]
+    if missing:
+        raise AssetsMissingError(f"not found: {', '.join(missing)}: {hint}")
+    return assets
 
 
 def cache_root() -> Path:

@@ -22,9 +22,10 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 # Resolved before any fork: the child must not take the dynamic loader's lock between fork and exec.
@@ -122,10 +123,28 @@ def free_loopback_ports(count: int) -> list[int]:
             sock.close()
 
 
+def is_gone(pid: int) -> bool:
+    """The process has exited, or is a zombie its parent has yet to reap."""
+    return _state(pid) in (None, "Z")
+
+
+def left_running(state: Mapping[str, Any]) -> list[str]:
+    """What of a recorded cluster (`ControlPlane.state()`) still runs: live processes and listening ports."""
+    alive = [f"process {p['name']} ({p['pid']})" for p in state["processes"] if not is_gone(p["pid"])]
+    return alive + [f"port {name} ({port})" for name, port in state["ports"].items() if is_listening(port)]
+
+
 def is_listening(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.0)
         return sock.connect_ex((host, port)) == 0
+
+
+def stop_in_reverse(processes: list[ManagedProcess]) -> None:
+    """Stop `processes`, the last started first, and empty the list."""
+    for process in reversed(processes):
+        process.stop()
+    processes.clear()
 
 
 def stop_all() -> None:
@@ -175,7 +194,7 @@ def _state(pid: int) -> str | None:
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _state(pid) in (None, "Z"):
+        if is_gone(pid):
             return True
         time.sleep(_POLL_INTERVAL)
     return False

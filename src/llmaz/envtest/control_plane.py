@@ -20,15 +20,16 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import contextlib
 import ipaddress
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from llmaz.envtest._assets import ClusterAssets, find_assets
 from llmaz.envtest._cluster import Cluster, ClusterOperationError
@@ -92,14 +93,14 @@ class ControlPlane(Cluster):
     def etcd_url(self) -> str:
         return f"http://127.0.0.1:{self._ports['etcd']}"
 
-    def __enter__(self) -> ControlPlane:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.stop()
 
-    def start(self) -> ControlPlane:
-        try:
+    def start(self) -> Self:
+        with self._stopped_on_failure():
             pki = write_pki(self.work_dir / "pki", [self.address, _first_host(self.service_cidr)])
             self.ca_file = pki.ca_cert
             self.admin_cert_file, self.admin_key_file = pki.admin_cert, pki.admin_key
@@ -112,10 +113,16 @@ class ControlPlane(Cluster):
             self._apiserver_argv = [str(self.assets.kube_apiserver), *self._apiserver_args(pki)]
             self._start_apiserver()
             self.install_crds(self.crd_paths, timeout=self.start_timeout)
+        return self
+
+    @contextlib.contextmanager
+    def _stopped_on_failure(self) -> Iterator[None]:
+        """Whatever fails in the block (or interrupts it) first stops what has started, then propagates."""
+        try:
+            yield
         except BaseException:
             self.stop()
             raise
-        return self
 
     def stop(self) -> None:
         """Stop kube-apiserver and etcd, verify nothing is left, remove a temporary work dir."""

@@ -253,11 +253,7 @@ def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | N
 
 
 def _check_free(state_dir: Path) -> None:
-    if (state_dir / "state.json").exists():
-        running = _running_cluster(state_dir)
-        if running is not None:
-            running.close()
-            raise DevRunError(f"a `make dev-up` control plane uses {state_dir}; stop it with `make dev-down`")
+    _check_no_dev_up(state_dir)
     busy = [port for port in (PROBE_PORT, WEBHOOK_PORT, 8080) if is_listening(port)]
     if busy:
         raise DevRunError(f"127.0.0.1 ports {busy} are in use (another `make run`?)")

@@ -34,6 +34,7 @@ from llmaz.runtime.log import get_logger
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.rbac import allow
 from llmaz.runtime.resource import Resource
+from llmaz.runtime.runnable import grace_remains
 
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
 # Events live in the namespace of the object they are about; a repeated one is patched as a series.
@@ -147,19 +148,21 @@ class EventBroadcaster:
         self.dropped += 1
         DROPPED_TOTAL.labels(reason).inc()
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        while not stopping.is_set():
-            getter = asyncio.ensure_future(self._queue.get())
-            stopper = asyncio.ensure_future(stopping.wait())
-            await asyncio.wait([getter, stopper], return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            if not getter.done():
-                getter.cancel()
-                break
-            await self._write(getter.result())
-        # Best effort: what was queued before shutdown is still written.
-        while not self._queue.empty():
-            await self._write(self._queue.get_nowait())
+    async def run(self) -> None:
+        writing: _Pending | None = None
+        try:
+            while True:
+                writing = await self._queue.get()
+                await self._write(writing)
+                writing = None
+        except asyncio.CancelledError:
+            if grace_remains():
+                # Best effort: what was queued (or being written) when the stop came is still written.
+                if writing is not None:
+                    await self._write(writing)
+                while not self._queue.empty():
+                    await self._write(self._queue.get_nowait())
+            raise
 
     async def _write(self, pending: _Pending) -> None:
         for attempt in range(3):

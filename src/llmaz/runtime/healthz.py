@@ -29,6 +29,7 @@ from aiohttp import web
 from llmaz.runtime.address import split_host_port
 from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import bounded, get_logger
+from llmaz.runtime.runnable import until_cancelled
 
 Check = Callable[[], bool | Awaitable[bool | None] | None]
 
@@ -149,10 +150,10 @@ class HealthProbeServer:
     def _limits(self) -> ConnectionLimits:
         return ConnectionLimits(MAX_CONNECTIONS, MAX_SERVED, first_message_timeout=self.read_timeout)
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         async with serving(
             self.app(), self._host, self._port, self._connections, limits=self._limits(),
             keepalive_timeout=self.read_timeout,
         ) as self.port:  # fmt: skip
             self._started.set()
-            await stopping.wait()
+            await until_cancelled()

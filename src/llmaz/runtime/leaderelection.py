@@ -115,20 +115,6 @@ class LeaderElectionConfig:
         return max(self.renew_deadline / 2, 1.0)
 
 
-async def sleep_or_stop(clock: Clock, seconds: float, stopping: asyncio.Event) -> bool:
-    """Sleep on `clock`; return True early if `stopping` is set (or already was)."""
-    if stopping.is_set():
-        return True
-    sleeper = asyncio.ensure_future(clock.sleep(seconds))
-    stopper = asyncio.ensure_future(stopping.wait())
-    try:
-        await asyncio.wait([sleeper, stopper], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        sleeper.cancel()
-        stopper.cancel()
-    return stopping.is_set()
-
-
 class LeaderElector:
     def __init__(
         self,
@@ -165,34 +151,28 @@ class LeaderElector:
             self._step_down("renew deadline passed since the last successful renewal")
         raise LeadershipLostError(f"not leading lease {self.config.namespace}/{self.config.name}")
 
-    async def acquire(self, stopping: asyncio.Event) -> bool:
-        """Try every retry period (jittered) until this replica leads (True) or `stopping` is set (False)."""
+    async def acquire(self) -> None:
+        """Try every retry period (jittered) until this replica leads; cancel the task to give up."""
         self._log.info("attempting to acquire leader lease")
-        while not stopping.is_set():
-            if await self._try_acquire_or_renew():
-                self._set_leader(True)
-                self._log.info("successfully acquired lease")
-                return True
-            jittered = self.config.retry_period * (1 + self._rng.random() * JITTER_FACTOR)
-            await sleep_or_stop(self._clock, jittered, stopping)
-        return False
+        while not await self._try_acquire_or_renew():
+            await self._clock.sleep(self.config.retry_period * (1 + self._rng.random() * JITTER_FACTOR))
+        self._set_leader(True)
+        self._log.info("successfully acquired lease")
 
-    async def hold(self, stopping: asyncio.Event) -> None:
-        """Renew every retry period until `stopping` is set.
+    async def hold(self) -> None:
+        """Renew every retry period until the task is cancelled.
 
         Raises LeadershipLostError, with `is_leader` already false, when no renewal succeeds within the renew
         deadline or another replica holds the Lease.
         """
         while True:
             self.check_leading()
-            if await sleep_or_stop(self._clock, self.config.retry_period, stopping):
-                return
+            await self._clock.sleep(self.config.retry_period)
             self.check_leading()  # a pause outlived the deadline: no attempt, so no write
-            if not await self._renew(stopping):
-                return
+            await self._renew()
 
-    async def _renew(self, stopping: asyncio.Event) -> bool:
-        """Attempt until one renewal succeeds (True) or `stopping` is set (False); raise when leadership lapses.
+    async def _renew(self) -> None:
+        """Attempt until one renewal succeeds; raise LeadershipLostError when leadership lapses first.
 
         The attempts, transport retries included, race the deadline on the injected clock and are cancelled
         when it comes, so no request outlives leadership.
@@ -200,15 +180,12 @@ class LeaderElector:
         remaining = self._renewed_at + self.config.renew_deadline - self._clock.now()
         attempts = asyncio.ensure_future(self._renew_attempts())
         expiry = asyncio.ensure_future(self._clock.sleep(remaining))
-        stopper = asyncio.ensure_future(stopping.wait())
-        waiters = (attempts, expiry, stopper)
+        waiters = (attempts, expiry)
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if attempts.done():
                 attempts.result()  # another holder: LeadershipLostError
-                return True
-            if stopper.done():
-                return False
+                return
             # Stepped down before anything else runs; the cancelled attempt is awaited only afterwards.
             self._step_down("failed to renew lease before the renew deadline")
             raise LeadershipLostError(f"lost lease {self.config.namespace}/{self.config.name}")

@@ -42,6 +42,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from llmaz.runtime.address import bind_socket
 from llmaz.runtime.log import get_logger
+from llmaz.runtime.runnable import grace_remains
 
 PEEK_BYTES = 16 * 1024 + 5  # the largest TLS record, with its header
 # A keep-alive connection quiet this long after a response is idle. Longer than the event loop is ever blocked
@@ -276,13 +277,20 @@ async def serving(
     **runner_options: Any,
 ) -> AsyncIterator[int]:
     """`app` served on `host`:`port` through a `ListenerSite` for the block, which gets the bound port. When the
-    block ends normally the connections are drained first (`Connections.drain`, so no request is lost to a close),
-    then the server stops; `connections` must be the one whose middleware `app` has. `runner_options` go to
-    aiohttp's `AppRunner` (`keepalive_timeout`, `shutdown_timeout`, ...)."""
+    block ends normally or by the runnable's stop (its first cancellation, see `runnable`), the connections are
+    drained first (`Connections.drain`, so no request is lost to a close), then the server stops; `connections`
+    must be the one whose middleware `app` has. `runner_options` go to aiohttp's `AppRunner` (`keepalive_timeout`,
+    `shutdown_timeout`, ...)."""
     runner = web.AppRunner(app, access_log=None, logger=HTTP_LOG, **runner_options)
     await runner.setup()
     try:
-        yield await start_site(runner, host, port, ssl_context=ssl_context, limits=limits, connections=connections)
+        bound = await start_site(runner, host, port, ssl_context=ssl_context, limits=limits, connections=connections)
+        try:
+            yield bound
+        except asyncio.CancelledError:
+            if grace_remains():
+                await connections.drain()
+            raise
         await connections.drain()
     finally:
         await runner.cleanup()

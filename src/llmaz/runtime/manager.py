@@ -15,18 +15,19 @@ Start order, and why:
    `freeze_heap_after_sync`, the heap is frozen here (`runtime.heap`): everything alive now lives as long as
    the process, and later full collections skip it.
 3. Leader election (if enabled), then the leader-elected runnables (controllers) only while leading.
-   Losing the Lease cancels them at that instant, without grace, and `start` raises `LeadershipLostError` so
-   the process exits non-zero and restarts clean, as controller-runtime does. Their writes go through
-   `leader_client`, which checks leadership on the monotonic clock just before each write is sent: a replica
-   paused past its renew deadline (SIGSTOP, a blocked event loop) may resume any task first, and that task's
-   write must fail rather than land beside the new leader's.
+   Losing the Lease cancels them at that instant, without grace (`runnable.cancel_without_grace`), and `start`
+   raises `LeadershipLostError` so the process exits non-zero and restarts clean, as controller-runtime does.
+   Their writes go through `leader_client`, which checks leadership on the monotonic clock just before each
+   write is sent: a replica paused past its renew deadline (SIGSTOP, a blocked event loop) may resume any task
+   first, and that task's write must fail rather than land beside the new leader's.
 
 Stop order (on SIGTERM/SIGINT or the `stopping` event): leader-elected runnables first (they stop taking
 work and drain in-flight reconciles), then informers (no new events mid-shutdown), then the Lease is released
 if configured (leader-only work has ended, so a successor cannot overlap it), then servers and probes last,
-so webhooks keep answering while controllers drain. One `graceful_shutdown_timeout` (default 30 s) bounds
-the whole sequence; runnables still running at the deadline are cancelled. A runnable that fails stops the
-manager the same way, and `start` re-raises its error.
+so webhooks keep answering while controllers drain. Each group is stopped by cancelling its tasks, and waited
+for while it winds down (see `runnable`). One `graceful_shutdown_timeout` (default 30 s) bounds the whole
+sequence; runnables still winding down at the deadline are cancelled again, which ends their wind-down. A
+runnable that fails stops the manager the same way, and `start` re-raises its error.
 
 Readiness (/readyz): "informers" fails, saying why, while a cache has not synced or cannot list; "api-server"
 fails while requests do not reach the API server (the client logs a warning once when that starts, and an info
@@ -55,7 +56,7 @@ from llmaz.runtime.leaderelection import (
     default_identity,
 )
 from llmaz.runtime.log import get_logger
-from llmaz.runtime.runnable import Runnable
+from llmaz.runtime.runnable import AnyRunnable, cancel_without_grace, run_until_cancelled, until_cancelled
 
 __all__ = ["CacheSyncTimeoutError", "LeadershipLostError", "Manager", "ManagerOptions"]
 
@@ -88,31 +89,33 @@ class ManagerOptions:
 
 
 class _Group:
-    """Runnables started together and stopped together, with their own stop event."""
+    """Runnables started together and stopped together."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.stop = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
 
-    def cancel(self) -> None:
-        """Cancel every task now: each gets CancelledError at its next step, whatever it was waiting for."""
-        self.stop.set()
+    def cancel_without_grace(self) -> None:
+        """Stop every task at its next step, whatever it was waiting for, with no wind-down."""
         for task in self.tasks:
-            task.cancel()
+            cancel_without_grace(task)
 
-    async def drain(self, deadline: float | None) -> None:
-        self.stop.set()
+    async def stop(self, deadline: float | None) -> None:
+        """Cancel every task and wait while they wind down; at `deadline` (None: never) cancel what is left again."""
         if not self.tasks:
             return
+        for task in self.tasks:
+            task.cancel()
         loop = asyncio.get_running_loop()
-        timeout = None if deadline is None else max(0.0, deadline - loop.time())
-        _, pending = await asyncio.wait(self.tasks, timeout=timeout)
+        timeout = None if deadline is None else deadline - loop.time()
+        if timeout is None or timeout > 0:
+            _, pending = await asyncio.wait(self.tasks, timeout=timeout)
+        else:
+            pending = {task for task in self.tasks if not task.done()}
         for task in pending:
             task.cancel()
-        for task in pending:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if pending:
+            await asyncio.wait(pending)
 
 
 class Manager:
@@ -129,14 +132,14 @@ class Manager:
         self.health = HealthProbeServer(opts.health_probe_bind_address or ":0")
         self.health.readyz.add("informers", self._informers_ready)
         self.health.readyz.add("api-server", self._api_server_reachable)
-        self._runnables: list[Runnable] = []
+        self._runnables: list[AnyRunnable] = []
         self._halt = asyncio.Event()  # stop requested, or a runnable failed
         self._failure: BaseException | None = None
         self._lost = False
         self._elector: LeaderElector | None = None
         self._log = get_logger("llmaz.runtime.manager")
 
-    def add(self, runnable: Runnable) -> None:
+    def add(self, runnable: AnyRunnable) -> None:
         """Register a runnable; it starts with its group (see the module docstring)."""
         self._runnables.append(runnable)
 
@@ -183,11 +186,7 @@ class Manager:
             try:
                 self._start(servers, self._server_runnables())
                 self._start(caches, [self.informers])
-                await self._until_halt(self.informers.wait_for_sync(self.options.cache_sync_timeout))
-                if not self._halt.is_set():
-                    if self.options.freeze_heap_after_sync:
-                        self._log.info("froze the heap after cache sync", objects=heap.freeze())
-                    await self._lead(leaders)
+                await self._until_halt(self._sync_and_lead(leaders))
             finally:
                 relay.cancel()
                 await self._stop(servers, caches, leaders, self._lost)
@@ -196,34 +195,38 @@ class Manager:
             if self._failure is not None:
                 raise self._failure
 
-    def _server_runnables(self) -> list[Runnable]:
-        extra: list[Runnable] = [self.health] if self.options.health_probe_bind_address else []
+    def _server_runnables(self) -> list[AnyRunnable]:
+        extra: list[AnyRunnable] = [self.health] if self.options.health_probe_bind_address else []
         return [*extra, self.events, *(r for r in self._runnables if not r.needs_leader_election)]
 
+    async def _sync_and_lead(self, leaders: _Group) -> None:
+        await self.informers.wait_for_sync(self.options.cache_sync_timeout)
+        if self.options.freeze_heap_after_sync:
+            self._log.info("froze the heap after cache sync", objects=heap.freeze())
+        await self._lead(leaders)
+
     async def _lead(self, leaders: _Group) -> None:
-        """Run leader-elected runnables while leading; return when halted or when the Lease is lost."""
+        """Run leader-elected runnables while leading, until cancelled or the Lease is lost."""
         leader_runnables = [r for r in self._runnables if r.needs_leader_election]
         if not self.options.leader_election:
             self._start(leaders, leader_runnables)
-            await self._halt.wait()
-            return
+            await until_cancelled()
         self._elector = LeaderElector(
             self.client,
             self._election_config(),
             self.options.clock,
             on_stopped_leading=lambda: self._stopped_leading(leaders),
         )
-        if not await self._elector.acquire(self._halt):
-            return
+        await self._elector.acquire()
         self._start(leaders, leader_runnables)
         with contextlib.suppress(LeadershipLostError):  # already handled by _stopped_leading
-            await self._elector.hold(self._halt)
+            await self._elector.hold()
 
     def _stopped_leading(self, leaders: _Group) -> None:
         # Called by the elector the moment leadership is lost (or found lapsed by a write's check), before any
         # other task runs: leader-only work is cancelled now, and what it raises on the way out is no failure.
         self._lost = True
-        leaders.cancel()
+        leaders.cancel_without_grace()
         self._halt.set()
         self._log.error("leader election lost")
 
@@ -239,9 +242,9 @@ class Manager:
             release_on_cancel=o.leader_election_release_on_cancel,
         )
 
-    def _start(self, group: _Group, runnables: list[Runnable]) -> None:
+    def _start(self, group: _Group, runnables: list[AnyRunnable]) -> None:
         for runnable in runnables:
-            task = asyncio.create_task(runnable.run(group.stop), name=f"{group.name}: {runnable!r}")
+            task = asyncio.create_task(run_until_cancelled(runnable), name=f"{group.name}: {runnable!r}")
             task.add_done_callback(self._on_done)
             group.tasks.append(task)
 
@@ -253,16 +256,17 @@ class Manager:
         self._halt.set()
 
     async def _until_halt(self, work: Awaitable[None]) -> None:
-        """Await `work` unless the manager halts first. Errors from `work` (e.g. sync timeout) propagate."""
+        """Await `work` unless the manager halts first, then cancel it and let it unwind (a renewal in flight).
+        Errors from `work` (e.g. sync timeout) propagate."""
         worker = asyncio.ensure_future(work)
         halted = asyncio.ensure_future(self._halt.wait())
         try:
             await asyncio.wait([worker, halted], return_when=asyncio.FIRST_COMPLETED)
         finally:
             halted.cancel()
-            if not worker.done():
-                worker.cancel()
-        if worker.done() and not worker.cancelled():
+            worker.cancel()
+            await asyncio.wait([worker])
+        if not worker.cancelled():
             worker.result()
 
     async def _stop(self, servers: _Group, caches: _Group, leaders: _Group, lost: bool) -> None:
@@ -270,11 +274,11 @@ class Manager:
         grace = 0.0 if lost else self.options.graceful_shutdown_timeout
         loop = asyncio.get_running_loop()
         deadline = None if grace < 0 else loop.time() + grace
-        await leaders.drain(deadline)
-        await caches.drain(deadline)
+        await leaders.stop(deadline)
+        await caches.stop(deadline)
         if self._elector is not None and self.options.leader_election_release_on_cancel and not lost:
             await self._elector.release()
-        await servers.drain(deadline)
+        await servers.stop(deadline)
         self._log.info("manager stopped")
 
     async def _relay(self, stopping: asyncio.Event) -> None:

@@ -28,6 +28,7 @@ from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.rbac import allow_urls
+from llmaz.runtime.runnable import until_cancelled
 from llmaz.runtime.webhook.certwatcher import CertWatcher
 
 DEFAULT_CERT_DIR = Path("/tmp/k8s-metrics-server/serving-certs")
@@ -98,9 +99,9 @@ class MetricsServer:
             return web.Response(status=500, text="Internal Server Error\n")
         return await handler(request)
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        if self.secure and not await self.certs.wait_loaded(stopping):
-            return
+    async def run(self) -> None:
+        if self.secure:
+            await self.certs.wait_loaded()
         ssl_context = self.certs.server_context() if self.secure else None
         limits = ConnectionLimits(MAX_CONNECTIONS, MAX_SERVED, first_message_timeout=self.read_timeout)
         try:
@@ -111,6 +112,6 @@ class MetricsServer:
                 self._serving.set()
                 address = join_host_port(self._host, self.port)
                 self._log.info("metrics server started", address=address, secure=self.secure)
-                await (self.certs.watch(stopping) if self.secure else stopping.wait())
+                await (self.certs.watch() if self.secure else until_cancelled())
         finally:
             self._serving.clear()

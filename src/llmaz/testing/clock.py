@@ -10,7 +10,8 @@ Limits, and how to live with them:
 - Time jumps: a sleeper whose deadline was passed by a big `step` wakes once, with `now()` already at the new
   time. Code that loops over short sleeps sees one wake-up per step, not one per period.
 - A step that happens before the code under test has started sleeping wakes nothing. Use `wait_for_sleepers`
-  to let the code reach its sleep first.
+  to let the code reach its sleep first, or wait with `eventually(clock.stepping(check))`, which steps to the
+  next deadline each time the check fails.
 - Only code that takes the clock as a dependency is affected. Library timeouts (`asyncio.timeout`,
   `asyncio.wait_for`) and the event loop's own timers keep using real time.
 - `now()` is monotonic: time can only move forward.
@@ -23,7 +24,13 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+from llmaz.testing.waiting import eventually
+
+T = TypeVar("T")
 
 _EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -83,10 +90,18 @@ class FakeClock:
         deadlines = [deadline for deadline, _, wake in self._sleepers if not wake.done()]
         return min(deadlines, default=None)
 
-    async def wait_for_sleepers(self, count: int = 1, max_turns: int = 1000) -> None:
-        """Yield to the event loop until at least `count` tasks are sleeping; fail after `max_turns` turns."""
-        for _ in range(max_turns):
-            if self.sleepers >= count:
-                return
-            await asyncio.sleep(0)
-        raise AssertionError(f"expected {count} sleeper(s) on the FakeClock, found {self.sleepers}")
+    async def wait_for_sleepers(self, count: int = 1, within: float = 5.0) -> None:
+        """Wait until at least `count` tasks are sleeping on this clock; fail after `within` seconds."""
+        await eventually(lambda: self.sleepers >= count, within, f"{count} sleeper(s) on the FakeClock")
+
+    def stepping(self, check: Callable[[], T]) -> Callable[[], T]:
+        """`check`, for `eventually`, moving this clock to its next deadline whenever `check` fails, so the timers,
+        backoffs and delays of the code under test fire while the test waits."""
+
+        def step_then_check() -> T:
+            result = check()
+            if not result and (deadline := self.next_deadline()) is not None:
+                self.set(deadline)
+            return result
+
+        return step_then_check

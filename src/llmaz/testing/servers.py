@@ -33,6 +33,7 @@ from llmaz.runtime.healthz import HealthProbeServer
 from llmaz.runtime.metrics_server import MetricsServer
 from llmaz.runtime.webhook import WebhookServer
 from llmaz.runtime.webhook.server import Limits
+from llmaz.testing.runnables import started
 from llmaz.webhooks import webhooks
 
 READER_TOKEN = "reader-token"
@@ -72,15 +73,12 @@ async def serve(read_timeout: float) -> None:
         metrics = MetricsServer("127.0.0.1:0", auth=auth, cert_dir=certs, read_timeout=read_timeout)
         probes = HealthProbeServer("127.0.0.1:0", read_timeout=read_timeout)
         probes.readyz.add("ready", lambda: True)
-        stopping = asyncio.Event()
-        tasks = [asyncio.create_task(s.run(stopping)) for s in (webhook, metrics, probes)]
-        await asyncio.gather(webhook.wait_started(), metrics.wait_started(), probes.wait_started())
-        ports = {"webhook": webhook.port, "metrics": metrics.port, "probes": probes.port}
-        sys.stdout.write(orjson.dumps(ports).decode() + "\n")
-        sys.stdout.flush()
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        stopping.set()
-        await asyncio.gather(*tasks)
+        async with started(webhook, metrics, probes):
+            await asyncio.gather(webhook.wait_started(), metrics.wait_started(), probes.wait_started())
+            ports = {"webhook": webhook.port, "metrics": metrics.port, "probes": probes.port}
+            sys.stdout.write(orjson.dumps(ports).decode() + "\n")
+            sys.stdout.flush()
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.envtest import Cluster
 from llmaz.runtime.client import Client
 from llmaz.runtime.manager import Manager, ManagerOptions
+from llmaz.testing.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -69,7 +70,7 @@ async def manager(kubeconfig: Path, llmaz_defaults: None) -> AsyncIterator[Manag
     stopping = asyncio.Event()
     task = asyncio.create_task(running.start(stopping))
     try:
-        await asyncio.wait_for(_synced(running, task), timeout=30)
+        await eventually(lambda: _synced(running, task), within=30, what="the manager's caches to sync")
         yield running
     finally:
         stopping.set()
@@ -78,8 +79,7 @@ async def manager(kubeconfig: Path, llmaz_defaults: None) -> AsyncIterator[Manag
         await manager_client.close()
 
 
-async def _synced(manager: Manager, task: asyncio.Task[None]) -> None:
-    while not manager.informers.has_synced():
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.05)
+def _synced(manager: Manager, task: asyncio.Task[None]) -> bool:
+    if task.done():
+        task.result()  # it failed: no point waiting
+    return manager.informers.has_synced()

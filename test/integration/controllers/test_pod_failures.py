@@ -6,7 +6,6 @@ subresource, the way kubelet reports a model loader that exits 3 and then backs 
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +18,7 @@ from llmaz.runtime.resource import Resource
 from llmaz.testing.waiting import eventually
 
 from .objects import conditions, get_or_none, open_model, playground
+from .settling import events_flushed, reconciles, settled
 
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
 LOADER_MESSAGE = "NotFound: s3://models/qwen.gguf does not exist (NoSuchKey): fix the OpenModel's spec.source.uri"
@@ -155,13 +155,22 @@ async def test_a_failing_model_loader_is_reported_once_and_the_status_recovers_w
         (event,) = await _warnings(client, namespace, kind)
         assert (event["reason"], event["note"], event["regarding"]["name"]) == ("ModelLoaderFailed", FINDING, "pg")
 
-    # kubelet retrying the same failure changes the pod, not the finding: no new status, no new Event.
+    # kubelet retrying the same failure changes the pod, not the finding: no new status, no new Event. The touch
+    # makes the Playground reconcile again; the test asserts only once the manager has acted on both writes.
+    statuses = {
+        kind: (await client.get(resource, "pg", namespace))["status"]
+        for kind, resource in (("Playground", r.PLAYGROUNDS), ("Service", r.INFERENCE_SERVICES))
+    }
+    reconciled = reconciles("playground")
     await _write_pod_status(client, namespace, "pg-0", _loader_crash_looping(restarts=2))
     await client.patch(r.PLAYGROUNDS, "pg", {"metadata": {"annotations": {"touched": "yes"}}}, namespace)
-    await asyncio.sleep(2)
-    for kind in ("Playground", "Service"):
+    await settled(manager, client, namespace, [(r.PODS, "pg-0"), (r.PLAYGROUNDS, "pg"), (r.INFERENCE_SERVICES, "pg")])
+    assert reconciles("playground") > reconciled, "the touch did not make the Playground reconcile"
+    await events_flushed(manager, client, namespace)
+    for kind, resource in (("Playground", r.PLAYGROUNDS), ("Service", r.INFERENCE_SERVICES)):
         (event,) = await _warnings(client, namespace, kind)
         assert event.get("series") is None
+        assert (await client.get(resource, "pg", namespace))["status"] == statuses[kind]
 
     # The object is uploaded: the retried loader succeeds and the engine becomes ready.
     await _write_pod_status(client, namespace, "pg-0", _running_ready())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 
 from llmaz.controllers import resources as r
@@ -12,6 +11,7 @@ from llmaz.runtime.metrics import REGISTRY
 from llmaz.testing.waiting import eventually
 
 from .objects import conditions, get_or_none, open_model, playground, set_lws_available
+from .settling import reconciles, settled
 
 _WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -40,11 +40,24 @@ async def test_a_converged_playground_makes_no_writes(manager: Manager, client: 
         return conditions(pg).get("Available") == ("True", "PlaygroundReady")
 
     await eventually(ready)
-    await asyncio.sleep(2)  # let the last status writes' own watch events come back and settle
-    before = _writes()
+    # The watch events of the manager's last writes have come back and been reconciled.
+    everything = [
+        (r.PLAYGROUNDS, "pg"),
+        (r.INFERENCE_SERVICES, "pg"),
+        (r.LEADER_WORKER_SETS, "pg"),
+        (r.SERVICES, "pg-lb"),
+        (r.OPEN_MODELS, model),
+    ]
+    await settled(manager, client, namespace, everything)
+    before, reconciled = _writes(), reconciles("playground", "service")
     assert before.total() > 0, "the manager's applies and status writes must show in the counter being watched"
-    await asyncio.sleep(10)
-    assert _writes() - before == Counter(), "writes by (method, code) while nothing changed"
+    # Touched, each parent is reconciled again with nothing to change.
+    for resource in (r.PLAYGROUNDS, r.INFERENCE_SERVICES):
+        await client.patch(resource, "pg", {"metadata": {"annotations": {"touched": "yes"}}}, namespace)
+    await settled(manager, client, namespace, everything)
+    assert reconciles("playground", "service") >= reconciled + 2, "the touches did not make both reconcile"
+    touches = Counter({("PATCH", "200"): 2})
+    assert _writes() - before == touches, "writes by (method, code) besides the test's two touches"
 
 
 async def test_editing_the_global_config_rerenders_the_init_container_image(

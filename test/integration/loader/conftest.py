@@ -20,7 +20,9 @@ import boto3  # type: ignore[import-untyped]
 import pytest
 from moto.server import ThreadedMotoServer
 
-from .servers import HubRepo, HubServer, OssServer, wait_until
+from llmaz.testing.waiting import eventually_sync
+
+from .servers import HubRepo, HubServer, OssServer
 
 FAST_RETRIES = {"LOADER_RETRY_BASE_SECONDS": "0.05", "LOADER_RETRY_MAX_SECONDS": "0.2", "LOADER_MAX_ATTEMPTS": "3"}
 AWS_TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
@@ -119,7 +121,7 @@ def moto_with_auth_url() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until(lambda: _accepts(port))
+        eventually_sync(lambda: _accepts(port), what="the moto server to accept connections")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.kill()

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from llmaz.testing.waiting import eventually_sync
+
 from .conftest import AWS_TEST_CREDENTIALS, finish, loader_env, run_loader, start_loader
-from .servers import HubRepo, HubServer, OssServer, ThrottlingProxy, wait_until
+from .servers import HubRepo, HubServer, OssServer, ThrottlingProxy
 
 BIG = bytes(range(251)) * 12_000  # ~3 MB, not a multiple of any chunk size
 SLOW = 400_000  # bytes per second while the first run is killed
@@ -87,7 +89,7 @@ def test_a_killed_download_resumes_from_its_partial_file(protocol: Protocol, mod
     protocol.set_rate(SLOW)
     partial = model_dir / protocol.file.with_name(protocol.file.name + ".partial")
     first = start_loader(protocol.env)
-    wait_until(lambda: partial.is_file() and partial.stat().st_size > 500_000)
+    eventually_sync(lambda: partial.is_file() and partial.stat().st_size > 500_000, what="500 kB downloaded")
     first.kill()
     finish(first)
     kept = partial.stat().st_size

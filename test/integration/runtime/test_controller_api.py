@@ -22,6 +22,7 @@ from llmaz.runtime.controller import Controller, ControllerBuilder, Request, Res
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.workqueue import ItemExponentialFailureRateLimiter
 from llmaz.testing.manifests import CONFIGMAPS, configmap
+from llmaz.testing.runnables import started
 from llmaz.testing.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -36,13 +37,8 @@ async def fast_client(kubeconfig: Path) -> AsyncIterator[Client]:
 
 @contextlib.asynccontextmanager
 async def running(factory: SharedInformerFactory, controller: Controller) -> AsyncIterator[None]:
-    stopping = asyncio.Event()
-    tasks = [asyncio.create_task(factory.run(stopping)), asyncio.create_task(controller.run(stopping))]
-    try:
+    async with started(factory, controller, within=30):
         yield
-    finally:
-        stopping.set()
-        await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
 
 
 def _controller(

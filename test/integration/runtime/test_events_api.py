@@ -10,6 +10,7 @@ from llmaz.runtime.client import Client
 from llmaz.runtime.events import EVENTS, NORMAL, WARNING, EventBroadcaster
 from llmaz.runtime.resource import Resource
 from llmaz.testing.manifests import CONFIGMAPS, configmap
+from llmaz.testing.runnables import stop
 from llmaz.testing.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -19,8 +20,7 @@ CORE_EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 
 async def test_events_are_written_and_repeats_increment_one_series(client: Client, namespace: str) -> None:
     broadcaster = EventBroadcaster(client)
-    stopping = asyncio.Event()
-    sender = asyncio.create_task(broadcaster.run(stopping))
+    sender = asyncio.create_task(broadcaster.run())
     recorder = broadcaster.recorder("runtime-test")
     cm = await client.create(CONFIGMAPS, configmap("subject", namespace))
     for _ in range(3):
@@ -43,6 +43,5 @@ async def test_events_are_written_and_repeats_increment_one_series(client: Clien
     # The same Events through core/v1, as `kubectl describe` finds them.
     core = await client.list(CORE_EVENTS, namespace, field_selector="involvedObject.name=subject")
     assert sorted(e["reason"] for e in core.items) == ["Failed", "Synced"]
-    stopping.set()
-    await asyncio.wait_for(sender, 10)
+    await stop(sender)
     assert broadcaster.dropped == 0

@@ -15,6 +15,7 @@ from llmaz.runtime.cache import ClientListWatch, DeletedFinalStateUnknown, Obj, 
 from llmaz.runtime.client import Client, ObjectList
 from llmaz.runtime.resource import Resource, object_key
 from llmaz.testing.manifests import CONFIGMAPS, LWS, configmap, leaderworkerset
+from llmaz.testing.runnables import started
 from llmaz.testing.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -53,14 +54,9 @@ class CountingListWatch(ClientListWatch):
 
 @contextlib.asynccontextmanager
 async def running(informer: SharedInformer) -> AsyncIterator[SharedInformer]:
-    stopping = asyncio.Event()
-    task = asyncio.create_task(informer.run(stopping))
-    try:
+    async with started(informer):
         await asyncio.wait_for(informer.wait_for_sync(), 30)
         yield informer
-    finally:
-        stopping.set()
-        await asyncio.wait_for(task, 10)
 
 
 async def matches_fresh_list(client: Client, informer: SharedInformer, resource: Resource, ns: str) -> bool:

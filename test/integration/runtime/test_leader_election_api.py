@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -18,7 +19,8 @@ from llmaz.envtest.control_plane import ControlPlane
 from llmaz.runtime.client import Client
 from llmaz.runtime.leaderelection import JITTER_FACTOR, LEASES
 from llmaz.runtime.manager import LeadershipLostError, Manager, ManagerOptions
-from llmaz.runtime.runnable import Runnable
+from llmaz.runtime.resource import Resource
+from llmaz.runtime.runnable import Runnable, until_cancelled
 from llmaz.testing.manifests import CONFIGMAPS, configmap
 from llmaz.testing.waiting import eventually
 
@@ -58,10 +60,10 @@ class LeaderOnlyWork:
         self.who = who
         self.board = board
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         self.board.enter(self.who)
         try:
-            await stopping.wait()
+            await until_cancelled()
         finally:
             self.board.leave(self.who)
 
@@ -94,18 +96,36 @@ def contender(
     return mgr
 
 
+def lease_reads(client: Client) -> list[float]:
+    """When `client` got a Lease back, from now on (an elector reads the Lease on each attempt to acquire it)."""
+    reads: list[float] = []
+    get = client.get
+
+    async def get_recording_leases(resource: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        found = await get(resource, *args, **kwargs)
+        if resource == LEASES:
+            reads.append(time.monotonic())
+        return found
+
+    client.get = get_recording_leases  # type: ignore[method-assign]
+    return reads
+
+
 async def handover_seconds(clients: list[Client], namespace: str, release: bool) -> tuple[float, Board, str]:
     board = Board()
     stops = {who: asyncio.Event() for who in ("one", "two")}
+    reads = {who: lease_reads(c) for who, c in zip(stops, clients, strict=True)}
     runs = {
         who: asyncio.create_task(contender(c, who, namespace, board, release).start(stops[who]))
         for who, c in zip(stops, clients, strict=True)
     }
     await eventually(lambda: len(board.active) == 1, within=20, what="a first leader")
-    await asyncio.sleep(LEASE * 2)  # the follower keeps retrying and must not start
-    assert len(board.starts) == 1
-    first = board.starts[0][0]
+    first, led_from = board.starts[0]
     second = "two" if first == "one" else "one"
+    # The follower keeps retrying and must not start: wait until it has read the Lease two lease durations in.
+    await eventually(lambda: reads[second] and reads[second][-1] > led_from + LEASE * 2, within=20,
+                     what="the follower to read the Lease two lease durations after the leader took it")  # fmt: skip
+    assert len(board.starts) == 1
     stopped_at = time.monotonic()
     stops[first].set()
     await asyncio.wait_for(runs[first], 10)
@@ -209,11 +229,11 @@ class Writer:
         self.manager: Manager | None = None
         self.sent: list[float] = []
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         assert self.manager is not None
         self.board.enter(self.who)
         try:
-            while not stopping.is_set():
+            while True:
                 sent = time.monotonic()
                 patch = {"data": {self.who: str(sent)}}
                 await self.manager.leader_client.patch(CONFIGMAPS, "written", patch, self.namespace)

@@ -22,6 +22,7 @@ from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client
 from llmaz.runtime.controller import ControllerBuilder, Request, Result, Scope
 from llmaz.testing.manifests import CONFIGMAPS, configmap
+from llmaz.testing.runnables import started
 from llmaz.testing.waiting import eventually
 
 from .apiproxy import ApiProxy
@@ -57,13 +58,8 @@ async def controller_running(client: Client, namespace: str, reconciler: Stamped
         .with_options(needs_leader_election=False)
         .build(reconciler, factory)
     )
-    stopping = asyncio.Event()
-    tasks = [asyncio.create_task(factory.run(stopping)), asyncio.create_task(controller.run(stopping))]
-    try:
+    async with started(factory, controller, within=30):
         yield
-    finally:
-        stopping.set()
-        await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
 
 
 @pytest.fixture
@@ -108,16 +104,11 @@ async def test_an_informer_asks_at_most_once_a_second_for_watches_the_server_clo
     try:
         async with Client(proxy.rest_config()) as client:
             informer = SharedInformer.for_resource(client, CONFIGMAPS, namespace)
-            stopping = asyncio.Event()
-            task = asyncio.create_task(informer.run(stopping))
-            try:
+            async with started(informer):
                 await asyncio.wait_for(informer.wait_for_sync(), 30)
                 window_start = time.monotonic()
                 await asyncio.sleep(5.0)  # the measurement window
                 window_end = time.monotonic()
-            finally:
-                stopping.set()
-                await asyncio.wait_for(task, 10)
     finally:
         await proxy.stop()
     watches = [e for e in proxy.exchanges if "watch=true" in e.query and window_start <= e.at < window_end]

@@ -62,11 +62,13 @@ def nodes(control_plane: Cluster, namespace: str) -> Iterator[dict[str, str]]:
 class _Informers:
     """A SharedInformerFactory as a server Runnable: started once its informers have synced."""
 
+    needs_leader_election = False
+
     def __init__(self, factory: SharedInformerFactory) -> None:
         self.factory = factory
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        await self.factory.run(stopping)
+    async def run(self) -> None:
+        await self.factory.run()
 
     async def wait_started(self) -> None:
         await self.factory.wait_for_sync(30)

@@ -19,6 +19,7 @@ from llmaz.envtest._cluster import Cluster
 from llmaz.runtime.client import ApiError, Client, NotFound
 from llmaz.runtime.resource import Resource
 from llmaz.runtime.webhook import WebhookServer, WebhookType, configuration
+from llmaz.testing.runnables import started
 from llmaz.testing.waiting import eventually
 from llmaz.webhooks import ReferenceLookup, StaticLookup, webhooks
 
@@ -73,19 +74,16 @@ async def serving(
     for kind, name in names.items():
         resource = MUTATING if kind is WebhookType.MUTATING else VALIDATING
         await client.create(resource, configuration(kind, name, hooks, url=f"https://127.0.0.1:{port}"))
-    stopping = asyncio.Event()
-    tasks = [asyncio.create_task(rotator.run(stopping)), asyncio.create_task(server.run(stopping))]
-    try:
-        await asyncio.wait_for(rotator.wait_ready(), 60)
-        await asyncio.wait_for(server.wait_started(), 30)
-        await eventually(lambda: _denies(client), 20, "the API server calls the webhooks")
-        yield Webhooks(server, rotator, names)
-    finally:
-        for kind, name in names.items():
-            with contextlib.suppress(NotFound):
-                await client.delete(MUTATING if kind is WebhookType.MUTATING else VALIDATING, name)
-        stopping.set()
-        await asyncio.gather(*tasks)
+    async with started(rotator, server):
+        try:
+            await asyncio.wait_for(rotator.wait_ready(), 60)
+            await asyncio.wait_for(server.wait_started(), 30)
+            await eventually(lambda: _denies(client), 20, "the API server calls the webhooks")
+            yield Webhooks(server, rotator, names)
+        finally:
+            for kind, name in names.items():
+                with contextlib.suppress(NotFound):
+                    await client.delete(MUTATING if kind is WebhookType.MUTATING else VALIDATING, name)
 
 
 async def _denies(client: Client) -> bool:

@@ -3,9 +3,7 @@ follows, and not one admission fails during the switches."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from llmaz.certs.inject import MUTATING, VALIDATING
 from llmaz.certs.rotator import SECRETS
 from llmaz.runtime.client import ApiError, Client
 from llmaz.runtime.webhook import WebhookType
+from llmaz.testing.waiting import eventually
 
 from .conftest import OPENMODELS, Webhooks, openmodel, serving
 
@@ -25,6 +24,11 @@ async def bundles(client: Client, hooks: Webhooks) -> set[str]:
         config = await client.get(resource, hooks.configurations[kind])
         found |= {w["clientConfig"]["caBundle"] for w in config["webhooks"]}
     return found
+
+
+async def bundles_if_one(client: Client, hooks: Webhooks) -> set[str] | None:
+    found = await bundles(client, hooks)
+    return found if len(found) == 1 else None
 
 
 def serial(hooks: Webhooks) -> int:
@@ -47,27 +51,36 @@ async def test_short_lived_certificates_rotate_without_a_failed_admission(
         first_ca = (await client.get(SECRETS, "llmaz-webhook-server-cert", namespace))["data"]["ca.crt"]
         first_bundles = await bundles(client, hooks)
         assert len(first_bundles) == 1  # every webhook of both configurations has the same bundle
-        serials, failures, admitted = {serial(hooks)}, [], 0
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
+        serials, failures, families = {serial(hooks)}, list[str](), list[str]()
+        before_new_ca: set[int] = set()  # the serials served before the CA was renewed
+        under_new_ca = 0  # admissions through a certificate signed by the renewed CA
+
+        async def admitted_well_past_a_ca_renewal() -> bool:
+            nonlocal under_new_ca
             try:
                 created = await client.create(OPENMODELS, openmodel("rotating"), dry_run=True)
-                assert created["metadata"]["labels"]["llmaz.io/model-family-name"] == "qwen2"
-                admitted += 1
+                families.append(created["metadata"]["labels"]["llmaz.io/model-family-name"])
             except ApiError as exc:
                 failures.append(exc.message)
-            serials.add(serial(hooks))
-            await asyncio.sleep(0.05)
+            serials.add(current := serial(hooks))
+            if not before_new_ca:
+                secret = await client.get(SECRETS, "llmaz-webhook-server-cert", namespace)
+                if secret["data"]["ca.crt"] != first_ca:  # the Secret is written before the files are
+                    before_new_ca.update(serials)
+            elif current not in before_new_ca:
+                under_new_ca += 1
+            return under_new_ca >= 50
+
+        await eventually(admitted_well_past_a_ca_renewal, within=90, what="50 admissions past a CA renewal")
         # The two configurations are written one after the other: let an injection in flight finish.
-        for _ in range(100):
-            last_bundles = await bundles(client, hooks)
-            if len(last_bundles) == 1:
-                break
-            await asyncio.sleep(0.1)
+        last_bundles = await eventually(
+            lambda: bundles_if_one(client, hooks), within=10, what="one caBundle in both configurations"
+        )
         secret = await client.get(SECRETS, "llmaz-webhook-server-cert", namespace)
 
     assert failures == []
-    assert admitted > 100
+    assert len(families) > 100
+    assert set(families) == {"qwen2"}
     assert len(serials) >= 3  # re-signed by the first CA, then signed by a new one
     assert secret["data"]["ca.crt"] != first_ca
     assert last_bundles != first_bundles

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from llmaz.runtime.authn import CacheTTLs, DelegatingAuth
 from llmaz.runtime.client import Client
 from llmaz.runtime.metrics_server import MetricsServer
 from llmaz.runtime.resource import Resource
+from llmaz.testing.runnables import running
+from llmaz.testing.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)
@@ -29,13 +30,8 @@ BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "C
 async def metrics(client: Client, tmp_path: Path) -> AsyncIterator[MetricsServer]:
     ensure_self_signed(tmp_path, ["localhost"], ["127.0.0.1"])
     auth = DelegatingAuth(client, CacheTTLs(unauthenticated=0.2, denied=0.2))
-    server = MetricsServer("127.0.0.1:0", auth=auth, cert_dir=tmp_path)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(server.run(stopping))
-    await asyncio.wait_for(server.wait_started(), 10)
-    yield server
-    stopping.set()
-    await task
+    async with running(MetricsServer("127.0.0.1:0", auth=auth, cert_dir=tmp_path)) as server:
+        yield server
 
 
 async def scrape(server: MetricsServer, token: str | None) -> tuple[int, str]:
@@ -70,12 +66,13 @@ async def test_metrics_need_an_authenticated_and_authorized_caller(
         assert (await scrape(metrics, None))[0] == 401
         assert (await scrape(metrics, "not-a-token"))[0] == 401
         assert (await scrape(metrics, stranger))[0] == 403
-        deadline = time.monotonic() + 10  # the authorizer sees the new binding within moments
-        status, body = await scrape(metrics, reader)
-        while status != 200 and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+
+        async def scraped_by_reader() -> str | None:
             status, body = await scrape(metrics, reader)
-        assert status == 200
+            return body if status == 200 else None
+
+        # The authorizer sees the new binding within moments.
+        body = await eventually(scraped_by_reader, within=10, interval=0.2, what="the reader's scrape allowed")
         assert "# TYPE " in body
         assert (await scrape(metrics, stranger))[0] == 403
     finally:

@@ -140,7 +140,9 @@ class Harness:
     def service_reconciler(self) -> ServiceReconciler:
         settings = SettingsHolder()
         settings.update(GLOBAL_CONFIG)
-        return ServiceReconciler(self.client, self.source, self.events, self.clock, settings, NodeCapacity(self.source))  # type: ignore[arg-type]
+        return ServiceReconciler(
+            self.client, self.source, self.events, self.clock, settings, capacity=NodeCapacity(self.source)
+        )
 
     def playground_reconciler(self, settings: SettingsHolder | None = None) -> PlaygroundReconciler:
         return PlaygroundReconciler(self.client, self.source, self.events, self.clock, settings)  # type: ignore[arg-type]
@@ -277,7 +279,7 @@ async def test_a_playground_s_service_carries_the_scheduler_name_from_its_creati
         r.INFERENCE_SERVICES, {**service, "metadata": {**service["metadata"], "uid": "svc-uid", "resourceVersion": "8"}}
     )
     settings = _settings("custom-scheduler")
-    services = ServiceReconciler(h.client, h.source, h.events, h.clock, settings, NodeCapacity(h.source))  # type: ignore[arg-type]
+    services = ServiceReconciler(h.client, h.source, h.events, h.clock, settings, capacity=NodeCapacity(h.source))
     assert await services.reconcile(Request("ns", "pg")) == Result()
     assert h.client.patched == []
     assert h.client.applied[1:] == [("LeaderWorkerSet", "pg"), ("Service", "pg-lb")]

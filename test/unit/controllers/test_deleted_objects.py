@@ -4,7 +4,6 @@ anything else is still a failure."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -22,8 +21,8 @@ from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.resource import Resource
 from llmaz.settings import SettingsHolder
 from llmaz.testing import FakeClock, FakeInformerSource
-
-from ..runtime.helpers import until
+from llmaz.testing.runnables import started
+from llmaz.testing.waiting import eventually
 
 RECONCILES = "controller_runtime_reconcile_total"
 GLOBAL_CONFIG = {"data": {"config.data": "init-container-image: inftyai/model-loader:v0.0.10\n"}}
@@ -77,7 +76,7 @@ def service_case(source: FakeInformerSource, client: Any, clock: FakeClock) -> t
         "metadata": meta("s", "ns"),
         "spec": {"modelClaims": {"models": [{"name": "missing"}]}, "replicas": 1, "workloadTemplate": template},
     }
-    reconciler = ServiceReconciler(client, source, NullEvents(), clock, settings, NodeCapacity(source))  # type: ignore[arg-type]
+    reconciler = ServiceReconciler(client, source, NullEvents(), clock, settings, capacity=NodeCapacity(source))
     return reconciler, obj
 
 
@@ -114,13 +113,10 @@ async def reconcile_once(
     controller = ControllerBuilder(name).for_(resource).with_options(clock=clock).build(reconciler, source)
     source.mark_all_synced()
     with capture_logs() as logs:
-        stopping = asyncio.Event()
-        task = asyncio.create_task(controller.run(stopping))
-        source.informer_for(resource).add(obj)
-        ended = ("success", "error")
-        await until(lambda: sum(count(RECONCILES, controller=name, result=result) for result in ended) == 1)
-        stopping.set()
-        await asyncio.wait_for(task, 5)
+        async with started(controller):
+            source.informer_for(resource).add(obj)
+            ended = ("success", "error")
+            await eventually(lambda: sum(count(RECONCILES, controller=name, result=result) for result in ended) == 1)
     return client, logs
 
 

@@ -70,7 +70,9 @@ class FlavorHarness(Harness):
     def reconciler(self, config: str = CONFIG) -> ServiceReconciler:
         settings = SettingsHolder()
         settings.update({"data": {"config.data": config}})
-        return ServiceReconciler(self.client, self.source, self.events, self.clock, settings, NodeCapacity(self.source))  # type: ignore[arg-type]
+        return ServiceReconciler(
+            self.client, self.source, self.events, self.clock, settings, capacity=NodeCapacity(self.source)
+        )
 
     def pending_pod(self, name: str, seconds_ago: float, message: str = INSUFFICIENT) -> None:
         since = self.clock.wall() - timedelta(seconds=seconds_ago)

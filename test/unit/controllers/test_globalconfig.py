@@ -23,15 +23,11 @@ def config_map(data: str, rv: str = "1") -> dict[str, Any]:
     }
 
 
-async def synced(informer: FakeInformer, config: GlobalConfig) -> asyncio.Task[None]:
-    """Run `config` (it reports once the informer has synced) and sync the informer."""
-    stopping = asyncio.Event()
-    task = asyncio.create_task(config.run(stopping))
+async def synced(informer: FakeInformer, config: GlobalConfig) -> None:
+    """Sync the informer while `config` runs: it reports once the informer has synced, then returns."""
+    task = asyncio.create_task(config.run())
     informer.mark_synced()
-    for _ in range(10):
-        await asyncio.sleep(0)
-    stopping.set()
-    return task
+    await asyncio.wait_for(task, 5)
 
 
 async def test_a_missing_config_map_is_logged_once_with_the_fix_and_fails_readiness_until_it_appears() -> None:
@@ -40,7 +36,7 @@ async def test_a_missing_config_map_is_logged_once_with_the_fix_and_fails_readin
     informer.add_event_handler(config)
     config.check()  # before the first list nothing is known: the informers check covers it
     with capture_logs() as logs:
-        await (await synced(informer, config))
+        await synced(informer, config)
         with pytest.raises(CheckFailed) as failed:
             config.check()
         informer.add(config_map(VALID))
@@ -65,7 +61,7 @@ async def test_an_invalid_config_map_is_reported_once_per_distinct_error() -> No
     informer.add_event_handler(config)
     informer.add(config_map("scheduler-name: x\n"))
     with capture_logs() as logs:
-        await (await synced(informer, config))
+        await synced(informer, config)
         informer.update(config_map("scheduler-name: y\n", rv="2"))  # still invalid, same error: not repeated
         with pytest.raises(CheckFailed, match=r"is invalid .*init-container-image is required"):
             config.check()
@@ -78,7 +74,7 @@ async def test_deleting_a_loaded_config_map_keeps_the_settings_and_says_how_to_r
     config = GlobalConfig(settings, "ops", informer)
     informer.add_event_handler(config)
     informer.add(config_map(VALID))
-    await (await synced(informer, config))
+    await synced(informer, config)
     with capture_logs() as logs:
         informer.delete(config_map(VALID))
     config.check()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from llmaz.runtime.metrics import REGISTRY
 
@@ -12,15 +11,6 @@ async def settle(turns: int = 50) -> None:
     """Let every ready task run for a few event-loop turns."""
     for _ in range(turns):
         await asyncio.sleep(0)
-
-
-async def until(condition: Callable[[], bool], turns: int = 2000) -> None:
-    """Yield to the event loop until `condition()` holds; fail after `turns` turns."""
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition not reached")
 
 
 def sample(metric: str, /, **labels: str) -> float | None:

@@ -3,10 +3,7 @@ dual-stack (loopback only)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,6 +19,7 @@ from llmaz.runtime.client import Client
 from llmaz.runtime.healthz import HealthProbeServer, parse_bind_address
 from llmaz.runtime.metrics_server import MetricsServer
 from llmaz.runtime.webhook import WebhookServer
+from llmaz.testing.runnables import running
 from llmaz.testing.servers import READER_TOKEN, FakeReviewer
 from llmaz.webhooks import webhooks
 
@@ -105,18 +103,6 @@ def test_manager_flags_default_to_every_interface_and_check_the_webhook_limits(
     with pytest.raises(SystemExit):
         parse_args(["--webhook-max-in-flight-bytes", "1024"])
     assert "at least one maximum-size review" in capsys.readouterr().err
-
-
-@contextlib.asynccontextmanager
-async def running(server: Any) -> AsyncIterator[None]:
-    stopping = asyncio.Event()
-    task = asyncio.create_task(server.run(stopping))
-    await asyncio.wait_for(server.wait_started(), 10)
-    try:
-        yield
-    finally:
-        stopping.set()
-        await asyncio.wait_for(task, 10)
 
 
 async def get(url: str, **options: Any) -> tuple[int, bytes]:

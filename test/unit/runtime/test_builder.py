@@ -12,8 +12,10 @@ from llmaz.runtime.controller import ControllerBuilder, Request, Result, Scope
 from llmaz.runtime.controller import predicate as p
 from llmaz.runtime.resource import Resource
 from llmaz.testing import FakeClock, FakeInformerSource
+from llmaz.testing.runnables import stop
+from llmaz.testing.waiting import eventually
 
-from .helpers import settle, until
+from .helpers import settle
 
 PLAYGROUND = Resource("inference.llmaz.io", "v1alpha1", "playgrounds", "Playground", namespaced=True)
 SERVICE = Resource("inference.llmaz.io", "v1alpha1", "services", "Service", namespaced=True)
@@ -62,12 +64,11 @@ async def test_built_controller_reconciles_primary_owned_and_mapped_objects(
     )
     assert set(source.informers) == {PLAYGROUND, SERVICE, MODEL}
     source.mark_all_synced()
-    stopping = asyncio.Event()
-    task = asyncio.create_task(controller.run(stopping))
+    task = asyncio.create_task(controller.run())
     await settle()
 
     source.informer_for(PLAYGROUND).add(playground("pg1"))
-    await until(lambda: reconciler.requests == [Request("ns", "pg1")])
+    await eventually(lambda: reconciler.requests == [Request("ns", "pg1")])
     source.informer_for(PLAYGROUND).update(playground("pg1", status={"phase": "Ready"}))  # filtered out
     owned = {
         "metadata": {
@@ -84,12 +85,11 @@ async def test_built_controller_reconciles_primary_owned_and_mapped_objects(
         }
     }
     source.informer_for(SERVICE).add(owned)
-    await until(lambda: len(reconciler.requests) == 2)
+    await eventually(lambda: len(reconciler.requests) == 2)
     source.informer_for(MODEL).add({"metadata": {"name": "llama"}})
-    await until(lambda: len(reconciler.requests) == 3)
+    await eventually(lambda: len(reconciler.requests) == 3)
     await settle()
-    stopping.set()
-    await asyncio.wait_for(task, timeout=5)
+    await stop(task)
     assert reconciler.requests == [Request("ns", "pg1")] * 3
 
 

@@ -73,4 +73,4 @@ def test_time_cannot_go_backwards() -> None:
 async def test_wait_for_sleepers_fails_when_nobody_sleeps() -> None:
     clock = FakeClock()
     with pytest.raises(AssertionError, match="sleeper"):
-        await clock.wait_for_sleepers(max_turns=10)
+        await clock.wait_for_sleepers(within=0.1)

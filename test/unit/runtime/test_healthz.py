@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -11,17 +10,13 @@ import pytest_asyncio
 from structlog.testing import capture_logs
 
 from llmaz.runtime.healthz import CheckFailed, HealthProbeServer, parse_bind_address
+from llmaz.testing.runnables import running
 
 
 @pytest_asyncio.fixture
 async def server() -> AsyncIterator[HealthProbeServer]:
-    probe = HealthProbeServer("127.0.0.1:0")
-    stopping = asyncio.Event()
-    task = asyncio.create_task(probe.run(stopping))
-    await asyncio.wait_for(probe.wait_started(), 5)
-    yield probe
-    stopping.set()
-    await task
+    async with running(HealthProbeServer("127.0.0.1:0")) as probe:
+        yield probe
 
 
 async def get(probe: HealthProbeServer, path: str) -> tuple[int, str]:

@@ -14,6 +14,8 @@ from llmaz.runtime.client import Client, Expired, RestConfig
 from llmaz.runtime.resource import Resource
 from llmaz.testing.clock import FakeClock
 from llmaz.testing.listwatch import ScriptedListWatch, event, obj
+from llmaz.testing.runnables import started, stop
+from llmaz.testing.waiting import eventually
 
 
 class Recorder:
@@ -52,20 +54,9 @@ class Recorder:
 
 @contextlib.asynccontextmanager
 async def running(informer: SharedInformer, lw: ScriptedListWatch, clock: FakeClock) -> AsyncIterator[None]:
-    stopping = asyncio.Event()
-    task = asyncio.create_task(informer.run(stopping))
-    try:
+    async with started(informer):
         yield
-        for _ in range(10_000):
-            if lw.exhausted.is_set():
-                break
-            await asyncio.sleep(0)
-            if (deadline := clock.next_deadline()) is not None:
-                clock.set(deadline)
-        assert lw.exhausted.is_set(), lw.calls
-    finally:
-        stopping.set()
-        await asyncio.wait_for(task, 5)
+        await eventually(clock.stepping(lw.exhausted.is_set), within=10, what="the list-watch script to be consumed")
 
 
 def make(lw: ScriptedListWatch, clock: FakeClock, **kw: Any) -> SharedInformer:
@@ -98,12 +89,10 @@ async def test_has_synced_turns_true_once_the_first_list_is_delivered() -> None:
     clock = FakeClock()
     lw = ScriptedListWatch(clock)
     informer = make(lw, clock)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(informer.run(stopping))
+    task = asyncio.create_task(informer.run())
     await asyncio.wait_for(lw.exhausted.wait(), 5)  # the list call is parked: nothing listed yet
     assert not informer.has_synced()
-    stopping.set()
-    await task
+    await stop(task)
 
     lw2 = ScriptedListWatch(clock).add_list([obj("a", "1")], "2")
     informer2 = make(lw2, clock)
@@ -196,14 +185,12 @@ async def test_resync_replays_every_cached_object_as_an_update_to_itself() -> No
     informer = make(lw, clock, resync_period=60.0)
     rec = Recorder()
     informer.add_event_handler(rec)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(informer.run(stopping))
+    task = asyncio.create_task(informer.run())
     await informer.wait_for_sync()
     await clock.wait_for_sleepers()
     clock.step(60.0)
     await clock.wait_for_sleepers()
-    stopping.set()
-    await task
+    await stop(task)
     assert rec.calls == [("add", "a", "1", True), ("update", "a", "1", "1")]
 
 

@@ -21,6 +21,7 @@ from llmaz.envtest._pki import ControlPlanePKI, write_pki
 from llmaz.runtime.client.config import from_kubeconfig, in_cluster, load
 from llmaz.runtime.client.credentials import ConfigError, TokenFile
 from llmaz.testing import FakeClock
+from llmaz.testing.waiting import eventually
 
 CREDENTIAL = {
     "apiVersion": "client.authentication.k8s.io/v1beta1",
@@ -224,10 +225,7 @@ async def handshake(pki: ControlPlanePKI, client_context: ssl.SSLContext, server
             "127.0.0.1", port, ssl=client_context, server_hostname=server_name or "127.0.0.1"
         )
         writer.close()
-        for _ in range(100):
-            if peers:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: peers, within=5, what="the server to see the client's certificate")
     return peers[0]
 
 

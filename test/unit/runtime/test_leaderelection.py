@@ -167,8 +167,8 @@ async def leading(clock: FakeClock, api: FakeLeases, on_lost: list[str]) -> tupl
     """Elector "me" holding the Lease, its `hold` running and asleep until the next renewal."""
     config = LeaderElectionConfig(name="l", namespace="ns", identity="me")
     le = LeaderElector(api, config, clock, random.Random(1), on_stopped_leading=lambda: on_lost.append("lost"))
-    assert await le.acquire(asyncio.Event())
-    task = asyncio.create_task(le.hold(asyncio.Event()))
+    await le.acquire()
+    task = asyncio.create_task(le.hold())
     await clock.wait_for_sleepers()
     return le, task
 

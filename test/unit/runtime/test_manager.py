@@ -12,6 +12,7 @@ from llmaz.runtime.cache import CacheSyncTimeoutError
 from llmaz.runtime.client import ApiConnectionError, Client, RestConfig
 from llmaz.runtime.manager import LeadershipLostError, Manager, ManagerOptions
 from llmaz.runtime.resource import Resource
+from llmaz.runtime.runnable import grace_remains, until_cancelled
 
 UNREACHABLE = "http://127.0.0.1:1"
 
@@ -26,10 +27,18 @@ class Tracked:
         self._drain = drain
         self.started = asyncio.Event()
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         self._journal.append(f"start {self.name}")
         self.started.set()
-        await stopping.wait()
+        try:
+            await until_cancelled()
+        finally:
+            await self._wind_down()
+
+    async def _wind_down(self) -> None:
+        if not grace_remains():
+            self._journal.append(f"abandoned {self.name}")
+            return
         try:
             await asyncio.sleep(self._drain)
         except asyncio.CancelledError:
@@ -38,11 +47,36 @@ class Tracked:
         self._journal.append(f"stop {self.name}")
 
 
+class WithStopEvent:
+    """A runnable on the earlier interface: it waits for its stop event, then winds down."""
+
+    needs_leader_election = True
+
+    def __init__(self, journal: list[str]) -> None:
+        self._journal = journal
+        self.started = asyncio.Event()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        self.started.set()
+        await stopping.wait()
+        await asyncio.sleep(0)  # a wind-down that takes a step
+        self._journal.append("stopped by its event")
+
+
 class Failing:
     needs_leader_election = True
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         raise RuntimeError("reconciler crashed")
+
+
+async def start_then_stop(mgr: Manager, started: asyncio.Event) -> None:
+    """Start `mgr`, stop it once a runnable has set `started`, and wait until it has stopped."""
+    stopping = asyncio.Event()
+    run = asyncio.create_task(mgr.start(stopping))
+    await asyncio.wait_for(started.wait(), 5)
+    stopping.set()
+    await asyncio.wait_for(run, 5)
 
 
 def manager(**options: object) -> Manager:
@@ -57,11 +91,7 @@ async def test_servers_start_before_leader_runnables_and_stop_after_them() -> No
     webhook = Tracked("webhook", journal, leader=False)
     mgr.add(controller)
     mgr.add(webhook)
-    stopping = asyncio.Event()
-    run = asyncio.create_task(mgr.start(stopping))
-    await asyncio.wait_for(controller.started.wait(), 5)
-    stopping.set()
-    await asyncio.wait_for(run, 5)
+    await start_then_stop(mgr, controller.started)
     assert journal == ["start webhook", "start controller", "stop controller", "stop webhook"]
 
 
@@ -80,12 +110,25 @@ async def test_runnables_overrunning_the_grace_period_are_cancelled() -> None:
     mgr = manager(graceful_shutdown_timeout=0.2)
     slow = Tracked("slow", journal, leader=True, drain=60)
     mgr.add(slow)
-    stopping = asyncio.Event()
-    run = asyncio.create_task(mgr.start(stopping))
-    await asyncio.wait_for(slow.started.wait(), 5)
-    stopping.set()
-    await asyncio.wait_for(run, 5)
+    await start_then_stop(mgr, slow.started)
     assert journal == ["start slow", "cancelled slow"]
+
+
+async def test_with_no_grace_period_runnables_stop_without_winding_down() -> None:
+    journal: list[str] = []
+    mgr = manager(graceful_shutdown_timeout=0)
+    mgr.add(slow := Tracked("slow", journal, leader=True, drain=60))
+    mgr.add(Tracked("webhook", journal, leader=False, drain=60))
+    await start_then_stop(mgr, slow.started)
+    assert journal == ["start webhook", "start slow", "abandoned slow", "abandoned webhook"]
+
+
+async def test_a_runnable_with_a_stop_event_still_runs_and_its_event_is_set_on_the_stop() -> None:
+    journal: list[str] = []
+    mgr = manager()
+    mgr.add(legacy := WithStopEvent(journal))
+    await start_then_stop(mgr, legacy.started)
+    assert journal == ["stopped by its event"]
 
 
 async def test_leader_runnables_wait_for_informer_sync_and_a_sync_timeout_is_a_clear_error() -> None:
@@ -125,10 +168,10 @@ async def test_the_heap_is_frozen_after_cache_sync_before_controllers_start_when
         frozen_at_start = -1
         started = asyncio.Event()
 
-        async def run(self, stopping: asyncio.Event) -> None:
+        async def run(self) -> None:
             self.frozen_at_start = gc.get_freeze_count()
             self.started.set()
-            await stopping.wait()
+            await until_cancelled()
 
     gc.unfreeze()
     witness = FreezeWitness()

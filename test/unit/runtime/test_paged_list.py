@@ -11,6 +11,7 @@ from aiohttp import web
 
 from llmaz.runtime.cache.informer import ClientListWatch, SharedInformer
 from llmaz.runtime.client import Client, RestConfig
+from llmaz.testing.runnables import started
 
 from .fakeapi import WIDGETS
 
@@ -102,13 +103,10 @@ async def test_an_informer_over_the_client_caches_its_first_list_transformed_pag
         client = Client(RestConfig(host=url, qps=0))
         informer = SharedInformer.for_resource(client, WIDGETS)
         informer.set_transform(slim(log))
-        stopping = asyncio.Event()
-        running = asyncio.create_task(informer.run(stopping))
         try:
-            await asyncio.wait_for(informer.wait_for_sync(), 10)
+            async with started(informer):
+                await asyncio.wait_for(informer.wait_for_sync(), 10)
         finally:
-            stopping.set()
-            await running
             await client.close()
     assert log == [
         "request limit=500",

@@ -16,6 +16,7 @@ from llmaz.runtime.client import ApiConnectionError, Expired, Forbidden, NotFoun
 from llmaz.runtime.client.watch import WatchEvent
 from llmaz.testing.clock import FakeClock
 from llmaz.testing.listwatch import Pause, ScriptedListWatch, bookmark, event, obj
+from llmaz.testing.waiting import eventually
 
 
 class RecordingClock(FakeClock):
@@ -60,14 +61,7 @@ def connection_refused() -> ApiConnectionError:
 
 async def step_until_exhausted(lw: ScriptedListWatch, clock: FakeClock) -> None:
     """Let the reflector run, moving the clock to each sleeper's deadline, until the script is consumed."""
-    for _ in range(10_000):
-        if lw.exhausted.is_set():
-            return
-        await asyncio.sleep(0)
-        deadline = clock.next_deadline()
-        if deadline is not None:
-            clock.set(deadline)
-    raise AssertionError(f"script not consumed; calls so far: {lw.calls}")
+    await eventually(clock.stepping(lw.exhausted.is_set), within=10, what="the list-watch script to be consumed")
 
 
 @contextlib.asynccontextmanager

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import pytest
@@ -19,7 +18,9 @@ from llmaz.runtime.cache import NOT_SERVED, SharedInformerFactory
 from llmaz.runtime.cache.transform import strip_metadata
 from llmaz.runtime.client import Client, RestConfig
 from llmaz.runtime.manager import Manager, ManagerOptions
+from llmaz.runtime.runnable import until_cancelled
 from llmaz.testing.clock import FakeClock
+from llmaz.testing.runnables import stop
 from llmaz.testing.waiting import eventually
 
 from .fakeapi import WIDGETS, FakeApi
@@ -48,18 +49,6 @@ async def fake_api() -> AsyncIterator[tuple[FakeApi, Client]]:
             await client.close()
 
 
-def stepping(clock: FakeClock, check: Any) -> Any:
-    """A check for `eventually` that also moves the fake clock to its next deadline (the reflector's backoff)."""
-
-    def step_then_check() -> Any:
-        result = check()
-        if not result and (deadline := clock.next_deadline()) is not None:
-            clock.set(deadline)
-        return result
-
-    return step_then_check
-
-
 async def test_a_resource_not_served_is_logged_once_with_its_fix_waited_for_and_cached_once_served() -> None:
     clock = FakeClock()
     async with fake_api() as (api, client):
@@ -67,10 +56,9 @@ async def test_a_resource_not_served_is_logged_once_with_its_fix_waited_for_and_
         factory.configure(WIDGETS, label_selector="owner=me", transform=strip_metadata())
         factory.add_fix_hint(WIDGETS, NOT_SERVED, FIX)
         informer = factory.informer_for(WIDGETS, label_selector="tier=x")
-        stopping = asyncio.Event()
         with capture_logs() as logs:
-            run = asyncio.create_task(factory.run(stopping))
-            await eventually(stepping(clock, lambda: api.lists() >= 3), within=30, what="three failed lists")
+            run = asyncio.create_task(factory.run())
+            await eventually(clock.stepping(lambda: api.lists() >= 3), within=30, what="three failed lists")
             problem = informer.problem
             assert problem is not None
             assert problem.reason == NOT_SERVED
@@ -80,10 +68,9 @@ async def test_a_resource_not_served_is_logged_once_with_its_fix_waited_for_and_
             await asyncio.sleep(0)
             assert not sync.done()
             api.served = True
-            await eventually(stepping(clock, sync.done), within=30, what="the cache to sync")
+            await eventually(clock.stepping(sync.done), within=30, what="the cache to sync")
             await sync
-            stopping.set()
-            await run
+            await stop(run)
     errors = [log for log in logs if log["log_level"] == "error"]
     assert [(e["event"], e["resource"], e["fix"]) for e in errors] == [
         ("resource is not served by the API server", "example.com/v1/widgets", FIX)
@@ -117,9 +104,9 @@ async def test_the_manager_waits_past_the_sync_deadline_for_a_resource_not_serve
         class Controller:
             needs_leader_election = True
 
-            async def run(self, stopping: asyncio.Event) -> None:
+            async def run(self) -> None:
                 started.set()
-                await stopping.wait()
+                await until_cancelled()
 
         manager.add(Controller())
         stopping = asyncio.Event()
@@ -133,7 +120,7 @@ async def test_the_manager_waits_past_the_sync_deadline_for_a_resource_not_serve
 
             # The sync deadline is on the fake clock: it passes only once the first list has failed.
             await eventually(lambda: informer.problem is not None, within=30, what="the first failed list")
-            await eventually(stepping(clock, lambda: api.lists() >= 2), within=30, what="two failed lists")
+            await eventually(clock.stepping(lambda: api.lists() >= 2), within=30, what="two failed lists")
             status, text = await readyz()
             assert status == 500
             assert (
@@ -143,7 +130,7 @@ async def test_the_manager_waits_past_the_sync_deadline_for_a_resource_not_serve
             assert not run.done()
             assert not started.is_set()
             api.served = True
-            await eventually(stepping(clock, started.is_set), within=30, what="the controller to start")
+            await eventually(clock.stepping(started.is_set), within=30, what="the controller to start")
             assert (await readyz())[0] == 200
         stopping.set()
         await asyncio.wait_for(run, 30)

@@ -19,6 +19,7 @@ from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.webhook import Rule, Webhook, WebhookServer, WebhookType, allowed
 from llmaz.runtime.webhook.review import MAX_BODY_BYTES, AdmissionRequest
 from llmaz.runtime.webhook.server import Limits
+from llmaz.testing.runnables import running
 from llmaz.testing.servers import ServersProcess
 from llmaz.testing.waiting import eventually
 
@@ -43,15 +44,8 @@ REVIEW = orjson.dumps(
 
 @contextlib.asynccontextmanager
 async def serving(limits: Limits) -> AsyncIterator[WebhookServer]:
-    server = WebhookServer([HOOK], host="127.0.0.1", port=0, tls=False, limits=limits)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(server.run(stopping))
-    await asyncio.wait_for(server.wait_started(), 5)
-    try:
+    async with running(WebhookServer([HOOK], host="127.0.0.1", port=0, tls=False, limits=limits)) as server:
         yield server
-    finally:
-        stopping.set()
-        await asyncio.wait_for(task, 10)
 
 
 async def send(port: int, head: str, body: bytes = b"") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

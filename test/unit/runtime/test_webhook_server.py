@@ -29,6 +29,8 @@ from llmaz.runtime.webhook import (
     allowed,
     denied,
 )
+from llmaz.testing.runnables import running, stop
+from llmaz.testing.waiting import eventually
 from llmaz.webhooks import webhooks
 
 
@@ -133,9 +135,17 @@ async def test_tls_serving_waits_for_a_certificate_and_follows_renewed_files(tmp
     now = datetime.now(UTC)
     ca = new_ca(now, "test-ca", "test")
     server = WebhookServer([HOOK], host="127.0.0.1", port=0, cert_dir=tmp_path, cert_poll_interval=0.05)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(server.run(stopping))
-    await asyncio.sleep(0.2)
+    looked = 0
+    reload = server.certs.reload
+
+    def counted_reload() -> bool:
+        nonlocal looked
+        looked += 1
+        return reload()
+
+    server.certs.reload = counted_reload  # type: ignore[method-assign]
+    task = asyncio.create_task(server.run())
+    await eventually(lambda: looked >= 2, what="the server to look for its certificate twice")
     assert not server.started()  # no certificate yet
     first = new_serving_cert(ca, now, ["webhook.test"])
     write_pair(tmp_path, first)
@@ -144,11 +154,11 @@ async def test_tls_serving_waits_for_a_certificate_and_follows_renewed_files(tmp
 
     second = new_serving_cert(ca, now, ["webhook.test"])
     write_pair(tmp_path, second)
-    for _ in range(100):
-        if (await served_certificate(server.port, ca)).serial_number == second.cert.serial_number:
-            break
-        await asyncio.sleep(0.05)
-    assert (await served_certificate(server.port, ca)).serial_number == second.cert.serial_number
+
+    async def serves_second() -> bool:
+        return (await served_certificate(server.port, ca)).serial_number == second.cert.serial_number
+
+    await eventually(serves_second, within=5, what="the renewed certificate served")
 
     async with aiohttp.ClientSession() as session:
         context = ssl.create_default_context(cadata=ca.cert_pem.decode())
@@ -157,8 +167,7 @@ async def test_tls_serving_waits_for_a_certificate_and_follows_renewed_files(tmp
         async with session.post(url, data=orjson.dumps(review("ok")), ssl=context, server_hostname="webhook.test",
                                 headers=headers) as resp:  # fmt: skip
             assert (await resp.json())["response"]["allowed"] is True
-    stopping.set()
-    await asyncio.wait_for(task, 5)
+    await stop(task)
     assert not server.started()
 
 
@@ -168,15 +177,11 @@ async def test_a_broken_pair_keeps_the_previous_certificate(tmp_path: Path) -> N
     good = new_serving_cert(ca, now, ["webhook.test"])
     write_pair(tmp_path, good)
     server = WebhookServer([HOOK], host="127.0.0.1", port=0, cert_dir=tmp_path, cert_poll_interval=0.05)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(server.run(stopping))
-    await asyncio.wait_for(server.wait_started(), 5)
-    other = new_serving_cert(ca, now, ["webhook.test"])
-    (tmp_path / "tls.crt").write_bytes(other.cert_pem)  # the key does not match it
-    assert server.certs.reload() is False
-    assert (await served_certificate(server.port, ca)).serial_number == good.cert.serial_number
-    stopping.set()
-    await asyncio.wait_for(task, 5)
+    async with running(server):
+        other = new_serving_cert(ca, now, ["webhook.test"])
+        (tmp_path / "tls.crt").write_bytes(other.cert_pem)  # the key does not match it
+        assert server.certs.reload() is False
+        assert (await served_certificate(server.port, ca)).serial_number == good.cert.serial_number
 
 
 def panics() -> float:

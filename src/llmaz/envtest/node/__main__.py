@@ -10,14 +10,12 @@ installed (see docs/e2e.md).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
-from llmaz.envtest._assets import source_root
+from llmaz.envtest._assets import repo_crd_paths
+from llmaz.envtest._foreground import run_until_signalled
 from llmaz.envtest.images import available_images, find_images
 from llmaz.envtest.node._host import PrerequisiteError, find_leftovers, teardown
 from llmaz.envtest.node._layout import NodeLayout
@@ -53,24 +51,13 @@ def _clean() -> int:
 
 
 def _up(work_dir: Path | None, names: list[str]) -> int:
-    stopping = threading.Event()
-
-    def stop(_signum: int, _frame: FrameType | None) -> None:
-        stopping.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
-    root = source_root()
-    crds = [root / "config" / "crd" / "bases"] if root and (root / "config" / "crd" / "bases").is_dir() else []
     images = find_images(["pause", *names]) if names else available_images()
     if "pause" not in images:
         images.update(find_images(["pause"]))
     sandbox = images.pop("pause")
-    with NodeCluster(sandbox_image=sandbox, images=list(images.values()), crd_paths=crds, work_dir=work_dir) as cluster:
-        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
-        while not stopping.wait(0.5):
-            pass
-    return 0
+    crds = repo_crd_paths()
+    return run_until_signalled(NodeCluster(sandbox_image=sandbox, images=list(images.values()), crd_paths=crds,
+                                           work_dir=work_dir))  # fmt: skip
 
 
 if __name__ == "__main__":

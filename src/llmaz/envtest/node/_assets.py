@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmaz.envtest._assets import AssetsMissingError, cache_root, kubernetes_version, module_version, source_root
+from llmaz.envtest._assets import all_files, cache_root, checkout_root, kubernetes_version, module_version
 
 _BUILD_HINT = "run `make node-bins` (hack/cluster/build.sh --node)"
 
@@ -22,9 +22,7 @@ class NodeAssets:
 
 
 def find_node_assets() -> NodeAssets:
-    root = source_root()
-    if root is None:
-        raise AssetsMissingError(f"hack/cluster not found (not a source checkout): {_BUILD_HINT}")
+    root = checkout_root(_BUILD_HINT)
     k8s_dir = cache_root() / "bin" / f"k8s-{kubernetes_version()}"
     coredns_version = module_version(root / "hack/cluster/coredns/go.mod", "github.com/coredns/coredns")
     assets = NodeAssets(
@@ -32,7 +30,4 @@ def find_node_assets() -> NodeAssets:
         kube_proxy=k8s_dir / "kube-proxy",
         coredns=cache_root() / "bin" / f"coredns-{coredns_version}" / "coredns",
     )
-    missing = [str(path) for path in vars(assets).values() if not path.is_file()]
-    if missing:
-        raise AssetsMissingError(f"not found: {', '.join(missing)}: {_BUILD_HINT}")
-    return assets
+    return all_files(assets, _BUILD_HINT)

@@ -27,11 +27,11 @@ import urllib.error
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from llmaz.certs import pki
 from llmaz.envtest._pki import ControlPlanePKI
-from llmaz.envtest._process import ManagedProcess, on_exit, stop_detached
+from llmaz.envtest._process import ManagedProcess, on_exit, stop_detached, stop_in_reverse
 from llmaz.envtest._rest import ApiError
 from llmaz.envtest.control_plane import ControlPlaneError
 from llmaz.envtest.images import LocalImage
@@ -78,25 +78,20 @@ class NodeCluster(SimulatedCluster):
     def node_name(self) -> str:
         return self.layout.node_name
 
-    def start(self) -> NodeCluster:
+    def start(self) -> Self:
         _host.check_prerequisites(self.layout)
         self._clean_leftovers()
         self._host_state = _host.prepare_host(self.layout)
         on_exit(id(self._host_state), self._teardown_host)
-        try:
+        with self._stopped_on_failure():
             _host.check_ports(self.layout)
             self._start_reaper()
             super().start()
             self._start_node()
-        except BaseException:
-            self.stop()
-            raise
         return self
 
     def stop(self) -> None:
-        for process in reversed(self._node_processes):
-            process.stop()
-        self._node_processes.clear()
+        stop_in_reverse(self._node_processes)
         try:
             super().stop()
         finally:

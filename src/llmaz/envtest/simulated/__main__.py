@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
-from llmaz.envtest._assets import source_root
+from llmaz.envtest._assets import repo_crd_paths
+from llmaz.envtest._foreground import run_until_signalled
 from llmaz.envtest.simulated.cluster import SimulatedCluster
 
 
@@ -25,22 +23,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="working directory (default: a temporary one)")
     parser.add_argument("--state-file", type=Path, default=None, help="write pids and ports here once started")
     args = parser.parse_args(argv)
-    stopping = threading.Event()
+    cluster = SimulatedCluster(crd_paths=repo_crd_paths(), work_dir=args.dir)
+    return run_until_signalled(cluster, lambda started: _record_state(started, args.state_file))
 
-    def stop(_signum: int, _frame: FrameType | None) -> None:
-        stopping.set()
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
-    root = source_root()
-    crds = [root / "config" / "crd" / "bases"] if root and (root / "config" / "crd" / "bases").is_dir() else []
-    with SimulatedCluster(crd_paths=crds, work_dir=args.dir) as cluster:
-        if args.state_file is not None:
-            args.state_file.write_text(json.dumps(cluster.state()))
-        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
-        while not stopping.wait(0.5):
-            pass
-    return 0
+def _record_state(cluster: SimulatedCluster, state_file: Path | None) -> None:
+    if state_file is not None:
+        state_file.write_text(json.dumps(cluster.state()))
 
 
 if __name__ == "__main__":

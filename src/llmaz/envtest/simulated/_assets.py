@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmaz.envtest._assets import AssetsMissingError, cache_root, kubernetes_version, module_version, source_root
+from llmaz.envtest._assets import all_files, cache_root, checkout_root, kubernetes_version, module_version
 
 _BUILD_HINT = "run `make e2e-bins` (hack/cluster/build.sh --e2e)"
 
@@ -32,9 +32,7 @@ class SimulatedAssets:
 
 def find_simulated_assets() -> SimulatedAssets:
     """Resolve the paths as the module docstring says; raise AssetsMissingError naming what is missing."""
-    root = source_root()
-    if root is None:
-        raise AssetsMissingError(f"hack/cluster not found (not a source checkout): {_BUILD_HINT}")
+    root = checkout_root(_BUILD_HINT)
     k8s_dir = _kubernetes_dir()
     kwok_dir = cache_root() / "bin" / f"kwok-{module_version(root / 'hack/cluster/kwok/go.mod', 'sigs.k8s.io/kwok')}"
     lws_dir = cache_root() / "bin" / f"lws-{module_version(root / 'hack/cluster/lws/go.mod', 'sigs.k8s.io/lws')}"
@@ -45,10 +43,7 @@ def find_simulated_assets() -> SimulatedAssets:
         kwok_stages=kwok_dir / "stages.yaml",
         lws_controller=lws_dir / "lws-controller",
     )
-    missing = [str(path) for path in vars(assets).values() if not path.is_file()]
-    if missing:
-        raise AssetsMissingError(f"not found: {', '.join(missing)}: {_BUILD_HINT}")
-    return assets
+    return all_files(assets, _BUILD_HINT)
 
 
 def _kubernetes_dir() -> Path:

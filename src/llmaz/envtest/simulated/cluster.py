@@ -20,10 +20,10 @@ import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 from llmaz.envtest._pki import ControlPlanePKI
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports, is_listening
+from llmaz.envtest._process import ManagedProcess, free_loopback_ports, is_listening, stop_in_reverse
 from llmaz.envtest._rest import ApiError
 from llmaz.envtest.control_plane import ControlPlane, ControlPlaneError
 from llmaz.envtest.simulated import _components, _lws
@@ -51,20 +51,15 @@ class SimulatedCluster(ControlPlane):
         self._component_ports: dict[str, int] = {}
         self._pki: ControlPlanePKI | None = None
 
-    def start(self) -> SimulatedCluster:
+    def start(self) -> Self:
         super().start()
-        try:
+        with self._stopped_on_failure():
             self._start_components()
             self._register_nodes()
-        except BaseException:
-            self.stop()
-            raise
         return self
 
     def stop(self) -> None:
-        for process in reversed(self._components):
-            process.stop()
-        self._components.clear()
+        stop_in_reverse(self._components)
         leftovers = [name for name, port in self._component_ports.items() if is_listening(port)]
         super().stop()
         if leftovers:

@@ -26,6 +26,7 @@ from llmaz.runtime.cache.transform import Transform
 from llmaz.runtime.client.client import Client
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.resource import Resource
+from llmaz.runtime.runnable import until_cancelled
 
 
 class CacheSyncTimeoutError(TimeoutError):
@@ -71,7 +72,6 @@ class SharedInformerFactory:
         self._tasks: dict[InformerScope, asyncio.Task[None]] = {}
         self._options: dict[Resource, ResourceOptions] = {}
         self._fix_hints: dict[Resource, dict[str, str]] = {}
-        self._stop_informers = asyncio.Event()
         self._running = False
 
     def configure(
@@ -171,24 +171,23 @@ class SharedInformerFactory:
             for future in (*pending, deadline):
                 future.cancel()
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         self._running = True
         for scope, informer in self._informers.items():
             self._start(scope, informer)
         try:
-            await stopping.wait()
+            await until_cancelled()
         finally:
             await self._stop_all()
 
     def _start(self, scope: InformerScope, informer: SharedInformer) -> None:
         if scope not in self._tasks:
-            self._tasks[scope] = asyncio.create_task(
-                informer.run(self._stop_informers), name=f"informer {informer.name}"
-            )
+            self._tasks[scope] = asyncio.create_task(informer.run(), name=f"informer {informer.name}")
 
     async def _stop_all(self) -> None:
         self._running = False
-        self._stop_informers.set()
+        for task in self._tasks.values():
+            task.cancel()
         for task in self._tasks.values():
             with contextlib.suppress(asyncio.CancelledError):
                 await task

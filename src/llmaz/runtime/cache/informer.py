@@ -37,6 +37,7 @@ from llmaz.runtime.client.watch import WatchEvent
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.resource import Resource, object_key
+from llmaz.runtime.runnable import until_cancelled
 
 # A list function that passes each object through a transform as its page arrives.
 TransformingListFunc = Callable[[str, Callable[[Obj], Obj]], Awaitable[ObjectList]]
@@ -98,7 +99,11 @@ class SharedInformer:
     `on_update(obj, obj)` at that interval; prefer `requeue_after` in reconcilers for polling.
     `resource` names what is listed in problem reports (default: `name`); `fix_hints` maps a problem reason to
     what fixes it, read when the problem appears (so hints added to the mapping later still count).
+
+    A Runnable on its own too: a factory runs its informers, and a test may run one alone.
     """
+
+    needs_leader_election = False
 
     def __init__(
         self,
@@ -208,14 +213,14 @@ class SharedInformer:
         extra = {"fix": fix} if fix else {}
         self._log.error(problem.summary, resource=self.resource, reason=reason, error=problem.error, **extra)
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Run the reflector (and resync timer) until `stopping` is set."""
+    async def run(self) -> None:
+        """Run the reflector (and resync timer) until cancelled."""
         self._started = True
         tasks = [asyncio.create_task(self._reflector.run(), name=f"reflector {self.name}")]
         if self._resync_period:
             tasks.append(asyncio.create_task(self._resync_loop(self._resync_period)))
         try:
-            await stopping.wait()
+            await until_cancelled()
         finally:
             for task in tasks:
                 task.cancel()

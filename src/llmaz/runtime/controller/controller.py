@@ -28,9 +28,10 @@ at once), then counts the timeout. Unlike Go's advisory context, cancellation in
 reconcile is in (a request to a hung server, a lock); only code that blocks the event loop or swallows
 `CancelledError` can hold a worker past it.
 
-Shutdown: when `stopping` is set the queue shuts down with drain. In-flight reconciles finish; queued keys
+Shutdown: when its task is cancelled the queue shuts down with drain. In-flight reconciles finish; queued keys
 that no worker has started are dropped (the controller is level-triggered, so whoever runs next relists and
-reconciles everything); then `run` returns. A controller runs once.
+reconciles everything); then the cancellation propagates. A second cancellation (no grace left, or the Lease
+lost) cancels the in-flight reconciles too. A controller runs once.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from llmaz.runtime.controller.handler import EnqueueHandler, ObjectMapper
 from llmaz.runtime.controller.predicate import Predicate
 from llmaz.runtime.controller.reconcile import Reconciler, ReconcileTimeoutError, Request, Result, TerminalError
 from llmaz.runtime.log import bound_context, get_logger
+from llmaz.runtime.runnable import grace_remains, until_cancelled
 from llmaz.runtime.workqueue import QueueShutDownError, RateLimiter, RateLimitingQueue
 
 _log = get_logger("llmaz.runtime.controller")
@@ -112,7 +114,7 @@ class Controller:
         self._started = False
         self._stopping = False
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         if self._started:
             raise RuntimeError(f"controller {self.name!r} was already started")
         self._started = True
@@ -120,8 +122,8 @@ class Controller:
         try:
             with bound_context(controller=self.name):
                 self._register_handlers()
-                if await self._wait_for_sync(stopping):
-                    await self._run_workers(stopping)
+                await self._wait_for_sync()
+                await self._run_workers()
         finally:
             self.queue.shut_down()
 
@@ -130,33 +132,35 @@ class Controller:
             _log.info("Starting EventSource", source=watch.source)
             watch.informer.add_event_handler(EnqueueHandler(watch.mapper, self.queue, watch.predicates))
 
-    async def _wait_for_sync(self, stopping: asyncio.Event) -> bool:
-        """True once every informer has synced; False if `stopping` came first; raises on timeout."""
+    async def _wait_for_sync(self) -> None:
+        """Return once every informer has synced; raise on an informer's failure or on timeout."""
         synced = asyncio.ensure_future(asyncio.gather(*(w.informer.wait_for_sync() for w in self._watches)))
-        stopped = asyncio.ensure_future(stopping.wait())
         timed_out = asyncio.ensure_future(self._clock.sleep(self.options.cache_sync_timeout))
         try:
-            await asyncio.wait((synced, stopped, timed_out), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((synced, timed_out), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiter in (synced, stopped, timed_out):
-                waiter.cancel()
-        if stopped.done() and not stopped.cancelled():
-            return False
-        if synced.done() and not synced.cancelled():
-            synced.result()  # re-raise an informer's failure
-            return True
-        raise CacheSyncTimeoutError(f"controller {self.name!r}: timed out waiting for caches to sync")
+            synced.cancel()
+            timed_out.cancel()
+        if not synced.done() or synced.cancelled():
+            raise CacheSyncTimeoutError(f"controller {self.name!r}: timed out waiting for caches to sync")
+        synced.result()  # re-raise an informer's failure
 
-    async def _run_workers(self, stopping: asyncio.Event) -> None:
+    async def _run_workers(self) -> None:
         _log.info("Starting workers", worker_count=self.options.max_concurrent_reconciles)
         async with asyncio.TaskGroup() as workers:
             for index in range(self.options.max_concurrent_reconciles):
                 workers.create_task(self._work(), name=f"controller-{self.name}-worker-{index}")
-            await stopping.wait()
-            _log.info("Shutdown signal received, waiting for all workers to finish", dropped=len(self.queue))
-            self._stopping = True
-            await self.queue.shut_down_with_drain()
-        _log.info("All workers finished")
+            try:
+                await until_cancelled()
+            except asyncio.CancelledError:
+                # Leaving the TaskGroup with CancelledError cancels the workers: at once without grace, or when
+                # a further cancellation interrupts the drain.
+                if grace_remains():
+                    _log.info("Shutdown signal received, waiting for all workers to finish", dropped=len(self.queue))
+                    self._stopping = True
+                    await self.queue.shut_down_with_drain()
+                    _log.info("All workers finished")
+                raise
 
     async def _work(self) -> None:
         while True:

@@ -12,10 +12,10 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from llmaz.runtime.log import get_logger
 
@@ -89,20 +89,15 @@ class CertWatcher:
         if self._current is not None:
             connection.context = self._current
 
-    async def wait_loaded(self, stopping: asyncio.Event) -> bool:
-        """Poll (at least every second) until a pair loads (True) or `stopping` is set (False)."""
-        while not self.reload() and self._current is None:
-            if await _wait(stopping, min(self.interval, 1.0)):
-                return False
-        return True
+    async def wait_loaded(self) -> None:
+        """Poll (at least every second) until a pair loads."""
+        while True:
+            if self.reload() or self._current is not None:
+                return
+            await asyncio.sleep(min(self.interval, 1.0))
 
-    async def watch(self, stopping: asyncio.Event) -> None:
-        while not await _wait(stopping, self.interval):
+    async def watch(self) -> NoReturn:
+        """Reload the pair every `interval` seconds, until cancelled."""
+        while True:
+            await asyncio.sleep(self.interval)
             self.reload()
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> bool:
-    """Wait up to `seconds` for `event`; True if it is set."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)
-    return event.is_set()

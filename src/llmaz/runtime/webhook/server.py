@@ -36,6 +36,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from llmaz.runtime.address import join_host_port
 from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import bounded, get_logger
+from llmaz.runtime.runnable import until_cancelled
 from llmaz.runtime.webhook import metrics
 from llmaz.runtime.webhook.certwatcher import DEFAULT_INTERVAL, CertWatcher
 from llmaz.runtime.webhook.handler import Webhook
@@ -169,9 +170,9 @@ class WebhookServer:
 
         return handle
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        if self.tls and not await self.certs.wait_loaded(stopping):
-            return
+    async def run(self) -> None:
+        if self.tls:
+            await self.certs.wait_loaded()
         ssl_context = self.certs.server_context() if self.tls else None
         # Twice as many connections served as requests taken on: room to refuse a burst with 429s at once; more
         # would only cost TLS buffers. Refused and idle connections pass their slot on (see listener).
@@ -188,7 +189,7 @@ class WebhookServer:
             ) as self.port:  # fmt: skip
                 self._serving.set()
                 self._log.info("webhook server started", address=join_host_port(self.host, self.port), tls=self.tls)
-                await (self.certs.watch(stopping) if self.tls else stopping.wait())
+                await (self.certs.watch() if self.tls else until_cancelled())
         finally:
             self._serving.clear()
 
