@@ -33,6 +33,7 @@ from llmaz.runtime.cache import Store
 from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import bounded, get_logger
 from llmaz.runtime.metrics import REGISTRY
+from llmaz.runtime.runnable import until_cancelled
 from llmaz.schedext import flavors
 
 # A pod (at most 1.5 MiB, etcd's object limit) and the names of 5,000 nodes (at most 1.3 MiB).
@@ -85,7 +86,7 @@ class SchedulerExtender:
         app.router.add_post("/prioritize", self._verb("prioritize", self.prioritize))
         return app
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self) -> None:
         limits = ConnectionLimits(first_message_timeout=READ_TIMEOUT)
         try:
             async with serving(
@@ -93,7 +94,7 @@ class SchedulerExtender:
             ) as self.port:
                 self._serving.set()
                 self._log.info("scheduler extender serving", address=join_host_port(self._host, self.port))
-                await stopping.wait()
+                await until_cancelled()
         finally:
             self._serving.clear()
 
