@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmaz.apis import resources as r
 from llmaz.apis.duration import parse_duration
-from llmaz.controllers import resources as r
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.runtime import log
 from llmaz.runtime.address import split_host_port

@@ -1,6 +1,6 @@
-"""Imports point one way: runtime knows nothing of llmaz, apis nothing but itself, builders only apis, and the
-gateway and the scheduler extender only apis and runtime (they read the same objects as the controllers but never
-call into them).
+"""Imports point one way: runtime knows nothing of llmaz, apis nothing but itself (and the runtime's `Resource`, a
+value type that imports nothing, to name its resources with), builders only apis, and the gateway and the scheduler
+extender only apis and runtime (they read the same objects as the controllers but never call into them).
 
 The rules are checked on the source text (every `import` and `from ... import`, including ones inside functions),
 so a wrong-way import fails here before it becomes a tangle.
@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # package prefix -> the llmaz packages it may import (itself always allowed)
 RULES: dict[str, tuple[str, ...]] = {
     "llmaz.runtime": (),
-    "llmaz.apis": (),
+    "llmaz.apis": ("llmaz.runtime.resource",),
     "llmaz.controllers.builders": ("llmaz.apis",),
     "llmaz.settings": ("llmaz.apis",),
     "llmaz.loader": ("llmaz.apis.constants", "llmaz.apis.modelpath", "llmaz.apis.uri"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 
 from llmaz.apis import constants as c
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.common import controller_uid
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.client import Client, NotFound, PatchType

@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmaz.apis import constants as c
+from llmaz.apis import resources as r
+from llmaz.apis.serving import LB_SERVICE_SUFFIX
 from llmaz.controllers import indexes as ix
-from llmaz.controllers import resources as r
-from llmaz.controllers.builders import LB_SERVICE_SUFFIX
 from llmaz.controllers.caches import configure_caches
 from llmaz.controllers.globalconfig import GlobalConfig
 from llmaz.controllers.legacy import LegacyHpaRelabeler

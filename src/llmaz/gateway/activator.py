@@ -23,9 +23,11 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
+from llmaz.apis.resources import ENDPOINT_SLICES
+from llmaz.apis.serving import lb_service_name
 from llmaz.gateway import activation, routes
 from llmaz.gateway.activation import Action
-from llmaz.gateway.catalog import ENDPOINT_SLICES, Catalog
+from llmaz.gateway.catalog import Catalog
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.client import Client, retry_on_conflict
 from llmaz.runtime.client.errors import ApiError, is_conflict, is_not_found
@@ -91,7 +93,7 @@ class Activator:
         gateway_slices = self._catalog.slices_of(namespace, name)
         for playground in self._catalog.playgrounds():
             pg_namespace, pg_name = playground["metadata"]["namespace"], playground["metadata"]["name"]
-            lb = activation.lb_service_name(pg_name)
+            lb = lb_service_name(pg_name)
             desired = activation.desired_slice(
                 playground,
                 self._catalog.core_service(pg_namespace, lb),

@@ -25,17 +25,13 @@ import functools
 from collections.abc import Callable
 
 from llmaz.apis import constants as c
+from llmaz.apis.resources import ENDPOINT_SLICES, INFERENCE_SERVICES, OPEN_MODELS, PLAYGROUNDS
+from llmaz.apis.resources import SERVICES as CORE_SERVICES
+from llmaz.apis.serving import main_model
 from llmaz.gateway import routes
 from llmaz.gateway.routes import Backend, Endpoint
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Informer, Obj, SharedInformerFactory
 from llmaz.runtime.rbac import READ, allow
-from llmaz.runtime.resource import Resource
-
-OPEN_MODELS = Resource(c.CORE_GROUP, c.VERSION, "openmodels", "OpenModel", namespaced=False)
-PLAYGROUNDS = Resource(c.INFERENCE_GROUP, c.VERSION, "playgrounds", "Playground", namespaced=True)
-INFERENCE_SERVICES = Resource(c.INFERENCE_GROUP, c.VERSION, "services", "Service", namespaced=True)
-ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=True)
-CORE_SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
 
 RBAC_RULES = tuple(
     allow(r, *READ) for r in (OPEN_MODELS, PLAYGROUNDS, INFERENCE_SERVICES, ENDPOINT_SLICES, CORE_SERVICES)
@@ -76,7 +72,7 @@ class _Invalidate:
         self._catalog.invalidate()
 
     def on_update(self, old: Obj, new: Obj) -> None:
-        if routes.main_model(old) != routes.main_model(new):
+        if main_model(old) != main_model(new):
             self._catalog.invalidate()
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
@@ -200,7 +196,7 @@ class Catalog:
 
     def playgrounds_serving(self, model: str) -> list[Obj]:
         """The Playgrounds whose main model is `model`."""
-        return [pg for pg in self._playgrounds.store.list() if routes.main_model(pg) == model]
+        return [pg for pg in self._playgrounds.store.list() if main_model(pg) == model]
 
     def _routes(self) -> dict[str, tuple[Backend, ...]]:
         if self._table is None:

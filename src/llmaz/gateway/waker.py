@@ -26,9 +26,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llmaz.apis.resources import PLAYGROUNDS
+from llmaz.apis.scaletozero import idle_after
+from llmaz.apis.serving import main_model
 from llmaz.gateway import errors, scaletozero
-from llmaz.gateway.catalog import PLAYGROUNDS, Catalog
-from llmaz.gateway.routes import Endpoint, main_model
+from llmaz.gateway.catalog import Catalog
+from llmaz.gateway.routes import Endpoint
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.errors import ApiError
@@ -210,7 +213,7 @@ class Waker:
 
     def _idle_after(self, playground: Obj) -> float | None:
         try:
-            return scaletozero.idle_after(playground)
+            return idle_after(playground)
         except ValueError as err:
             key, message = object_key(playground), str(err)
             if self._warned.get(key) != message:

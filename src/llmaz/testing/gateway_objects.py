@@ -27,11 +27,13 @@ def playground(name: str, model: str, namespace: str = NAMESPACE) -> Obj:
 
 
 def inference_service(name: str, *models: str, namespace: str = NAMESPACE) -> Obj:
+    """An inference Service claiming `models`: the first is the main one, any other a draft (as admission requires)."""
+    claims = [{"name": m} if i == 0 else {"name": m, "role": "draft"} for i, m in enumerate(models)]
     return {
         "apiVersion": "inference.llmaz.io/v1alpha1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"modelClaims": {"models": [{"name": m} for m in models]}, "workloadTemplate": {}},
+        "spec": {"modelClaims": {"models": claims}, "workloadTemplate": {}},
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from llmaz.apis import Playground
 from llmaz.apis import constants as c
+from llmaz.apis.serving import is_main
 from llmaz.apis.validation.playground import is_speculative
 from llmaz.webhooks.lookup import (
     ReferenceLookup,
@@ -41,7 +42,7 @@ def _main_model_name(spec: dict[str, Any]) -> str:
     found = ""
     models = claims.get("models") if isinstance(claims, dict) else None
     for model in models if isinstance(models, list) else []:
-        if isinstance(model, dict) and model.get("role") in (None, c.MAIN_ROLE):
+        if isinstance(model, dict) and is_main(model.get("role")):
             name = model.get("name")
             found = name if isinstance(name, str) else ""
     return found
@@ -59,7 +60,7 @@ def playground_warnings(playground: Playground, lookup: ReferenceLookup | None) 
     if spec.model_claim is not None:
         warnings += flavor_warnings(lookup, spec.model_claim.model_name, spec.model_claim.inference_flavors)
     elif spec.model_claims is not None:
-        main = next((m.name for m in spec.model_claims.models or [] if m.role in (None, c.MAIN_ROLE)), None)
+        main = next((m.name for m in spec.model_claims.models or [] if is_main(m.role)), None)
         warnings += flavor_warnings(lookup, main, spec.model_claims.inference_flavors)
     runtime = spec.backend_runtime_config
     backend = (runtime.backend_name if runtime else None) or c.DEFAULT_BACKEND_NAME

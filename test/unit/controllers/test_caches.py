@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from llmaz.apis import constants as c
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.builders import build_hpa, build_lb_service, build_leader_worker_set, diagnose_pod
 from llmaz.controllers.builders.flavors import longest_waiting
 from llmaz.controllers.caches import (

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.readiness import model_reconciler
 from llmaz.controllers.service import ServiceReconciler

@@ -10,8 +10,8 @@ import copy
 from datetime import timedelta
 from typing import Any
 
+from llmaz.apis import resources as r
 from llmaz.controllers import indexes as ix
-from llmaz.controllers import resources as r
 from llmaz.controllers.service import ServiceReconciler
 from llmaz.runtime.client import ObjectList
 from llmaz.runtime.controller import Request, Result

@@ -13,10 +13,12 @@ import copy
 import functools
 from typing import Any, cast
 
-from llmaz.gateway import routes, scaletozero
+from llmaz.apis import constants as c
+from llmaz.apis.resources import ENDPOINT_SLICES
+from llmaz.gateway import routes
 from llmaz.gateway.activator import Activator, ActivatorOptions
 from llmaz.gateway.auth import ApiKeys
-from llmaz.gateway.catalog import ENDPOINT_SLICES, Catalog
+from llmaz.gateway.catalog import Catalog
 from llmaz.gateway.server import GatewayOptions
 from llmaz.gateway.waker import WakeOptions, Waker
 from llmaz.runtime.client import Client
@@ -122,7 +124,7 @@ class FakeSliceApi:
 def asleep(name: str = "p", model: str = "m") -> dict[str, Any]:
     found = playground(name, model)
     found["metadata"] |= {"uid": f"uid-{name}", "creationTimestamp": "2027-01-15T07:00:00Z"}
-    found["metadata"]["annotations"] = {scaletozero.SCALE_TO_ZERO_AFTER: "5m"}
+    found["metadata"]["annotations"] = {c.SCALE_TO_ZERO_AFTER_ANNOTATION: "5m"}
     found["spec"]["replicas"] = 0
     return found
 

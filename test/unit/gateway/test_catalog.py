@@ -82,3 +82,16 @@ def test_listeners_hear_playground_slice_and_core_service_events_but_not_openmod
     assert len(heard) == 3
     assert catalog.core_service(NAMESPACE, "p-lb") is not None
     assert [s["metadata"]["name"] for s in catalog.slices_of(NAMESPACE, "p-lb")] == ["p-lb-a"]
+
+
+def test_a_speculative_playground_listing_its_draft_first_is_listed_and_routed_under_its_main_model() -> None:
+    cluster = Cluster()
+    catalog = cluster.catalog()
+    speculative = playground("spec", "unused")
+    del speculative["spec"]["modelClaim"]
+    speculative["spec"]["modelClaims"] = {"models": [{"name": "small", "role": "draft"}, {"name": "big"}]}
+    cluster.playgrounds.add(speculative)
+    cluster.slices.add(endpoint_slice("spec-lb-1", "spec-lb", 8080, ("10.0.0.1", True, False)))
+    assert catalog.models() == ["big"]
+    assert catalog.endpoints("big") == [Endpoint("10.0.0.1", 8080)]
+    assert not catalog.serves("small")

@@ -11,8 +11,10 @@ import asyncio
 import copy
 from typing import Any, cast
 
+from llmaz.apis import constants as c
+from llmaz.apis.resources import PLAYGROUNDS
 from llmaz.gateway import scaletozero
-from llmaz.gateway.catalog import PLAYGROUNDS, Catalog
+from llmaz.gateway.catalog import Catalog
 from llmaz.gateway.routes import Endpoint
 from llmaz.gateway.waker import WakeOptions, Waker
 from llmaz.runtime.client import Client
@@ -96,7 +98,7 @@ class Events:
 
 def asleep(name: str, model: str, after: str = "5m", replicas: int = 0) -> dict[str, Any]:
     found = playground(name, model)
-    found["metadata"]["annotations"] = {scaletozero.SCALE_TO_ZERO_AFTER: after}
+    found["metadata"]["annotations"] = {c.SCALE_TO_ZERO_AFTER_ANNOTATION: after}
     found["metadata"]["creationTimestamp"] = "2027-01-15T07:00:00Z"
     found["spec"]["replicas"] = replicas
     return found
@@ -147,7 +149,7 @@ async def test_ten_concurrent_first_requests_wake_the_model_once_and_all_get_ans
         stored = cluster.playgrounds.store.get(f"{NAMESPACE}/p")
         assert stored is not None
         # Recorded before the scale-up, so no idle check puts it straight back to sleep.
-        assert stored["metadata"]["annotations"][scaletozero.LAST_REQUEST_TIME] == scaletozero.format_time(NOW)
+        assert stored["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] == scaletozero.format_time(NOW)
 
 
 async def test_another_replica_waking_it_first_is_no_error_and_records_nothing() -> None:
@@ -242,7 +244,7 @@ async def test_an_idle_model_is_put_to_sleep_once_and_a_busy_one_keeps_the_share
     clock = [NOW]
     cluster.playgrounds.add(asleep("idle", "a", replicas=2))  # no request since creation, an hour ago
     busy = asleep("busy", "b", replicas=1)
-    busy["metadata"]["annotations"][scaletozero.LAST_REQUEST_TIME] = "2027-01-15T07:50:00Z"
+    busy["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] = "2027-01-15T07:50:00Z"
     cluster.playgrounds.add(busy)
     waker, api, events, _ = setup(cluster, clock=clock)
     waker.started("b")
@@ -257,7 +259,7 @@ async def test_an_idle_model_is_put_to_sleep_once_and_a_busy_one_keeps_the_share
     refreshed = cluster.playgrounds.store.get(f"{NAMESPACE}/busy")
     assert refreshed is not None
     assert refreshed["spec"]["replicas"] == 1
-    assert refreshed["metadata"]["annotations"][scaletozero.LAST_REQUEST_TIME] == scaletozero.format_time(NOW)
+    assert refreshed["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] == scaletozero.format_time(NOW)
 
     waker.finished("b")
     clock[0] += 299

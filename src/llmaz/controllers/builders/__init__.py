@@ -33,13 +33,7 @@ from llmaz.controllers.builders.models import (
 )
 from llmaz.controllers.builders.ownership import ChildConflictError, Conflict, kind_label, ownership_conflict
 from llmaz.controllers.builders.playground import build_hpa, build_service, service_scheduler_name
-from llmaz.controllers.builders.service import (
-    LB_SERVICE_SUFFIX,
-    build_lb_service,
-    build_leader_worker_set,
-    lb_service_name,
-    with_scheduler_name,
-)
+from llmaz.controllers.builders.service import build_lb_service, build_leader_worker_set, with_scheduler_name
 from llmaz.controllers.builders.status import (
     abort_status,
     playground_status,
@@ -49,7 +43,6 @@ from llmaz.controllers.builders.status import (
 )
 
 __all__ = [
-    "LB_SERVICE_SUFFIX",
     "ArgRenderError",
     "BackendRuntimeNotFoundError",
     "BuildError",
@@ -73,7 +66,6 @@ __all__ = [
     "effective_config_name",
     "finding_reason",
     "kind_label",
-    "lb_service_name",
     "main_first",
     "ownership_conflict",
     "playground_model_refs",
