@@ -16,7 +16,9 @@ from llmaz.apis.duration import parse_duration
 
 # Shortest idle time accepted: a model that sleeps sooner spends its life loading.
 MIN_IDLE_SECONDS: Final = 10.0
-ACCEPTED_FORMS: Final = "use seconds or h/m/s units, e.g. 300, 90s, 5m, 1h30m"
+ACCEPTED_FORMS: Final = "seconds or h/m/s units, e.g. 300, 90s, 5m, 1h30m"
+# What a valid value is, as admission says it.
+IDLE_TIME_RULE: Final = f"must be a duration of at least {MIN_IDLE_SECONDS:.0f}s: {ACCEPTED_FORMS}"
 
 
 def parse_idle_time(text: str) -> float:
@@ -25,9 +27,9 @@ def parse_idle_time(text: str) -> float:
     try:
         seconds = parse_duration(text)
     except ValueError:
-        raise ValueError(f"{text!r} is not a duration: {ACCEPTED_FORMS}") from None
+        raise ValueError(f"{text!r} is not a duration: use {ACCEPTED_FORMS}") from None
     if not math.isfinite(seconds):
-        raise ValueError(f"{text!r} is not a duration: {ACCEPTED_FORMS}")
+        raise ValueError(f"{text!r} is not a duration: use {ACCEPTED_FORMS}")
     if seconds < MIN_IDLE_SECONDS:
         raise ValueError(f"{text!r} is shorter than the minimum, {MIN_IDLE_SECONDS:.0f}s")
     return seconds
