@@ -23,6 +23,10 @@ RULES: dict[str, tuple[str, ...]] = {
     "llmaz.settings": ("llmaz.apis",),
     "llmaz.loader": ("llmaz.apis.constants", "llmaz.apis.modelpath", "llmaz.apis.uri"),
     "llmaz.gateway": ("llmaz.apis", "llmaz.runtime"),
+    # The gateway's three parts: the data path uses routing and scaling, scaling uses routing, never back.
+    "llmaz.gateway.routing": ("llmaz.apis", "llmaz.runtime"),
+    "llmaz.gateway.scaling": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing"),
+    "llmaz.gateway.proxy": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing", "llmaz.gateway.scaling"),
     "llmaz.schedext": ("llmaz.apis", "llmaz.runtime"),
     # The chart generator reads config/ through kustomize, never the code it deploys.
     "llmaz.chartgen": (),
@@ -72,4 +76,6 @@ def test_the_rules_see_the_packages_they_guard() -> None:
     assert any(_within(n, "llmaz.runtime") for n in names)
     assert any(_within(n, "llmaz.apis") for n in names)
     assert any(_within(n, "llmaz.gateway") for n in names)
+    for part in ("proxy", "routing", "scaling"):
+        assert any(_within(n, f"llmaz.gateway.{part}") for n in names), part
     assert any(_within(n, "llmaz.schedext") for n in names)

@@ -14,14 +14,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from llmaz.gateway.activator import DEFAULT_PORT, Activator, ActivatorOptions
-from llmaz.gateway.auth import ApiKeys
-from llmaz.gateway.body import DEFAULT_MAX_BODY_BYTES
-from llmaz.gateway.catalog import Catalog
-from llmaz.gateway.metrics import GatewayMetrics
-from llmaz.gateway.proxy import ProxyOptions
-from llmaz.gateway.server import Gateway, GatewayOptions
-from llmaz.gateway.waker import WakeOptions, Waker
+from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
+from llmaz.gateway.proxy.forwarding import ProxyOptions
+from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.server import Gateway, GatewayOptions
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.scaling.activator import DEFAULT_PORT, Activator, ActivatorOptions
+from llmaz.gateway.scaling.idle import IdleDetector
+from llmaz.gateway.scaling.scale import PlaygroundScale
+from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime import log
 from llmaz.runtime.address import split_host_port
 from llmaz.runtime.client import Client
@@ -154,6 +157,7 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions:
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,
         drain_timeout=args.drain_timeout,
+        wake_timeout=args.wake_timeout,
         proxy=ProxyOptions(
             connect_timeout=args.upstream_connect_timeout,
             read_timeout=args.upstream_timeout,
@@ -186,14 +190,18 @@ async def run(args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
         metrics = GatewayMetrics()
         catalog = Catalog.watch(manager.informers, args.gateway_service)
         recorder = manager.event_recorder("llmaz-gateway")
+        in_flight = InFlight()
         waker = None
         if args.scale_to_zero == "true":
-            waker = Waker(client, catalog, recorder, WakeOptions(wake_timeout=args.wake_timeout))
-            manager.add(waker)
+            scale = PlaygroundScale(client, recorder)
+            waker = Waker(catalog, scale)
+            manager.add(IdleDetector(catalog, scale, in_flight))
         # Runs when disabled too: it then removes the slices an earlier configuration left behind.
         options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
         manager.add(Activator(client, catalog, recorder, options))
-        gateway = Gateway(catalog, gateway_options(args), api_keys=api_keys, metrics=metrics, waker=waker)
+        gateway = Gateway(
+            catalog, gateway_options(args), api_keys=api_keys, metrics=metrics, in_flight=in_flight, waker=waker
+        )
         manager.add(gateway)
         manager.add_readyz_check("gateway", gateway.serving)
         if args.metrics_bind_address != "0":

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from llmaz.apis import constants as c
-from llmaz.gateway import activation, routes
-from llmaz.gateway.activation import Action
+from llmaz.gateway.routing import routes
+from llmaz.gateway.scaling import activation
+from llmaz.gateway.scaling.activation import Action
 
 from .support import NAMESPACE, endpoint_slice, lb_service, playground
 

@@ -15,12 +15,13 @@ from typing import Any, cast
 
 from llmaz.apis import constants as c
 from llmaz.apis.resources import ENDPOINT_SLICES
-from llmaz.gateway import routes
-from llmaz.gateway.activator import Activator, ActivatorOptions
-from llmaz.gateway.auth import ApiKeys
-from llmaz.gateway.catalog import Catalog
-from llmaz.gateway.server import GatewayOptions
-from llmaz.gateway.waker import WakeOptions, Waker
+from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.server import GatewayOptions
+from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.scaling.activator import Activator, ActivatorOptions
+from llmaz.gateway.scaling.scale import PlaygroundScale
+from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.errors import error_from_status
 from llmaz.runtime.events import EventRecorder
@@ -281,7 +282,7 @@ async def test_a_request_to_the_activator_port_for_a_sleeping_model_is_held_unti
         cluster.open_models.add(open_model("m"))
         cluster.playgrounds.add(asleep())
         api, events, catalog = FakeApi(cluster.playgrounds), Events(), cluster.catalog()
-        waker = Waker(cast(Client, api), catalog, cast(EventRecorder, events), WakeOptions(wake_timeout=WAIT))
+        waker = Waker(catalog, PlaygroundScale(cast(Client, api), cast(EventRecorder, events)))
         api.on_scaled.append(engine_starts(cluster, engine.endpoint))
         options = GatewayOptions(activator_address="127.0.0.1:0")
         async with running_gateway(cluster, options, catalog=catalog, waker=waker) as gw:

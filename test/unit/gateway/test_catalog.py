@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmaz.gateway.routes import Endpoint
+from llmaz.gateway.routing.routes import Endpoint
 
 from .support import NAMESPACE, Cluster, endpoint_slice, inference_service, lb_service, open_model, playground
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
-from llmaz.gateway import activator
 from llmaz.gateway.__main__ import SHUTDOWN_MARGIN, parse_args
-from llmaz.gateway.catalog import RBAC_RULES, Catalog
+from llmaz.gateway.routing.catalog import RBAC_RULES, Catalog
+from llmaz.gateway.scaling import activator
 from llmaz.runtime import rbac
 from llmaz.runtime.cache import SharedInformer, SharedInformerFactory
 from llmaz.runtime.client import Client, RestConfig

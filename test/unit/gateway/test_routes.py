@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from llmaz.gateway import routes
-from llmaz.gateway.routes import Backend, Endpoint
+from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.routes import Backend, Endpoint
 
 from .support import endpoint_slice, inference_service, open_model, playground
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from llmaz.apis import constants as c
-from llmaz.gateway import scaletozero as z
+from llmaz.gateway.scaling import scaletozero as z
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 CREATED = "2027-01-15T07:00:00Z"  # an hour before NOW

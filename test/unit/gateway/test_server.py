@@ -7,8 +7,8 @@ import asyncio
 import aiohttp
 import pytest
 
-from llmaz.gateway.metrics import GatewayMetrics
-from llmaz.gateway.server import Gateway, GatewayOptions
+from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.server import Gateway, GatewayOptions
 from llmaz.testing.waiting import eventually
 
 from .support import (

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from dataclasses import dataclass
 from typing import Any, cast
 
 from llmaz.apis import constants as c
 from llmaz.apis.resources import PLAYGROUNDS
-from llmaz.gateway import scaletozero
-from llmaz.gateway.catalog import Catalog
-from llmaz.gateway.routes import Endpoint
-from llmaz.gateway.waker import WakeOptions, Waker
+from llmaz.gateway.proxy.server import GatewayOptions
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.scaling import scaletozero
+from llmaz.gateway.scaling.idle import IdleDetector
+from llmaz.gateway.scaling.scale import PlaygroundScale
+from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.errors import ApiError, error_from_status
 from llmaz.runtime.events import EventRecorder
@@ -104,20 +109,25 @@ def asleep(name: str, model: str, after: str = "5m", replicas: int = 0) -> dict[
     return found
 
 
+@dataclass
+class Scaling:
+    """Waking and idle detection over the fake API, sharing one in-flight count with the gateway."""
+
+    waker: Waker
+    idle: IdleDetector
+    in_flight: InFlight
+
+
 def setup(
-    cluster: Cluster, wake_timeout: float = WAIT, clock: list[float] | None = None, check_interval: float = 5.0
-) -> tuple[Waker, FakeApi, Events, Catalog]:
-    """A Waker over the fake API, and the catalog it reads (the gateway must read the same one)."""
+    cluster: Cluster, clock: list[float] | None = None, check_interval: float = 5.0
+) -> tuple[Scaling, FakeApi, Events, Catalog]:
+    """Scaling over the fake API, and the catalog it reads (the gateway must read the same one)."""
     api, events, catalog = FakeApi(cluster.playgrounds), Events(), cluster.catalog()
     now = clock or [NOW]
-    waker = Waker(
-        cast(Client, api),
-        catalog,
-        cast(EventRecorder, events),
-        WakeOptions(wake_timeout=wake_timeout, check_interval=check_interval),
-        wall_clock=lambda: now[0],
-    )
-    return waker, api, events, catalog
+    scale = PlaygroundScale(cast(Client, api), cast(EventRecorder, events), wall_clock=lambda: now[0])
+    in_flight = InFlight()
+    idle = IdleDetector(catalog, scale, in_flight, check_interval=check_interval)
+    return Scaling(Waker(catalog, scale), idle, in_flight), api, events, catalog
 
 
 def engine_starts(cluster: Cluster, endpoint: Endpoint) -> Any:
@@ -138,9 +148,9 @@ async def test_ten_concurrent_first_requests_wake_the_model_once_and_all_get_ans
         cluster = Cluster().synced()
         cluster.open_models.add(open_model("m"))
         cluster.playgrounds.add(asleep("p", "m"))
-        waker, api, events, catalog = setup(cluster)
+        scaling, api, events, catalog = setup(cluster)
         api.on_scaled.append(engine_starts(cluster, engine.endpoint))
-        async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+        async with running_gateway(cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight) as gw:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
             answers = await asyncio.gather(*(gw.post(CHAT, body) for _ in range(10)))
         assert [status for status, _ in answers] == [200] * 10
@@ -156,7 +166,7 @@ async def test_another_replica_waking_it_first_is_no_error_and_records_nothing()
     async with engines(1) as (engine,):
         cluster = Cluster().synced()
         cluster.playgrounds.add(asleep("p", "m"))
-        waker, api, events, catalog = setup(cluster)
+        scaling, api, events, catalog = setup(cluster)
         original = api.get_scale
 
         async def another_replica_first(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -170,7 +180,7 @@ async def test_another_replica_waking_it_first_is_no_error_and_records_nothing()
             return await original(*args, **kwargs)
 
         api.get_scale = another_replica_first  # type: ignore[method-assign]
-        async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+        async with running_gateway(cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight) as gw:
             status, _ = await gw.post(CHAT, {"model": "m", "messages": []})
         assert status == 200
         assert api.scaled == []
@@ -180,7 +190,7 @@ async def test_another_replica_waking_it_first_is_no_error_and_records_nothing()
 async def test_a_concurrent_write_between_read_and_patch_is_read_again() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m", replicas=1))
-    waker, api, events, _ = setup(cluster)
+    scaling, api, events, _ = setup(cluster)
     original = api.patch
     interfered = False
 
@@ -194,7 +204,7 @@ async def test_a_concurrent_write_between_read_and_patch_is_read_again() -> None
         return await original(*args, **kwargs)
 
     api.patch = someone_writes_first  # type: ignore[method-assign]
-    await waker.check()
+    await scaling.idle.check()
     assert interfered
     assert api.scaled == [("p", 0)]
     assert [reason for _, _, reason, _ in events.recorded] == ["ScaledToZero"]
@@ -205,8 +215,8 @@ async def test_a_model_that_did_not_opt_in_answers_503_at_once_and_is_not_scaled
     sleeping = asleep("p", "m")
     del sleeping["metadata"]["annotations"]
     cluster.playgrounds.add(sleeping)
-    waker, api, _, catalog = setup(cluster)
-    async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+    scaling, api, _, catalog = setup(cluster)
+    async with running_gateway(cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight) as gw:
         status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
     assert status == 503
     assert answer["error"]["code"] == "model_not_ready"
@@ -216,8 +226,9 @@ async def test_a_model_that_did_not_opt_in_answers_503_at_once_and_is_not_scaled
 async def test_a_model_that_does_not_become_ready_in_time_is_a_504() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m"))
-    waker, api, _, catalog = setup(cluster, wake_timeout=0.2)
-    async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+    scaling, api, _, catalog = setup(cluster)
+    options = GatewayOptions(wake_timeout=0.2)
+    async with running_gateway(cluster, options, catalog=catalog, waker=scaling.waker) as gw:
         status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
     assert status == 504
     assert answer["error"]["code"] == "model_wake_timeout"
@@ -228,11 +239,11 @@ async def test_a_model_that_does_not_become_ready_in_time_is_a_504() -> None:
 async def test_a_refused_scale_up_is_a_503_that_says_why() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m"))
-    waker, api, _, catalog = setup(cluster)
+    scaling, api, _, catalog = setup(cluster)
     api.refuse = error_from_status(
         403, {"kind": "Status", "reason": "Forbidden", "message": "playgrounds/scale is forbidden"}
     )
-    async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+    async with running_gateway(cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight) as gw:
         status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
     assert status == 503
     assert answer["error"]["code"] == "model_wake_failed"
@@ -246,12 +257,12 @@ async def test_an_idle_model_is_put_to_sleep_once_and_a_busy_one_keeps_the_share
     busy = asleep("busy", "b", replicas=1)
     busy["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] = "2027-01-15T07:50:00Z"
     cluster.playgrounds.add(busy)
-    waker, api, events, _ = setup(cluster, clock=clock)
-    waker.started("b")
+    scaling, api, events, _ = setup(cluster, clock=clock)
+    scaling.in_flight.started("b")
 
-    await waker.check()
-    await waker.check()  # idempotent: already asleep, and a touch already under way
-    for task in list(waker._touching.values()):
+    await scaling.idle.check()
+    await scaling.idle.check()  # idempotent: already asleep, and a touch already under way
+    for task in list(scaling.idle._touching.values()):
         await asyncio.wait_for(task, WAIT)
 
     assert api.scaled == [("idle", 0)]
@@ -261,21 +272,21 @@ async def test_an_idle_model_is_put_to_sleep_once_and_a_busy_one_keeps_the_share
     assert refreshed["spec"]["replicas"] == 1
     assert refreshed["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] == scaletozero.format_time(NOW)
 
-    waker.finished("b")
+    scaling.in_flight.finished("b")
     clock[0] += 299
-    await waker.check()
+    await scaling.idle.check()
     assert api.scaled == [("idle", 0)]  # not idle for 300 s yet since the refresh
     clock[0] += 1
-    await waker.check()
+    await scaling.idle.check()
     assert api.scaled == [("idle", 0), ("busy", 0)]
 
 
 async def test_a_bad_annotation_turns_scale_to_zero_off_with_one_warning() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m", after="5 minutes", replicas=1))
-    waker, api, events, _ = setup(cluster)
-    await waker.check()
-    await waker.check()
+    scaling, api, events, _ = setup(cluster)
+    await scaling.idle.check()
+    await scaling.idle.check()
     assert api.scaled == []
     assert events.recorded == [
         (
@@ -291,11 +302,11 @@ async def test_a_bad_annotation_turns_scale_to_zero_off_with_one_warning() -> No
 async def test_the_idle_loop_runs_until_stopped() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m", replicas=1))
-    waker, api, _, _ = setup(cluster, check_interval=0.01)
+    scaling, api, _, _ = setup(cluster, check_interval=0.01)
     asleep_now = asyncio.Event()
     api.on_scaled.append(lambda obj: asleep_now.set())
     stopping = asyncio.Event()
-    task = asyncio.create_task(waker.run(stopping))
+    task = asyncio.create_task(scaling.idle.run(stopping))
     await asyncio.wait_for(asleep_now.wait(), WAIT)
     stopping.set()
     await asyncio.wait_for(task, WAIT)

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from llmaz.apis.resources import ENDPOINT_SLICES
 from llmaz.apis.serving import lb_service_name
-from llmaz.gateway import activation, routes
-from llmaz.gateway.activation import Action
-from llmaz.gateway.catalog import Catalog
+from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.scaling import activation
+from llmaz.gateway.scaling.activation import Action
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.client import Client, retry_on_conflict
 from llmaz.runtime.client.errors import ApiError, is_conflict, is_not_found

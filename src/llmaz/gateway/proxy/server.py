@@ -1,7 +1,7 @@
 """The gateway's HTTP server: OpenAI's `/v1` API in front of every model llmaz serves.
 
 Routes: `GET /v1/models`; `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings` (routed by model,
-see `body` and `routes`). Probes and metrics are served on their own ports (see `__main__`). The same
+see `body` and `llmaz.gateway.routing`). Probes and metrics are served on their own ports (see `__main__`). The same
 application, middleware and all, also listens on the activator address when one is set: that is where the
 `-lb` activator's slices send direct clients of a sleeping Playground (`activator`), so they are authenticated,
 routed, woken, counted and drained exactly like the gateway's own clients.
@@ -18,7 +18,10 @@ Invariants:
 - Requests that are not HTTP (a malformed request line, header or chunked framing) are refused by aiohttp's
   parser before they reach the API: a plain-text 400 and a closed connection, never a 5xx.
 - Every request is counted once in `llmaz_gateway_requests_total` with the status the client got (499 if it
-  went away first), and an in-flight request is in the per-model gauge from routing to its end.
+  went away first), and is in flight (`InFlight`: the per-model gauge, idle detection) from routing to its end.
+- A routed model with no ready endpoint: scaling is asked for a replica (`Waker.wake`), and when one is coming the
+  request waits on routing for an endpoint (`Catalog.await_endpoints`) until `wake_timeout` (504); when none is
+  coming, or scaling is off, it is answered 503 at once.
 - Graceful stop: once `stopping` is set, readiness fails and the listener closes at once; requests already in
   flight (streams included) may finish within `drain_timeout`, then whatever is left is cancelled.
 """
@@ -36,13 +39,14 @@ from dataclasses import dataclass, field
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from llmaz.gateway import body, errors
-from llmaz.gateway.auth import ApiKeys
-from llmaz.gateway.balancer import LeastOutstanding
-from llmaz.gateway.catalog import Catalog
-from llmaz.gateway.metrics import CLIENT_CLOSED, GatewayMetrics
-from llmaz.gateway.proxy import Exchange, Proxy, ProxyOptions
-from llmaz.gateway.waker import Waker
+from llmaz.gateway.proxy import body, errors
+from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.forwarding import Exchange, Proxy, ProxyOptions
+from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
+from llmaz.gateway.routing.balancer import LeastOutstanding
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.scaling.waker import ScaleUpError, Waker
 from llmaz.runtime.healthz import parse_bind_address
 from llmaz.runtime.log import get_logger
 
@@ -84,6 +88,8 @@ class GatewayOptions:
     """Seconds for a request's whole body to arrive (408 after). Default 60."""
     drain_timeout: float = 30.0
     """Seconds in-flight requests may take to finish once the gateway is stopping. Default 30."""
+    wake_timeout: float = 300.0
+    """Seconds a request is held while its model gets a replica (504 after). Default 300."""
     activator_address: str | None = None
     """A second address serving the same API, for the `-lb` activator's slices. Default: none."""
     proxy: ProxyOptions = field(default_factory=ProxyOptions)
@@ -102,18 +108,22 @@ class Gateway:
         *,
         api_keys: ApiKeys | None = None,
         metrics: GatewayMetrics | None = None,
-        balancer: LeastOutstanding | None = None,
+        in_flight: InFlight | None = None,
         waker: Waker | None = None,
     ) -> None:
+        """`in_flight` is the replica's one count of requests in flight (shared with idle detection); `waker` is
+        None when scale to zero is off."""
         self.catalog = catalog
         self.waker = waker
         self.options = opts = options or GatewayOptions()
         self.api_keys = api_keys
         self.metrics = metrics or GatewayMetrics()
+        self.in_flight = in_flight or InFlight()
+        self.in_flight.watch(self.metrics.in_flight_changed)
         proxy_options = opts.proxy
         if api_keys is not None:
             proxy_options = dataclasses.replace(proxy_options, forward_authorization=False)
-        self.proxy = Proxy(balancer or LeastOutstanding(), self.metrics, proxy_options)
+        self.proxy = Proxy(LeastOutstanding(self.in_flight), self.metrics, proxy_options)
         self.port: int | None = None
         self.activator_port: int | None = None
         self._serving = asyncio.Event()
@@ -180,22 +190,30 @@ class Gateway:
             raise errors.not_ready()
         if not self.catalog.serves(inference.model):
             raise errors.model_not_found(inference.model, self.catalog.models())
-        exchange.model = inference.model
-        gauge = self.metrics.in_flight_of(inference.model)
-        gauge.inc()
-        if self.waker is not None:
-            self.waker.started(inference.model)
-        try:
-            endpoints = self.catalog.endpoints(inference.model)
-            if not endpoints and self.waker is not None:
-                endpoints = await self.waker.wake(inference.model)  # held here while a sleeping model wakes
+        model = exchange.model = inference.model
+        with self.in_flight.request(model):
+            endpoints = self.catalog.endpoints(model)
             if not endpoints:
-                raise errors.no_ready_endpoint(inference.model)
+                # Held while a replica comes: scaling is asked for one, then routing is waited on for its endpoint.
+                deadline = asyncio.get_running_loop().time() + self.options.wake_timeout
+                if not await self._replica_coming(model, deadline):
+                    raise errors.no_ready_endpoint(model)
+                endpoints = await self.catalog.await_endpoints(model, deadline)
+                if not endpoints:
+                    raise errors.wake_timeout(model, self.options.wake_timeout)
             return await self.proxy.forward(request, inference, endpoints, exchange)
-        finally:
-            gauge.dec()
-            if self.waker is not None:
-                self.waker.finished(inference.model)
+
+    async def _replica_coming(self, model: str, deadline: float) -> bool:
+        """Ask scaling for a replica of `model`; whether one is coming (False: nothing would bring an endpoint)."""
+        if self.waker is None:
+            return False
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self.waker.wake(model)
+        except ScaleUpError as err:
+            raise errors.wake_failed(model, str(err)) from None
+        except TimeoutError:
+            raise errors.wake_timeout(model, self.options.wake_timeout) from None
 
     # Middleware: authentication, errors in OpenAI's shape, metrics and one log line per request
 

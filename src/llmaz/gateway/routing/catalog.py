@@ -13,9 +13,9 @@ Invariants:
 - The model -> backends table is rebuilt from the caches on the first lookup after any Playground or Service
   event, so it is never staler than the caches; endpoints are read from the slice cache on every lookup.
 - Reads never await, so a lookup sees one consistent state of every cache.
-- `changed()` resolves on the next Playground, EndpointSlice or core Service event: a request held while its
-  model wakes re-reads its endpoints then, instead of polling. Listeners (`add_listener`) are called on the same
-  events, synchronously, and must only schedule work.
+- `await_endpoints(model, deadline)` re-reads a model's endpoints on each Playground, EndpointSlice or core Service
+  event, never by polling: a request held while its model gets a replica waits there. Listeners (`add_listener`)
+  are called on the same events, synchronously, and must only schedule work.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from llmaz.apis import constants as c
 from llmaz.apis.resources import ENDPOINT_SLICES, INFERENCE_SERVICES, OPEN_MODELS, PLAYGROUNDS
 from llmaz.apis.resources import SERVICES as CORE_SERVICES
 from llmaz.apis.serving import main_model
-from llmaz.gateway import routes
-from llmaz.gateway.routes import Backend, Endpoint
+from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.routes import Backend, Endpoint
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Informer, Obj, SharedInformerFactory
 from llmaz.runtime.rbac import READ, allow
 
@@ -152,7 +152,7 @@ class Catalog:
         self._table = None
 
     def add_listener(self, listener: Callable[[], None]) -> None:
-        """Call `listener()` on every event that `changed()` resolves on (it must not block or raise)."""
+        """Call `listener()` on every event `await_endpoints` re-reads on (it must not block or raise)."""
         self._listeners.append(listener)
 
     def notify(self) -> None:
@@ -163,17 +163,21 @@ class Catalog:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def changed(self, within: float) -> None:
-        """Return at the next Playground or EndpointSlice event, or after `within` seconds."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await asyncio.wait_for(waiter, within)
-        except TimeoutError:
-            return
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+    async def await_endpoints(self, model: str, deadline: float) -> list[Endpoint]:
+        """The ready endpoints of `model` once it has some, or [] at `deadline` (the event loop's clock)."""
+        loop = asyncio.get_running_loop()
+        while not (endpoints := self.endpoints(model)) and loop.time() < deadline:
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await waiter
+            except TimeoutError:
+                return self.endpoints(model)
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        return endpoints
 
     def playgrounds(self) -> list[Obj]:
         return self._playgrounds.store.list()

@@ -36,7 +36,7 @@ from typing import Any
 from llmaz.apis import constants as c
 from llmaz.apis.scaletozero import idle_after
 from llmaz.apis.serving import lb_service_name, main_model
-from llmaz.gateway import routes
+from llmaz.gateway.routing import routes
 
 Obj = dict[str, Any]
 
