@@ -18,7 +18,7 @@ from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.proxy.forwarding import ProxyOptions
 from llmaz.gateway.proxy.metrics import GatewayMetrics
-from llmaz.gateway.proxy.server import Gateway, GatewayOptions
+from llmaz.gateway.proxy.server import DEFAULT_MAX_CONNECTIONS, Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.scaling.activator import DEFAULT_PORT, Activator, ActivatorOptions
@@ -89,6 +89,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--api-keys-file", type=Path, default=None, help="file of accepted API keys, one per line (default: none)")
     add("--max-request-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES, help="largest request body")
     add("--header-timeout", type=_positive_float, default=30.0, help="seconds to receive request headers")
+    add(
+        "--max-connections",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help=f"client connections held at once per port, streams included (default {DEFAULT_MAX_CONNECTIONS})",
+    )
     add("--body-timeout", type=_positive_float, default=60.0, help="seconds to receive a request body")
     add("--upstream-connect-timeout", type=_positive_float, default=5.0, help="seconds to connect to an engine")
     add("--upstream-timeout", type=_positive_float, default=300.0, help="seconds to wait for each engine read")
@@ -155,6 +161,7 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions:
         activator_address=activator_address(args),
         max_body_bytes=args.max_request_bytes,
         header_timeout=args.header_timeout,
+        max_connections=args.max_connections,
         body_timeout=args.body_timeout,
         drain_timeout=args.drain_timeout,
         wake_timeout=args.wake_timeout,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Callable
 
 from llmaz.runtime.metrics import REGISTRY
@@ -25,3 +27,14 @@ async def until(condition: Callable[[], bool], turns: int = 2000) -> None:
 
 def sample(metric: str, /, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(metric, labels)
+
+
+async def closed_within(reader: asyncio.StreamReader, within: float) -> float:
+    """Seconds until the server closes the connection (reading and dropping whatever it sends first); TimeoutError
+    after `within`."""
+    started = time.monotonic()
+    async with asyncio.timeout(within):
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65536):
+                pass
+    return time.monotonic() - started

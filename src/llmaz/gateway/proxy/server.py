@@ -11,10 +11,15 @@ Invariants:
   request, an unknown path or method, a failure of the gateway itself (500, logged). Only cancellation escapes.
 - Authentication (when API keys are configured) comes first: nothing about models is revealed without a key.
 - Until the caches have synced, requests are refused with 503 rather than answered from an empty view.
-- Slow clients are bounded: the request line and headers must arrive within `header_timeout` of the
-  connection opening or of the previous response (aiohttp's keep-alive timer, which is also the idle
-  timeout), the body within `body_timeout` (408); header sizes are capped by aiohttp (8 KiB lines and fields,
-  128 headers), the body by `max_body_bytes` (413). A refused body is drained for at most LINGER_SECONDS.
+- Connections are taken through the project's listener (`llmaz.runtime.listener`): at most `max_connections`
+  are held at once (beyond that the kernel's backlog holds them), and a connection is handed to the HTTP server
+  only once its first request head has arrived. An empty host binds every interface, IPv4 and IPv6 (`:8000`);
+  `0.0.0.0` is IPv4 only, `[::1]` IPv6 loopback only.
+- Slow clients are bounded: the first request line and headers must arrive within `header_timeout` of the
+  connection opening, later ones within `header_timeout` of the previous response (aiohttp's keep-alive timer,
+  which is also the idle timeout), the body within `body_timeout` (408); header sizes are capped by aiohttp
+  (8 KiB lines and fields, 128 headers), the body by `max_body_bytes` (413). A refused body is drained for at
+  most LINGER_SECONDS.
 - Requests that are not HTTP (a malformed request line, header or chunked framing) are refused by aiohttp's
   parser before they reach the API: a plain-text 400 and a closed connection, never a 5xx.
 - Every request is counted once in `llmaz_gateway_requests_total` with the status the client got (499 if it
@@ -22,8 +27,10 @@ Invariants:
 - A routed model with no ready endpoint: scaling is asked for a replica (`Waker.wake`), and when one is coming the
   request waits on routing for an endpoint (`Catalog.await_endpoints`) until `wake_timeout` (504); when none is
   coming, or scaling is off, it is answered 503 at once.
-- Graceful stop: once `stopping` is set, readiness fails and the listener closes at once; requests already in
-  flight (streams included) may finish within `drain_timeout`, then whatever is left is cancelled.
+- Graceful stop: once `stopping` is set, readiness fails and nothing new is accepted; the connections drain
+  (`Connections.drain`: each answer closes its connection, quiet keep-alive connections are closed) while
+  requests already in flight (streams included) finish, for at most `drain_timeout`; then whatever is left gets
+  CANCEL_SECONDS more and is cancelled.
 """
 
 from __future__ import annotations
@@ -37,7 +44,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import hdrs, web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from llmaz.gateway.proxy import body, errors
 from llmaz.gateway.proxy.auth import ApiKeys
@@ -47,7 +53,8 @@ from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.scaling.waker import ScaleUpError, Waker
-from llmaz.runtime.healthz import parse_bind_address
+from llmaz.runtime.address import split_host_port
+from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
 from llmaz.runtime.log import get_logger
 
 INFERENCE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
@@ -61,19 +68,9 @@ _LOGGED_PATH_CHARS = 200
 # answer (closing on unread data resets the connection, which can discard the answer), short enough that a
 # hostile client gains nothing (aiohttp's default is 10 s).
 LINGER_SECONDS = 2.0
-
-
-class _DropClientProtocolErrors(logging.Filter):
-    """aiohttp logs every request its parser rejects as an error with a traceback; those are the client's
-    mistakes (anything that connects to the port can send them), answered with a 400, so they are dropped.
-    Anything else it logs (a fault in the server itself) stays an error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], HttpProcessingError))
-
-
-_HTTP_LOG = logging.getLogger("llmaz.gateway.http")
-_HTTP_LOG.addFilter(_DropClientProtocolErrors())
+# After the drain, how long what is left gets to be cancelled and unwind.
+CANCEL_SECONDS = 1.0
+DEFAULT_MAX_CONNECTIONS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +81,8 @@ class GatewayOptions:
     """Largest request body accepted (413 above). Default 10 MiB."""
     header_timeout: float = 30.0
     """Seconds for a request's line and headers to arrive; also the idle keep-alive timeout. Default 30."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Client connections held at once, per listening address (streams in progress included). Default 4096."""
     body_timeout: float = 60.0
     """Seconds for a request's whole body to arrive (408 after). Default 60."""
     drain_timeout: float = 30.0
@@ -127,6 +126,8 @@ class Gateway:
         self.port: int | None = None
         self.activator_port: int | None = None
         self._serving = asyncio.Event()
+        self._connections = Connections()
+        self._runner: web.AppRunner | None = None
         self._log = get_logger("llmaz.gateway")
 
     def serving(self) -> bool:
@@ -136,8 +137,14 @@ class Gateway:
     async def wait_serving(self) -> None:
         await self._serving.wait()
 
+    def held_connections(self) -> int:
+        """Client connections the listeners hold now, on every address (for tests and debugging)."""
+        sites = self._runner.sites if self._runner is not None else set()
+        return sum(getattr(site, "held", 0) for site in sites)
+
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._observe], client_max_size=self.options.max_body_bytes + 1)
+        middlewares = [self._connections.middleware, self._observe]
+        app = web.Application(middlewares=middlewares, client_max_size=self.options.max_body_bytes + 1)
         app.router.add_get("/v1/models", self._models, allow_head=False)
         for path in INFERENCE_PATHS:
             app.router.add_post(path, self._inference)
@@ -145,20 +152,26 @@ class Gateway:
 
     async def run(self, stopping: asyncio.Event) -> None:
         await self.proxy.start()
-        runner = web.AppRunner(
+        opts = self.options
+        runner = self._runner = web.AppRunner(
             self.app(),
             access_log=None,
             handler_cancellation=True,  # a client that disconnects cancels its request, and so its engine request
-            keepalive_timeout=self.options.header_timeout,
-            shutdown_timeout=self.options.drain_timeout,
+            keepalive_timeout=opts.header_timeout,
+            shutdown_timeout=CANCEL_SECONDS,
             lingering_time=LINGER_SECONDS,
-            logger=_HTTP_LOG,
+            logger=HTTP_LOG,
         )
+        limits = ConnectionLimits(opts.max_connections, opts.max_connections, opts.header_timeout)
         try:
             await runner.setup()
-            self.port = await _listen(runner, self.options.bind_address)
-            if self.options.activator_address:
-                self.activator_port = await _listen(runner, self.options.activator_address)
+            self.port = await start_site(
+                runner, *split_host_port(opts.bind_address), limits=limits, connections=self._connections
+            )
+            if opts.activator_address:
+                self.activator_port = await start_site(
+                    runner, *split_host_port(opts.activator_address), limits=limits, connections=self._connections
+                )
             self._serving.set()
             self._log.info(
                 "gateway serving",
@@ -168,7 +181,9 @@ class Gateway:
             )
             await stopping.wait()
             self._serving.clear()
-            self._log.info("gateway draining", drain_timeout=self.options.drain_timeout)
+            self._log.info("gateway draining", drain_timeout=opts.drain_timeout)
+            await stop_accepting(runner)
+            await self._connections.drain(within=opts.drain_timeout)
         finally:
             self._serving.clear()
             await runner.cleanup()
@@ -268,11 +283,3 @@ class Gateway:
             attempts=exchange.attempts,
             seconds=round(now - exchange.started, 6),
         )
-
-
-async def _listen(runner: web.AppRunner, address: str) -> int:
-    """Serve the runner's application on one more address; the port it got."""
-    host, port = parse_bind_address(address)
-    before = len(runner.addresses)
-    await web.TCPSite(runner, host, port).start()
-    return int(runner.addresses[before][1])
