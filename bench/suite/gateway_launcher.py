@@ -27,7 +27,7 @@ from llmaz.gateway.proxy.server import Gateway, GatewayOptions
 from llmaz.gateway.routing import routes
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
-from llmaz.gateway.scaling.idle import IdleDetector
+from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
 from llmaz.gateway.scaling.scale import PlaygroundScale
 from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime import log
@@ -117,12 +117,12 @@ async def serve(port: int, engine_port: int) -> None:
         StaticInformer([playground]),
         StaticInformer([]),
         StaticInformer([open_model]),
-        StaticInformer([routes.compact_endpoint_slice(endpoint_slice)]),
+        [StaticInformer([routes.compact_endpoint_slice(endpoint_slice)])],
     )
     client = Client(RestConfig(host=NO_API_SERVER))
     recorder = EventBroadcaster(client).recorder("llmaz-gateway")
     in_flight, scale = InFlight(), PlaygroundScale(client, recorder)
-    idle = IdleDetector(catalog, scale, in_flight)
+    idle = idle_controller(IdleDetector(catalog, scale, in_flight), catalog, in_flight)
     options = GatewayOptions(bind_address=f"127.0.0.1:{port}", proxy=ProxyOptions())
     gateway = Gateway(catalog, options, metrics=GatewayMetrics(), in_flight=in_flight, waker=Waker(catalog, scale))
     stopping = asyncio.Event()

@@ -4,8 +4,9 @@
   keys, the request body, OpenAI errors, forwarding to an engine, token usage and metrics.
 - `routing`: which models are served and where. The catalog over the shared informers, the pure routing rules,
   the one count of requests in flight (`routing.inflight`) and the balancer that picks an endpoint by it.
-- `scaling`: replicas on demand. Waking a model (`scaling.waker`: it only scales), idle detection, and the `-lb`
-  activator for direct clients of a sleeping Playground.
+- `scaling`: replicas on demand. Waking a model (`scaling.waker`: it only scales), and two controllers on the
+  runtime's controller machinery, keyed per Playground: idle detection and the `-lb` activator for direct
+  clients of a sleeping Playground.
 
 Imports point one way: `proxy` uses `routing` and `scaling`, `scaling` uses `routing`, and none of them the
 other way (test/unit/test_architecture.py). A request travels:

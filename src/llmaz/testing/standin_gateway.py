@@ -149,7 +149,7 @@ def _cluster(model: str, engine_address: str, engine_port: int) -> Catalog:
     slices.add(slice_)
     for informer in informers:
         informer.mark_synced()
-    return Catalog(playgrounds, services, open_models, slices)
+    return Catalog(playgrounds, services, open_models, [slices])
 
 
 @contextlib.asynccontextmanager

@@ -164,7 +164,7 @@ class Cluster:
     core_services: FakeInformer = field(default_factory=FakeInformer)
 
     def catalog(self) -> Catalog:
-        return Catalog(self.playgrounds, self.services, self.open_models, self.slices, self.core_services)
+        return Catalog(self.playgrounds, self.services, self.open_models, [self.slices], self.core_services)
 
     def synced(self) -> Cluster:
         for informer in (self.playgrounds, self.services, self.open_models, self.slices, self.core_services):

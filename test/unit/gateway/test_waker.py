@@ -19,14 +19,16 @@ from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.scaling import scaletozero
-from llmaz.gateway.scaling.idle import IdleDetector
+from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
 from llmaz.gateway.scaling.scale import PlaygroundScale
 from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.errors import ApiError, error_from_status
+from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import EventRecorder
 from llmaz.runtime.resource import Resource
 from llmaz.testing.informer import FakeInformer
+from llmaz.testing.waiting import eventually
 
 from .support import NAMESPACE, WAIT, Cluster, endpoint_slice, engines, open_model, playground, running_gateway
 
@@ -117,17 +119,22 @@ class Scaling:
     idle: IdleDetector
     in_flight: InFlight
 
+    catalog: Catalog
 
-def setup(
-    cluster: Cluster, clock: list[float] | None = None, check_interval: float = 5.0
-) -> tuple[Scaling, FakeApi, Events, Catalog]:
+    async def check(self) -> list[Result]:
+        """Idle detection's look at every Playground, as the controller takes it when each key comes up."""
+        keys = [Request(pg["metadata"]["namespace"], pg["metadata"]["name"]) for pg in self.catalog.playgrounds()]
+        return [await self.idle.reconcile(key) for key in keys]
+
+
+def setup(cluster: Cluster, clock: list[float] | None = None) -> tuple[Scaling, FakeApi, Events, Catalog]:
     """Scaling over the fake API, and the catalog it reads (the gateway must read the same one)."""
     api, events, catalog = FakeApi(cluster.playgrounds), Events(), cluster.catalog()
     now = clock or [NOW]
     scale = PlaygroundScale(cast(Client, api), cast(EventRecorder, events), wall_clock=lambda: now[0])
     in_flight = InFlight()
-    idle = IdleDetector(catalog, scale, in_flight, check_interval=check_interval)
-    return Scaling(Waker(catalog, scale), idle, in_flight), api, events, catalog
+    idle = IdleDetector(catalog, scale, in_flight)
+    return Scaling(Waker(catalog, scale), idle, in_flight, catalog), api, events, catalog
 
 
 def engine_starts(cluster: Cluster, endpoint: Endpoint) -> Any:
@@ -204,7 +211,7 @@ async def test_a_concurrent_write_between_read_and_patch_is_read_again() -> None
         return await original(*args, **kwargs)
 
     api.patch = someone_writes_first  # type: ignore[method-assign]
-    await scaling.idle.check()
+    await scaling.check()
     assert interfered
     assert api.scaled == [("p", 0)]
     assert [reason for _, _, reason, _ in events.recorded] == ["ScaledToZero"]
@@ -260,10 +267,9 @@ async def test_an_idle_model_is_put_to_sleep_once_and_a_busy_one_keeps_the_share
     scaling, api, events, _ = setup(cluster, clock=clock)
     scaling.in_flight.started("b")
 
-    await scaling.idle.check()
-    await scaling.idle.check()  # idempotent: already asleep, and a touch already under way
-    for task in list(scaling.idle._touching.values()):
-        await asyncio.wait_for(task, WAIT)
+    first = await scaling.check()
+    assert await scaling.check() == [Result(), Result(requeue_after=75.0)]  # idempotent: asleep, and still busy
+    assert first == [Result(), Result(requeue_after=75.0)]  # a busy one is looked at again a quarter later
 
     assert api.scaled == [("idle", 0)]
     assert events.recorded == [("idle", "Normal", "ScaledToZero", "Scaled from 2 to 0 replicas: no request for 300s")]
@@ -274,10 +280,10 @@ async def test_an_idle_model_is_put_to_sleep_once_and_a_busy_one_keeps_the_share
 
     scaling.in_flight.finished("b")
     clock[0] += 299
-    await scaling.idle.check()
+    assert await scaling.check() == [Result(), Result(requeue_after=1.0)]  # looked at again when it is idle
     assert api.scaled == [("idle", 0)]  # not idle for 300 s yet since the refresh
     clock[0] += 1
-    await scaling.idle.check()
+    await scaling.check()
     assert api.scaled == [("idle", 0), ("busy", 0)]
 
 
@@ -285,8 +291,8 @@ async def test_a_bad_annotation_turns_scale_to_zero_off_with_one_warning() -> No
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m", after="5 minutes", replicas=1))
     scaling, api, events, _ = setup(cluster)
-    await scaling.idle.check()
-    await scaling.idle.check()
+    await scaling.check()
+    await scaling.check()
     assert api.scaled == []
     assert events.recorded == [
         (
@@ -299,15 +305,41 @@ async def test_a_bad_annotation_turns_scale_to_zero_off_with_one_warning() -> No
     ]
 
 
-async def test_the_idle_loop_runs_until_stopped() -> None:
+async def test_the_idle_controller_puts_an_idle_playground_to_sleep_and_runs_until_stopped() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m", replicas=1))
-    scaling, api, _, _ = setup(cluster, check_interval=0.01)
+    scaling, api, _, catalog = setup(cluster)
     asleep_now = asyncio.Event()
     api.on_scaled.append(lambda obj: asleep_now.set())
     stopping = asyncio.Event()
-    task = asyncio.create_task(scaling.idle.run(stopping))
+    task = asyncio.create_task(idle_controller(scaling.idle, catalog, scaling.in_flight).run(stopping))
     await asyncio.wait_for(asleep_now.wait(), WAIT)
     stopping.set()
     await asyncio.wait_for(task, WAIT)
     assert api.scaled == [("p", 0)]
+
+
+async def test_a_request_for_a_model_whose_shared_time_is_stale_refreshes_it_at_once() -> None:
+    cluster = Cluster().synced()
+    serving = asleep("p", "m", replicas=1)
+    serving["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] = "2027-01-15T07:58:00Z"  # 2 min: stale
+    cluster.playgrounds.add(serving)
+    scaling, _, _, catalog = setup(cluster)
+    controller = idle_controller(scaling.idle, catalog, scaling.in_flight)
+    stopping = asyncio.Event()
+    task = asyncio.create_task(controller.run(stopping))
+
+    def shared_time() -> str | None:
+        stored = cluster.playgrounds.store.get(f"{NAMESPACE}/p")
+        return stored["metadata"]["annotations"].get(c.LAST_REQUEST_TIME_ANNOTATION) if stored else None
+
+    try:
+        # Looked at once (nothing in flight: the next look is when it would be idle, minutes away).
+        await eventually(lambda: controller.queue.waiting == 1, WAIT, "the first look done")
+        assert shared_time() == "2027-01-15T07:58:00Z"
+        scaling.in_flight.started("m")
+        await eventually(lambda: shared_time() == scaletozero.format_time(NOW), WAIT, "the shared time refreshed")
+    finally:
+        scaling.in_flight.finished("m")
+        stopping.set()
+        await asyncio.wait_for(task, WAIT)

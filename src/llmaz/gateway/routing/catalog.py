@@ -1,28 +1,30 @@
-"""The gateway's view of the cluster: five shared informers and the routes computed from them.
+"""The gateway's view of the cluster: shared informers and the routes computed from them.
 
 What is watched (and so what the gateway's RBAC allows, `RBAC_RULES`): Playgrounds, inference Services and
-OpenModels cluster-wide, and the EndpointSlices of every core Service (selected by the `kubernetes.io/service-name`
-label the EndpointSlice controller sets). The `-lb` Services llmaz makes carry no label of their own that their
-slices would inherit, so the slices cannot be narrowed further on the server; a transform keeps only what
-routing and the activator read (`routes.compact_endpoint_slice`: also the slices of the gateway's own Service)
-and an index finds a Service's slices by "namespace/name". The core Services llmaz made (label
-`app.kubernetes.io/managed-by: llmaz`, so the `-lb` ones among them) are watched too, reduced to their ports and
-IP families: the activator names its slice's port after the `-lb` Service's.
+OpenModels cluster-wide; the core Services llmaz made (label `app.kubernetes.io/managed-by: llmaz`, so the `-lb`
+ones among them), reduced to their ports and IP families (the activator names its slice's port after the `-lb`
+Service's); and EndpointSlices, never the whole cluster's, through three label selectors (the API server has no
+"or"): the slices of llmaz's core Services (the EndpointSlice controller copies a Service's labels onto its
+slices, so they carry `app.kubernetes.io/managed-by: llmaz` too), the activator's own slices
+(`endpointslice.kubernetes.io/managed-by: llmaz-gateway.llmaz.io`), and the slices of the gateway's own Service
+(its `kubernetes.io/service-name`, in its namespace). A transform keeps only what routing and the activator read
+(`routes.compact_endpoint_slice`), and an index finds a Service's slices by "namespace/name" in any of them.
 
 Invariants:
 - The model -> backends table is rebuilt from the caches on the first lookup after any Playground or Service
   event, so it is never staler than the caches; endpoints are read from the slice cache on every lookup.
 - Reads never await, so a lookup sees one consistent state of every cache.
 - `await_endpoints(model, deadline)` re-reads a model's endpoints on each Playground, EndpointSlice or core Service
-  event, never by polling: a request held while its model gets a replica waits there. Listeners (`add_listener`)
-  are called on the same events, synchronously, and must only schedule work.
+  event, never by polling: a request held while its model gets a replica waits there.
+- The informers are public (`playground_informer`, `core_service_informer`, `slice_informers`): the scaling
+  controllers watch the very caches routing reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Sequence
 
 from llmaz.apis import constants as c
 from llmaz.apis.resources import ENDPOINT_SLICES, INFERENCE_SERVICES, OPEN_MODELS, PLAYGROUNDS
@@ -38,13 +40,16 @@ RBAC_RULES = tuple(
 )
 
 BACKEND_INDEX = "backend"
-ACTIVATOR_INDEX = "activator"
-# The core Services the manager makes (the `-lb` ones among them) carry this label: the informer selects on it.
+MODEL_INDEX = "model"
+# The core Services the manager makes (the `-lb` ones among them) carry this label, and so do their EndpointSlices:
+# the informers select on it.
 LLMAZ_SERVICES_SELECTOR = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY}"
+ACTIVATOR_SLICES_SELECTOR = f"{routes.MANAGED_BY_LABEL}={routes.ACTIVATOR_MANAGED_BY}"
 
 
-def _activator_index(obj: Obj) -> list[str]:
-    return [routes.ACTIVATOR_MANAGED_BY] if routes.is_activator_slice(obj) else []
+def _model_index(obj: Obj) -> list[str]:
+    model = main_model(obj)
+    return [model] if model else []
 
 
 def compact_service(obj: Obj) -> Obj:
@@ -103,26 +108,27 @@ class Catalog:
         playgrounds: Informer,
         services: Informer,
         open_models: Informer,
-        endpoint_slices: Informer,
+        endpoint_slices: Sequence[Informer],
         core_services: Informer | None = None,
     ) -> None:
-        """`core_services` (the manager's core Services) is needed only by the activator; without it the
-        catalog knows no `-lb` Service and the activator keeps no slice."""
-        self._informers = tuple(
-            i for i in (playgrounds, services, open_models, endpoint_slices, core_services) if i is not None
+        """`endpoint_slices` are read as one cache. `core_services` (the manager's core Services) is needed only by
+        the activator; without it the catalog knows no `-lb` Service and the activator keeps no slice."""
+        self.playground_informer = playgrounds
+        self.core_service_informer = core_services
+        self.slice_informers = tuple(endpoint_slices)
+        self._informers = (playgrounds, services, open_models, *self.slice_informers) + (
+            (core_services,) if core_services is not None else ()
         )
-        self._playgrounds = playgrounds
         self._services = services
         self._open_models = open_models
-        self._slices = endpoint_slices
-        self._core_services = core_services
-        self._slices.add_indexers({BACKEND_INDEX: routes.slice_backend_key, ACTIVATOR_INDEX: _activator_index})
+        playgrounds.add_indexers({MODEL_INDEX: _model_index})
+        for slices in self.slice_informers:
+            slices.add_indexers({BACKEND_INDEX: routes.slice_backend_key})
         self._table: dict[str, tuple[Backend, ...]] | None = None
         self._waiters: list[asyncio.Future[None]] = []
-        self._listeners: list[Callable[[], None]] = []
         for informer in (playgrounds, services):
             informer.add_event_handler(_Invalidate(self))
-        for notifying in (playgrounds, endpoint_slices, core_services):
+        for notifying in (playgrounds, *self.slice_informers, core_services):
             if notifying is not None:
                 notifying.add_event_handler(_Notify(self))
 
@@ -132,9 +138,17 @@ class Catalog:
 
         `gateway_service` ("namespace/name") is the gateway's own Service, whose slices the activator reads.
         """
-        slices = informers.informer_for(ENDPOINT_SLICES, label_selector=routes.SERVICE_NAME_LABEL)
+        slices = [
+            informers.informer_for(ENDPOINT_SLICES, label_selector=LLMAZ_SERVICES_SELECTOR),
+            informers.informer_for(ENDPOINT_SLICES, label_selector=ACTIVATOR_SLICES_SELECTOR),
+        ]
+        if gateway_service:
+            namespace, _, name = gateway_service.partition("/")
+            selector, field = f"{routes.SERVICE_NAME_LABEL}={name}", f"metadata.namespace={namespace}"
+            slices.append(informers.informer_for(ENDPOINT_SLICES, label_selector=selector, field_selector=field))
         keep = frozenset({gateway_service} if gateway_service else ())
-        slices.set_transform(functools.partial(routes.compact_endpoint_slice, keep=keep))
+        for informer in slices:
+            informer.set_transform(functools.partial(routes.compact_endpoint_slice, keep=keep))
         core_services = informers.informer_for(CORE_SERVICES, label_selector=LLMAZ_SERVICES_SELECTOR)
         core_services.set_transform(compact_service)
         return cls(
@@ -151,13 +165,7 @@ class Catalog:
     def invalidate(self) -> None:
         self._table = None
 
-    def add_listener(self, listener: Callable[[], None]) -> None:
-        """Call `listener()` on every event `await_endpoints` re-reads on (it must not block or raise)."""
-        self._listeners.append(listener)
-
     def notify(self) -> None:
-        for listener in self._listeners:
-            listener()
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -180,31 +188,38 @@ class Catalog:
         return endpoints
 
     def playgrounds(self) -> list[Obj]:
-        return self._playgrounds.store.list()
+        return self.playground_informer.store.list()
 
-    def core_service(self, namespace: str, name: str) -> Obj | None:
-        """A core Service the manager made (compacted: ports and IP families), or None."""
-        return None if self._core_services is None else self._core_services.store.get(f"{namespace}/{name}")
-
-    def slices_of(self, namespace: str, service: str) -> list[Obj]:
-        """The cached (compacted) EndpointSlices of a core Service, the activator's included."""
-        return self._slices.store.by_index(BACKEND_INDEX, f"{namespace}/{service}")
-
-    def endpoint_slice(self, namespace: str, name: str) -> Obj | None:
-        """A cached (compacted) EndpointSlice by name, or None."""
-        return self._slices.store.get(f"{namespace}/{name}")
-
-    def activator_slices(self) -> list[Obj]:
-        """Every cached EndpointSlice labelled as the activator's, in any namespace."""
-        return self._slices.store.by_index(ACTIVATOR_INDEX, routes.ACTIVATOR_MANAGED_BY)
+    def playground(self, namespace: str, name: str) -> Obj | None:
+        return self.playground_informer.store.get(f"{namespace}/{name}")
 
     def playgrounds_serving(self, model: str) -> list[Obj]:
         """The Playgrounds whose main model is `model`."""
-        return [pg for pg in self._playgrounds.store.list() if main_model(pg) == model]
+        return self.playground_informer.store.by_index(MODEL_INDEX, model)
+
+    def core_service(self, namespace: str, name: str) -> Obj | None:
+        """A core Service the manager made (compacted: ports and IP families), or None."""
+        informer = self.core_service_informer
+        return None if informer is None else informer.store.get(f"{namespace}/{name}")
+
+    def slices_of(self, namespace: str, service: str) -> list[Obj]:
+        """The cached (compacted) EndpointSlices of a core Service, the activator's included, each once."""
+        found: dict[str, Obj] = {}
+        for informer in self.slice_informers:
+            for slice_ in informer.store.by_index(BACKEND_INDEX, f"{namespace}/{service}"):
+                found.setdefault(str(slice_["metadata"].get("name")), slice_)
+        return list(found.values())
+
+    def endpoint_slice(self, namespace: str, name: str) -> Obj | None:
+        """A cached (compacted) EndpointSlice by name, or None."""
+        for informer in self.slice_informers:
+            if (found := informer.store.get(f"{namespace}/{name}")) is not None:
+                return found
+        return None
 
     def _routes(self) -> dict[str, tuple[Backend, ...]]:
         if self._table is None:
-            self._table = routes.route_table(self._playgrounds.store.list(), self._services.store.list())
+            self._table = routes.route_table(self.playground_informer.store.list(), self._services.store.list())
         return self._table
 
     def models(self) -> list[str]:
@@ -217,7 +232,7 @@ class Catalog:
         """The ready endpoints of every backend serving `model` (empty for an unknown model)."""
         found: set[Endpoint] = set()
         for backend in self._routes().get(model, ()):
-            found.update(routes.ready_endpoints(self._slices.store.by_index(BACKEND_INDEX, backend.key)))
+            found.update(routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)))
         return sorted(found)
 
     def model_list(self) -> dict[str, object]:

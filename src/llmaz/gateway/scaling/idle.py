@@ -1,15 +1,21 @@
 """Idle detection: scale to zero the opted-in Playgrounds that have had no request for their idle time.
 
-Every `check_interval` the loop refreshes the shared last request time of the models this replica is serving
-(requests in flight, read from the one `InFlight` tracker), at most every quarter of the idle time, and scales to
-zero the opted-in Playgrounds idle for their time everywhere (`scaletozero.should_sleep`), with the conditional
-scale of `PlaygroundScale` (a concurrent change wins), recording `ScaledToZero`.
+A controller on the runtime's controller machinery, keyed per Playground, which every gateway replica runs (no
+leader election: each one knows only its own requests). A reconcile of an opted-in, running Playground
+(`llmaz.io/scale-to-zero-after`):
+- while this replica has requests of its model in flight (the one `InFlight` count), refreshes the shared last
+  request time when it is a quarter of the idle time old (`scaletozero.needs_touch`), and looks again a quarter
+  of the idle time later;
+- once it has been idle for its time everywhere (`scaletozero.should_sleep`: the shared time, or its creation),
+  scales it to zero with the conditional scale of `PlaygroundScale` (a concurrent change wins) and records
+  `ScaledToZero`;
+- otherwise looks again when it would become idle (`requeue_after`), unless an event comes first.
+A request whose model's shared time needs refreshing queues the model's Playgrounds at once (`InFlight.watch`),
+so a replica serving a model refreshes the time another replica reads without waiting for its next look.
+A write the API server refuses is logged and retried with the controller's backoff.
 """
 
 from __future__ import annotations
-
-import asyncio
-import contextlib
 
 from llmaz.apis.serving import main_model
 from llmaz.gateway.routing.catalog import Catalog
@@ -18,72 +24,94 @@ from llmaz.gateway.scaling import scaletozero
 from llmaz.gateway.scaling.scale import PlaygroundScale
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.client.errors import ApiError
+from llmaz.runtime.controller import Controller, ControllerOptions, Request, Result, Watch, enqueue_for_object
 from llmaz.runtime.events import NORMAL
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.resource import object_key
 
+# The shortest wait before a Playground is looked at again, so that clock skew between the gateway and the API
+# server's timestamps cannot spin a reconcile.
+MIN_REQUEUE_SECONDS = 1.0
+
 
 class IdleDetector:
-    """A Runnable (every replica runs one; no leader election)."""
+    """Idle detection's reconciler, one Playground key at a time (see the module docstring)."""
 
-    needs_leader_election = False
-
-    def __init__(
-        self, catalog: Catalog, scale: PlaygroundScale, in_flight: InFlight, *, check_interval: float = 5.0
-    ) -> None:
+    def __init__(self, catalog: Catalog, scale: PlaygroundScale, in_flight: InFlight) -> None:
         self._catalog = catalog
         self._scale = scale
         self._in_flight = in_flight
-        self.check_interval = check_interval
-        self._touching: dict[str, asyncio.Task[None]] = {}
         self._log = get_logger("llmaz.gateway.idle")
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        try:
-            while not stopping.is_set():
-                if self._catalog.has_synced():
-                    await self.check()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), self.check_interval)
-        finally:
-            for task in self._touching.values():
-                task.cancel()
-
-    async def check(self) -> None:
-        """One pass over every opted-in Playground."""
+    async def reconcile(self, request: Request) -> Result:
+        playground = self._catalog.playground(request.namespace, request.name)
+        if playground is None:
+            return Result()
+        idle = self._scale.idle_after(playground)
+        model = main_model(playground)
+        if idle is None or model is None:
+            return Result()
         now = self._scale.now()
-        for playground in self._catalog.playgrounds():
+        in_flight = self._in_flight.of_model(model)
+        if in_flight:
+            if scaletozero.needs_touch(playground, now, idle) and not await self._touch(playground):
+                return Result(requeue=True)
+            return Result(requeue_after=scaletozero.touch_interval(idle))
+        if scaletozero.should_sleep(playground, now, idle, in_flight):
+            return Result() if await self._scale_down(playground, idle) else Result(requeue=True)
+        if scaletozero.replicas(playground) == 0 or scaletozero.autoscaled(playground):
+            return Result()  # asleep, or never put to sleep: only an event changes that
+        idle_at = scaletozero.last_activity(playground) + idle
+        return Result(requeue_after=max(idle_at - now, MIN_REQUEUE_SECONDS))
+
+    def stale_playgrounds(self, model: str) -> list[Request]:
+        """The opted-in Playgrounds of `model` whose shared last request time needs refreshing now."""
+        now = self._scale.now()
+        found = []
+        for playground in self._catalog.playgrounds_serving(model):
             idle = self._scale.idle_after(playground)
-            model = main_model(playground)
-            if idle is None or model is None:
-                continue
-            in_flight = self._in_flight.of_model(model)
-            if in_flight and scaletozero.needs_touch(playground, now, idle):
-                self._touch_soon(playground)
-            elif scaletozero.should_sleep(playground, now, idle, in_flight):
-                await self._scale_down(playground, idle)
+            if idle is not None and scaletozero.needs_touch(playground, now, idle):
+                meta = playground["metadata"]
+                found.append(Request(meta["namespace"], meta["name"]))
+        return found
 
-    def _touch_soon(self, playground: Obj) -> None:
-        key = object_key(playground)
-        if key in self._touching and not self._touching[key].done():
-            return
-        self._touching[key] = asyncio.create_task(self._touch_quietly(playground), name=f"touch {key}")
-
-    async def _touch_quietly(self, playground: Obj) -> None:
+    async def _touch(self, playground: Obj) -> bool:
         try:
             await self._scale.touch(playground)
         except ApiError as err:
             self._log.warning("cannot record the last request time", playground=object_key(playground), error=str(err))
+            return False
+        return True
 
-    async def _scale_down(self, playground: Obj, idle: float) -> None:
+    async def _scale_down(self, playground: Obj, idle: float) -> bool:
         current = scaletozero.replicas(playground)
         try:
             if not await self._scale.scale_if(playground, current, 0):
-                return
+                return True  # changed meanwhile: its update event queues it again
         except ApiError as err:
             self._log.warning("cannot scale to zero", playground=object_key(playground), error=str(err))
-            return
+            return False
         self._log.info("scaled to zero", playground=object_key(playground), idle_seconds=idle)
         self._scale.recorder.event(
             playground, NORMAL, "ScaledToZero", f"Scaled from {current} to 0 replicas: no request for {idle:.0f}s"
         )
+        return True
+
+
+def idle_controller(idle: IdleDetector, catalog: Catalog, in_flight: InFlight) -> Controller:
+    """Idle detection as a controller over the catalog's Playgrounds, also queued by requests (see the module
+    docstring)."""
+    controller = Controller(
+        "gateway-idle",
+        idle,
+        [Watch(catalog.playground_informer, enqueue_for_object(), source="playgrounds")],
+        ControllerOptions(needs_leader_election=False),
+    )
+
+    def requests_changed(model: str, count: int) -> None:
+        if count:
+            for request in idle.stale_playgrounds(model):
+                controller.queue.add(request)
+
+    in_flight.watch(requests_changed)
+    return controller
