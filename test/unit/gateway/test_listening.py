@@ -99,25 +99,30 @@ async def test_a_thousand_stalled_connections_are_held_and_new_clients_are_still
 
 
 async def test_stalled_connections_never_grow_past_the_limit_and_are_dropped_after_the_header_timeout() -> None:
-    limit, header_timeout = 200, 1.0
+    limit, header_timeout = 200, 2.0
     options = GatewayOptions(bind_address="127.0.0.1:0", header_timeout=header_timeout, max_connections=limit)
     with open_files(2 * STALLED + 200):
         async with gateway_at(options) as gateway:
-            seen: list[int] = []  # the count the gateway holds, each time a client connects or is dropped
+            seen: list[int] = []  # the count the gateway holds, each time it is looked at
+
+            def held_now() -> int:
+                seen.append(gateway.held_connections())
+                return seen[-1]
 
             async def one() -> float:
                 reader, writer = await stall(gateway.port)
-                seen.append(gateway.held_connections())
+                held_now()
                 try:
                     return await closed_within(reader, 60)
                 finally:
-                    seen.append(gateway.held_connections())
+                    held_now()
                     writer.close()
 
-            held = await asyncio.gather(*(one() for _ in range(STALLED)))
-            peak = max(seen)
-            assert peak == limit  # reached, and never passed: the rest waited in the kernel's backlog
+            stalling = asyncio.gather(*(one() for _ in range(STALLED)))
+            await eventually(lambda: held_now() == limit, WAIT, "the limit reached")
+            held = await stalling
+            assert max(seen) == limit  # never passed: the rest waited in the kernel's backlog
             assert min(held) >= header_timeout * 0.9
-            assert sorted(held)[limit - 1] < header_timeout + 2.0  # those taken first were dropped in time
+            assert sorted(held)[limit - 1] < header_timeout + 5.0  # those taken first were dropped in time
             assert gateway.held_connections() == 0
             assert await asyncio.wait_for(models_status("127.0.0.1", gateway.port), WAIT) == 200
