@@ -69,3 +69,12 @@ def test_the_scale_patch_names_the_version_read_and_a_missing_count_is_zero() ->
     assert z.scale_replicas(read) == 0
     assert z.scale_replicas({"spec": {"replicas": 3}}) == 3
     assert z.scale_patch(read, 1) == {"metadata": {"resourceVersion": "42"}, "spec": {"replicas": 1}}
+
+
+def test_a_request_this_replica_saw_counts_like_the_shared_time() -> None:
+    six_minutes_ago = pg(last="2027-01-15T07:54:00Z")
+    assert z.should_sleep(six_minutes_ago, NOW, 300.0, 0, seen=None)
+    assert not z.should_sleep(six_minutes_ago, NOW, 300.0, 0, seen=NOW - 60)  # a request ended a minute ago
+    assert z.should_sleep(six_minutes_ago, NOW, 300.0, 0, seen=NOW - 400)  # older than the shared time
+    assert z.needs_touch(six_minutes_ago, NOW - 60, 300.0)  # seen 5 min after the shared time: moved
+    assert not z.needs_touch(pg(last="2027-01-15T07:58:30Z"), NOW - 60, 300.0)  # 30 s after it: not yet

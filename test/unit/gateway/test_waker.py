@@ -44,7 +44,8 @@ class FakeApi:
     def __init__(self, informer: FakeInformer) -> None:
         self.informer = informer
         self.scaled: list[tuple[str, int]] = []  # (name, replicas) of every scale patch that applied
-        self.refuse: ApiError | None = None
+        self.refuse: ApiError | None = None  # for scale patches
+        self.refuse_annotations: ApiError | None = None  # for the last request time
         self.on_scaled: list[Any] = []
         self.version = 0
 
@@ -87,6 +88,8 @@ class FakeApi:
             obj["spec"]["replicas"] = body["spec"]["replicas"]
             self.scaled.append((name, body["spec"]["replicas"]))
         else:
+            if self.refuse_annotations is not None:
+                raise self.refuse_annotations
             obj["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
         self._write(obj)
         if subresource == "scale":
@@ -132,7 +135,7 @@ def setup(cluster: Cluster, clock: list[float] | None = None) -> tuple[Scaling, 
     api, events, catalog = FakeApi(cluster.playgrounds), Events(), cluster.catalog()
     now = clock or [NOW]
     scale = PlaygroundScale(cast(Client, api), cast(EventRecorder, events), wall_clock=lambda: now[0])
-    in_flight = InFlight()
+    in_flight = InFlight(wall_clock=lambda: now[0])
     idle = IdleDetector(catalog, scale, in_flight)
     return Scaling(Waker(catalog, scale), idle, in_flight, catalog), api, events, catalog
 
@@ -343,3 +346,44 @@ async def test_a_request_for_a_model_whose_shared_time_is_stale_refreshes_it_at_
         scaling.in_flight.finished("m")
         stopping.set()
         await asyncio.wait_for(task, WAIT)
+
+
+async def test_requests_that_start_and_end_between_two_looks_keep_the_model_awake_and_are_shared() -> None:
+    cluster = Cluster().synced()
+    clock = [NOW]
+    used = asleep("p", "m", replicas=1)
+    used["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] = scaletozero.format_time(NOW)
+    cluster.playgrounds.add(used)
+    scaling, api, events, _ = setup(cluster, clock=clock)
+    assert await scaling.check() == [Result(requeue_after=300.0)]  # the next look: when it would be idle
+
+    # Short requests, each started and ended well between two looks, for longer than the idle time.
+    for _ in range(5):
+        clock[0] += 100
+        with scaling.in_flight.request("m"):
+            pass
+    assert scaling.in_flight.of_model("m") == 0
+    looks = await scaling.check()
+
+    assert api.scaled == []
+    assert events.recorded == []
+    stored = cluster.playgrounds.store.get(f"{NAMESPACE}/p")
+    assert stored is not None  # moved to the last request, for the other replicas
+    assert stored["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] == scaletozero.format_time(NOW + 500)
+    assert looks == [Result(requeue_after=300.0)]  # idle 300 s after the last request, not after the shared time
+    clock[0] += 300
+    await scaling.check()
+    assert api.scaled == [("p", 0)]
+
+
+async def test_a_request_seen_here_keeps_the_model_awake_when_the_shared_time_cannot_be_written() -> None:
+    cluster = Cluster().synced()
+    stale = asleep("p", "m", replicas=1)
+    stale["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] = "2027-01-15T07:50:00Z"  # 10 min ago
+    cluster.playgrounds.add(stale)
+    scaling, api, _, _ = setup(cluster)
+    api.refuse_annotations = error_from_status(403, {"kind": "Status", "reason": "Forbidden", "message": "no"})
+    with scaling.in_flight.request("m"):  # ended a moment ago
+        pass
+    assert await scaling.check() == [Result(requeue=True)]  # the write is retried with backoff
+    assert api.scaled == []

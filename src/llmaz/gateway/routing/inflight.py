@@ -3,8 +3,10 @@
 A request counts for its model from the moment it is routed to the end of its answer (`started`/`finished`, or
 the `request` block), and for an endpoint while an attempt to that endpoint is sent and relayed
 (`acquire`/`release`). The balancer picks by the endpoint counts, the metrics' in-flight gauge and idle
-detection (scale to zero) read the model counts: watchers added with `watch` hear every change of a model's
-count, synchronously, and must only record it.
+detection (scale to zero) read the model counts, and idle detection the time each model's last request started
+or ended here (`last_request`, on the wall clock), so a request that starts and ends between two looks still
+counts. Watchers added with `watch` hear every change of a model's count, synchronously, and must only record it
+or schedule work.
 
 Invariants:
 - A count is the number of `started` (`acquire`) calls not yet matched by `finished` (`release`); it never goes
@@ -16,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 
 from llmaz.gateway.routing.routes import Endpoint
@@ -25,7 +28,9 @@ Watcher = Callable[[str, int], None]
 
 
 class InFlight:
-    def __init__(self) -> None:
+    def __init__(self, *, wall_clock: Callable[[], float] = time.time) -> None:
+        self._now = wall_clock
+        self._last: dict[str, float] = {}
         self._models: dict[str, int] = {}
         self._endpoints: dict[Endpoint, int] = {}
         self._watchers: list[Watcher] = []
@@ -53,7 +58,12 @@ class InFlight:
     def of_model(self, model: str) -> int:
         return self._models.get(model, 0)
 
+    def last_request(self, model: str) -> float | None:
+        """When a request of `model` last started or ended here (seconds since the epoch), or None."""
+        return self._last.get(model)
+
     def _set(self, model: str, count: int) -> None:
+        self._last[model] = self._now()
         if count:
             self._models[model] = count
         else:

@@ -1,17 +1,18 @@
 """Idle detection: scale to zero the opted-in Playgrounds that have had no request for their idle time.
 
 A controller on the runtime's controller machinery, keyed per Playground, which every gateway replica runs (no
-leader election: each one knows only its own requests). A reconcile of an opted-in, running Playground
-(`llmaz.io/scale-to-zero-after`):
-- while this replica has requests of its model in flight (the one `InFlight` count), refreshes the shared last
-  request time when it is a quarter of the idle time old (`scaletozero.needs_touch`), and looks again a quarter
-  of the idle time later;
-- once it has been idle for its time everywhere (`scaletozero.should_sleep`: the shared time, or its creation),
-  scales it to zero with the conditional scale of `PlaygroundScale` (a concurrent change wins) and records
-  `ScaledToZero`;
+leader election: each one knows only its own requests). Every request counts: the one `InFlight` count says
+which of the model's requests are in flight here and when one last started or ended here (`seen`; now, while
+one is in flight). A reconcile of an opted-in, running Playground (`llmaz.io/scale-to-zero-after`):
+- moves the shared last request time to `seen` when it is a quarter of the idle time older
+  (`scaletozero.needs_touch`), so the other replicas know;
+- while requests are in flight here, looks again a quarter of the idle time later;
+- once it has been idle for its time everywhere (`scaletozero.should_sleep`: the shared time, `seen`, or its
+  creation), scales it to zero with the conditional scale of `PlaygroundScale` (a concurrent change wins) and
+  records `ScaledToZero`;
 - otherwise looks again when it would become idle (`requeue_after`), unless an event comes first.
-A request whose model's shared time needs refreshing queues the model's Playgrounds at once (`InFlight.watch`),
-so a replica serving a model refreshes the time another replica reads without waiting for its next look.
+A request that starts or ends while its model's shared time needs moving queues the model's Playgrounds at once
+(`InFlight.watch`), so a request that starts and ends between two looks is recorded all the same.
 A write the API server refuses is logged and retried with the controller's backoff.
 """
 
@@ -53,31 +54,37 @@ class IdleDetector:
             return Result()
         now = self._scale.now()
         in_flight = self._in_flight.of_model(model)
+        seen = self._seen(model, now)
+        touch = seen is not None and scaletozero.needs_touch(playground, seen, idle)
+        if touch and seen is not None and not await self._touch(playground, seen):
+            return Result(requeue=True)
         if in_flight:
-            if scaletozero.needs_touch(playground, now, idle) and not await self._touch(playground):
-                return Result(requeue=True)
             return Result(requeue_after=scaletozero.touch_interval(idle))
-        if scaletozero.should_sleep(playground, now, idle, in_flight):
+        if scaletozero.should_sleep(playground, now, idle, in_flight, seen):
             return Result() if await self._scale_down(playground, idle) else Result(requeue=True)
         if scaletozero.replicas(playground) == 0 or scaletozero.autoscaled(playground):
             return Result()  # asleep, or never put to sleep: only an event changes that
-        idle_at = scaletozero.last_activity(playground) + idle
+        idle_at = max(scaletozero.last_activity(playground), seen or 0.0) + idle
         return Result(requeue_after=max(idle_at - now, MIN_REQUEUE_SECONDS))
 
+    def _seen(self, model: str, now: float) -> float | None:
+        """The last request of `model` this replica saw: now while one is in flight, else when one last ended."""
+        return now if self._in_flight.of_model(model) else self._in_flight.last_request(model)
+
     def stale_playgrounds(self, model: str) -> list[Request]:
-        """The opted-in Playgrounds of `model` whose shared last request time needs refreshing now."""
-        now = self._scale.now()
+        """The opted-in Playgrounds of `model` whose shared last request time needs moving to what this replica saw."""
+        seen = self._seen(model, self._scale.now())
         found = []
-        for playground in self._catalog.playgrounds_serving(model):
+        for playground in self._catalog.playgrounds_serving(model) if seen is not None else ():
             idle = self._scale.idle_after(playground)
-            if idle is not None and scaletozero.needs_touch(playground, now, idle):
+            if idle is not None and scaletozero.needs_touch(playground, seen, idle):
                 meta = playground["metadata"]
                 found.append(Request(meta["namespace"], meta["name"]))
         return found
 
-    async def _touch(self, playground: Obj) -> bool:
+    async def _touch(self, playground: Obj, seen: float) -> bool:
         try:
-            await self._scale.touch(playground)
+            await self._scale.touch(playground, seen)
         except ApiError as err:
             self._log.warning("cannot record the last request time", playground=object_key(playground), error=str(err))
             return False
@@ -109,9 +116,8 @@ def idle_controller(idle: IdleDetector, catalog: Catalog, in_flight: InFlight) -
     )
 
     def requests_changed(model: str, count: int) -> None:
-        if count:
-            for request in idle.stale_playgrounds(model):
-                controller.queue.add(request)
+        for request in idle.stale_playgrounds(model):
+            controller.queue.add(request)
 
     in_flight.watch(requests_changed)
     return controller

@@ -1,6 +1,7 @@
 """The writes scale to zero makes on a Playground, shared by waking (`waker`) and idle detection (`idle`).
 
-- `touch` records a request now in the shared last request time (`llmaz.io/last-request-time`, a merge patch).
+- `touch` records a request (now, or when it was seen) in the shared last request time
+  (`llmaz.io/last-request-time`, a merge patch).
 - `scale_if` sets the replica count through the scale subresource, as an HPA would, only if it is still what was
   read: the patch names the resourceVersion of that read (optimistic concurrency; a JSON patch `test` cannot
   express it, since the Scale object omits a zero count), so of many replicas racing to make one change exactly
@@ -41,9 +42,11 @@ class PlaygroundScale:
         self._warned: dict[str, str] = {}
         self._log = get_logger("llmaz.gateway.scaling")
 
-    async def touch(self, playground: Obj) -> None:
+    async def touch(self, playground: Obj, seen: float | None = None) -> None:
+        """Record a request seen at `seen` (default: now) as the Playground's last request time."""
         meta = playground["metadata"]
-        await self._client.patch(PLAYGROUNDS, meta["name"], scaletozero.touch_patch(self.now()), meta["namespace"])
+        patch = scaletozero.touch_patch(self.now() if seen is None else seen)
+        await self._client.patch(PLAYGROUNDS, meta["name"], patch, meta["namespace"])
 
     async def scale_if(self, playground: Obj, current: int, wanted: int) -> bool:
         """Set the replica count to `wanted` if it is `current`; True when this call made the change."""

@@ -5,9 +5,11 @@ plain seconds; the grammar is `llmaz.apis.scaletozero`'s, which admission checks
 - a request for its model while it has no ready endpoint and `spec.replicas` is 0 scales it to 1 (the gateway
   holds the request until an endpoint is ready);
 - once no request for it has arrived for that long, it is scaled to 0.
-The last request time is shared by every gateway replica through the annotation `llmaz.io/last-request-time`
-(RFC 3339, UTC), which each replica refreshes at most every `touch_interval(idle)` while it serves the model, so
-a replica that sees no traffic does not put to sleep a model that another one is serving.
+Every request counts: a replica knows the last time a request of the model started or ended through it, and the
+last request time is shared by every gateway replica through the annotation `llmaz.io/last-request-time`
+(RFC 3339, UTC), which each replica moves to its own last request at most every `touch_interval(idle)`, so a
+replica that sees no traffic does not put to sleep a model that another one is serving. The shared time may lag
+a replica's by up to that interval.
 
 A Playground with an `elasticConfig` (an HPA scales it, and llmaz's HPA has `minReplicas` >= 1) is woken but never
 put to sleep: the two would fight.
@@ -68,15 +70,17 @@ def touch_interval(idle: float) -> float:
     return max(idle / 4, 2.0)
 
 
-def needs_touch(playground: Obj, now: float, idle: float) -> bool:
-    return now - (last_request(playground) or 0.0) >= touch_interval(idle)
+def needs_touch(playground: Obj, seen: float, idle: float) -> bool:
+    """Whether a request seen at `seen` should move the shared last request time (it is that much older)."""
+    return seen - (last_request(playground) or 0.0) >= touch_interval(idle)
 
 
-def should_sleep(playground: Obj, now: float, idle: float, in_flight: int) -> bool:
-    """Scale to zero: running, not autoscaled, nothing in flight here, and idle for `idle` seconds everywhere."""
+def should_sleep(playground: Obj, now: float, idle: float, in_flight: int, seen: float | None = None) -> bool:
+    """Scale to zero: running, not autoscaled, nothing in flight here, and idle for `idle` seconds everywhere (the
+    shared time, and `seen`, the last request this replica saw start or end)."""
     if in_flight > 0 or replicas(playground) == 0 or autoscaled(playground):
         return False
-    return now - last_activity(playground) >= idle
+    return now - max(last_activity(playground), seen or 0.0) >= idle
 
 
 def format_time(now: float) -> str:
