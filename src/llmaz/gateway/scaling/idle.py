@@ -74,8 +74,10 @@ class IdleDetector:
     def stale_playgrounds(self, model: str) -> list[Request]:
         """The opted-in Playgrounds of `model` whose shared last request time needs moving to what this replica saw."""
         seen = self._seen(model, self._scale.now())
+        if seen is None:
+            return []
         found = []
-        for playground in self._catalog.playgrounds_serving(model) if seen is not None else ():
+        for playground in self._catalog.playgrounds_serving(model):
             idle = self._scale.idle_after(playground)
             if idle is not None and scaletozero.needs_touch(playground, seen, idle):
                 meta = playground["metadata"]
