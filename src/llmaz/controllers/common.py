@@ -17,8 +17,9 @@ from pydantic import ValidationError
 from llmaz.apis import BackendRuntime, OpenModel
 from llmaz.apis import constants as c
 from llmaz.apis.base import ApiModel
+from llmaz.apis.conditions import finding_reason, progressing_finding
 from llmaz.apis.core_v1alpha1 import ModelRef
-from llmaz.controllers.builders import BuildError, finding_reason, main_first, progressing_finding
+from llmaz.controllers.builders import BuildError, main_first
 from llmaz.runtime.cache import Obj, Store
 from llmaz.runtime.client import Client, NotFound
 from llmaz.runtime.client.applycheck import apply_is_noop

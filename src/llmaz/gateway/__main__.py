@@ -94,6 +94,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--upstream-retries", type=int, default=2, choices=range(10), metavar="{0..9}", help="default 2")
     add("--drain-timeout", type=_positive_float, default=30.0, help="seconds in-flight requests get on stop")
     add("--wake-timeout", type=_positive_float, default=300.0, help="seconds a request waits for a model to wake")
+    add("--hold-timeout", type=_positive_float, default=30.0, help="seconds a request waits for replicas to start")
     add(
         "--scale-to-zero",
         default="true",
@@ -152,6 +153,7 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions:
         body_timeout=args.body_timeout,
         drain_timeout=args.drain_timeout,
         wake_timeout=args.wake_timeout,
+        hold_timeout=args.hold_timeout,
         proxy=ProxyOptions(
             connect_timeout=args.upstream_connect_timeout,
             read_timeout=args.upstream_timeout,
@@ -177,11 +179,11 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
     catalog = Catalog.watch(manager.informers, args.gateway_service)
     recorder = manager.event_recorder("llmaz-gateway")
     in_flight = InFlight()
-    waker = None
+    scale = None
     if args.scale_to_zero == "true":
         scale = PlaygroundScale(manager.client, recorder)
-        waker = Waker(catalog, scale)
         manager.add(idle_controller(IdleDetector(catalog, scale, in_flight), catalog, in_flight))
+    waker = Waker(catalog, scale)
     # Runs when disabled too: it then removes the slices an earlier configuration left behind.
     options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
     manager.add(activator_controller(Activator(manager.client, catalog, recorder, options), catalog))

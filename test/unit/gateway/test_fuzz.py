@@ -45,6 +45,7 @@ OPTIONS = GatewayOptions(
     header_timeout=HEADER_TIMEOUT,
     body_timeout=BODY_TIMEOUT,
     drain_timeout=1.0,
+    hold_timeout=0.2,  # "cold" has a replica that never gets ready
     proxy=ProxyOptions(read_timeout=0.5, connect_timeout=1.0),
 )
 

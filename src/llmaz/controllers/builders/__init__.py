@@ -9,7 +9,7 @@ inference flavor, from the status, the pods and the time) -> `build_leader_worke
 any of that both reconcilers run the admission rules (`InvalidSpecError`), and before applying, `ownership_conflict`
 says whether an existing child may be written (`ChildConflictError`). Every `BuildError` carries the message of
 the `Progressing=False`/`AbortProcessing` condition to surface (`abort_status`); a `PodFinding` goes into the
-in-progress `Progressing` message (`progressing_finding` reads it back).
+in-progress `Progressing` message (`llmaz.apis.conditions.progressing_finding` reads it back).
 """
 
 from llmaz.controllers.builders.diagnosis import PodFinding, diagnose_pod, diagnose_pods, finding_reason
@@ -37,7 +37,6 @@ from llmaz.controllers.builders.service import build_lb_service, build_leader_wo
 from llmaz.controllers.builders.status import (
     abort_status,
     playground_status,
-    progressing_finding,
     service_status,
     set_condition,
 )
@@ -70,7 +69,6 @@ __all__ = [
     "ownership_conflict",
     "playground_model_refs",
     "playground_status",
-    "progressing_finding",
     "service_model_refs",
     "service_scheduler_name",
     "service_status",

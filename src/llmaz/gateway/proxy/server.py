@@ -24,9 +24,11 @@ Invariants:
   parser before they reach the API: a plain-text 400 and a closed connection, never a 5xx.
 - Every request is counted once in `llmaz_gateway_requests_total` with the status the client got (499 if it
   went away first), and is in flight (`InFlight`: the per-model gauge, idle detection) from routing to its end.
-- A routed model with no ready endpoint: scaling is asked for a replica (`Waker.wake`), and when one is coming the
-  request waits on routing for an endpoint (`Catalog.await_endpoints`) until `wake_timeout` (504); when none is
-  coming, or scaling is off, it is answered 503 at once.
+- A routed model with no ready endpoint: scaling says whether one is coming (`Waker.wake`, which scales a sleeping
+  model up), and when one is the request waits on routing for it (`Catalog.await_endpoints`): up to
+  `wake_timeout` for a model scaling up from zero (504), up to `hold_timeout` for replicas starting (503
+  `model_not_ready`); when none is coming (no Playground, no replica, or replicas that cannot become ready) it is
+  answered 503 `model_not_ready` at once, with the reason.
 - Graceful stop: once `stopping` is set, readiness fails and nothing new is accepted; the connections drain
   (`Connections.drain`: each answer closes its connection, quiet keep-alive connections are closed) while
   requests already in flight (streams included) finish, for at most `drain_timeout`; then whatever is left gets
@@ -52,7 +54,8 @@ from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
-from llmaz.gateway.scaling.waker import ScaleUpError, Waker
+from llmaz.gateway.scaling.outlook import Coming
+from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, Waker
 from llmaz.runtime.address import split_host_port
 from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
 from llmaz.runtime.log import get_logger
@@ -88,7 +91,10 @@ class GatewayOptions:
     drain_timeout: float = 30.0
     """Seconds in-flight requests may take to finish once the gateway is stopping. Default 30."""
     wake_timeout: float = 300.0
-    """Seconds a request is held while its model gets a replica (504 after). Default 300."""
+    """Seconds a request is held while its model scales up from zero (504 after). Default 300."""
+    hold_timeout: float = 30.0
+    """Seconds a request is held while its model's replicas start (a restart, a rollout, a scale-up; 503 after).
+    Default 30."""
     activator_address: str | None = None
     """A second address serving the same API, for the `-lb` activator's slices. Default: none."""
     proxy: ProxyOptions = field(default_factory=ProxyOptions)
@@ -110,10 +116,10 @@ class Gateway:
         in_flight: InFlight | None = None,
         waker: Waker | None = None,
     ) -> None:
-        """`in_flight` is the replica's one count of requests in flight (shared with idle detection); `waker` is
-        None when scale to zero is off."""
+        """`in_flight` is the replica's one count of requests in flight (shared with idle detection); without a
+        `waker`, one that never scales (scale to zero off)."""
         self.catalog = catalog
-        self.waker = waker
+        self.waker = waker or Waker(catalog, None)
         self.options = opts = options or GatewayOptions()
         self.api_keys = api_keys
         self.metrics = metrics or GatewayMetrics()
@@ -209,22 +215,25 @@ class Gateway:
         with self.in_flight.request(model):
             endpoints = self.catalog.endpoints(model)
             if not endpoints:
-                # Held while a replica comes: scaling is asked for one, then routing is waited on for its endpoint.
-                deadline = asyncio.get_running_loop().time() + self.options.wake_timeout
-                if not await self._replica_coming(model, deadline):
-                    raise errors.no_ready_endpoint(model)
-                endpoints = await self.catalog.await_endpoints(model, deadline)
+                # Held while a replica comes: scaling says how (and scales a sleeping model up), then routing is
+                # waited on for its endpoint, up to the bound of that case.
+                started = asyncio.get_running_loop().time()
+                coming = await self._replica_coming(model, started + self.options.wake_timeout)
+                bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
+                endpoints = await self.catalog.await_endpoints(model, started + bound)
+                if not endpoints and coming is Coming.WAKING:
+                    raise errors.wake_timeout(model, bound)
                 if not endpoints:
-                    raise errors.wake_timeout(model, self.options.wake_timeout)
+                    raise errors.not_ready_in_time(model, bound)
             return await self.proxy.forward(request, inference, endpoints, exchange)
 
-    async def _replica_coming(self, model: str, deadline: float) -> bool:
-        """Ask scaling for a replica of `model`; whether one is coming (False: nothing would bring an endpoint)."""
-        if self.waker is None:
-            return False
+    async def _replica_coming(self, model: str, deadline: float) -> Coming:
+        """Ask scaling how a replica of `model` is coming; the 503 that says why when none is."""
         try:
             async with asyncio.timeout_at(deadline):
                 return await self.waker.wake(model)
+        except NotComingError as err:
+            raise errors.no_ready_endpoint(model, str(err)) from None
         except ScaleUpError as err:
             raise errors.wake_failed(model, str(err)) from None
         except TimeoutError:
