@@ -56,18 +56,23 @@ def _direct_http_client() -> openai.DefaultHttpxClient:
     return openai.DefaultHttpxClient(trust_env=False)
 
 
+def gateway_chat(e2e: Environment, model: str) -> tuple[int, bytes]:
+    """One short chat completion for `model` through the gateway: the status and the body."""
+    return http_request(
+        f"{gateway_url(e2e)}/chat/completions",
+        method="POST",
+        body=chat_request(model),
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
+
+
 def routable(e2e: Environment, model: str) -> None:
     """Wait until the gateway lists `model` and answers for it (it follows the EndpointSlices by a moment)."""
 
     def answered() -> bool:
         try:
-            status, _ = http_request(
-                f"{gateway_url(e2e)}/chat/completions",
-                method="POST",
-                body=chat_request(model),
-                headers={"Content-Type": "application/json"},
-                timeout=30,
-            )
+            status, _ = gateway_chat(e2e, model)
         except OSError:
             return False
         return status == 200
@@ -148,13 +153,7 @@ def test_a_speculative_playground_listing_its_draft_first_is_listed_and_routed_u
     listed = [m.id for m in client(e2e).models.list()]
     assert main in listed, listed
     assert draft not in listed, listed
-    status, body = http_request(
-        f"{gateway_url(e2e)}/chat/completions",
-        method="POST",
-        body=chat_request(draft),
-        headers={"Content-Type": "application/json"},
-        timeout=30,
-    )
+    status, body = gateway_chat(e2e, draft)
     assert status == 404, body[:300]
     assert json.loads(body)["error"]["code"] == "model_not_found"
 
