@@ -2,13 +2,13 @@
 (`python bench/suite/gateway_launcher.py --port P --engine-port E`) until SIGTERM.
 
 It builds what `python -m llmaz.gateway` builds, minus the parts that need an API server: the same `Catalog`,
-`Gateway`, `GatewayMetrics` (process collectors included), `Waker` and proxy options (the defaults of the
-command's flags), JSON logs at info level. The four informers are replaced by static ones holding one
-OpenModel, one Playground serving it and one EndpointSlice of its `-lb` Service with a single ready endpoint,
-the engine on 127.0.0.1; the slice goes through the production informer transform
+`Gateway`, `GatewayMetrics` (process collectors included), `InFlight`, `Waker`, idle detection and proxy options
+(the defaults of the command's flags), JSON logs at info level. The four informers are replaced by static ones
+holding one OpenModel, one Playground serving it and one EndpointSlice of its `-lb` Service with a single ready
+endpoint, the engine on 127.0.0.1; the slice goes through the production informer transform
 (`routes.compact_endpoint_slice`) and every object sits in the production `IndexedStore`, so lookups on the
-request path run the same code as in a cluster. The Playground does not opt in to scale to zero, so the Waker's
-client (pointed at an address where nothing listens) is never called; the Waker's idle loop runs as it does in
+request path run the same code as in a cluster. The Playground does not opt in to scale to zero, so the scaling
+client (pointed at an address where nothing listens) is never called; idle detection runs as it does in
 production. Not run: the Manager's probe and metrics servers (other ports, off the request path) and the
 informers' watches (nothing changes during the benchmark).
 """
@@ -21,12 +21,15 @@ import builtins
 import resource
 import signal
 
-from llmaz.gateway import routes
-from llmaz.gateway.catalog import Catalog
-from llmaz.gateway.metrics import GatewayMetrics
-from llmaz.gateway.proxy import ProxyOptions
-from llmaz.gateway.server import Gateway, GatewayOptions
-from llmaz.gateway.waker import Waker
+from llmaz.gateway.proxy.forwarding import ProxyOptions
+from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.server import Gateway, GatewayOptions
+from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
+from llmaz.gateway.scaling.scale import PlaygroundScale
+from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime import log
 from llmaz.runtime.cache.interfaces import IndexFunc, Obj, ResourceEventHandler
 from llmaz.runtime.cache.store import IndexedStore
@@ -37,7 +40,7 @@ from llmaz.runtime.events import EventBroadcaster
 MODEL = "bench-model"
 PLAYGROUND = "bench"
 NAMESPACE = "default"
-# Where the Waker's client would send requests: port 9 (discard) on loopback, where nothing listens.
+# Where the scaling client would send requests: port 9 (discard) on loopback, where nothing listens.
 NO_API_SERVER = "https://127.0.0.1:9"
 
 
@@ -114,19 +117,20 @@ async def serve(port: int, engine_port: int) -> None:
         StaticInformer([playground]),
         StaticInformer([]),
         StaticInformer([open_model]),
-        StaticInformer([routes.compact_endpoint_slice(endpoint_slice)]),
+        [StaticInformer([routes.compact_endpoint_slice(endpoint_slice)])],
     )
     client = Client(RestConfig(host=NO_API_SERVER))
     recorder = EventBroadcaster(client).recorder("llmaz-gateway")
-    waker = Waker(client, catalog, recorder)
+    in_flight, scale = InFlight(), PlaygroundScale(client, recorder)
+    idle = idle_controller(IdleDetector(catalog, scale, in_flight), catalog, in_flight)
     options = GatewayOptions(bind_address=f"127.0.0.1:{port}", proxy=ProxyOptions())
-    gateway = Gateway(catalog, options, metrics=GatewayMetrics(), waker=waker)
+    gateway = Gateway(catalog, options, metrics=GatewayMetrics(), in_flight=in_flight, waker=Waker(catalog, scale))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     try:
-        await asyncio.gather(gateway.run(stopping), waker.run(stopping))
+        await asyncio.gather(gateway.run(stopping), idle.run(stopping))
     finally:
         await client.close()
 

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.client import Client
 from suite import workload
 from suite.cluster import BenchCluster

@@ -15,7 +15,7 @@ import logging
 import structlog
 from aiohttp import web
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.cache.interfaces import Informer
 from llmaz.runtime.client import Client
 from llmaz.runtime.controller import ControllerBuilder, Request, Result

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.client import Client
 from suite.cluster import NAMESPACE
 from suite.workload import playground_name

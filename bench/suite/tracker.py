@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.client import Client, Expired
 from llmaz.runtime.resource import Resource
 from suite.cluster import NAMESPACE

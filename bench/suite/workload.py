@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.client import Client
 from suite.cluster import NAMESPACE
 

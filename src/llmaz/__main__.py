@@ -16,15 +16,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmaz.apis import resources as r
 from llmaz.apis.duration import parse_duration
-from llmaz.controllers import resources as r
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
-from llmaz.runtime import log
 from llmaz.runtime.address import split_host_port
 from llmaz.runtime.authn import DelegatingAuth
-from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import RestConfig, load
-from llmaz.runtime.entrypoint import exit_status
+from llmaz.runtime.entrypoint import add_process_flags, exit_status, run_manager, start_logging
 from llmaz.runtime.leaderelection import check_timings
 from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.metrics_server import DEFAULT_CERT_DIR as METRICS_CERT_DIR
@@ -121,7 +119,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="API requests per second, per resource; 0 disables (default 50)",
     )
     add("--kube-api-burst", type=int, default=100, help="API request burst, per resource (default 100)")
-    add("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or $KUBECONFIG)")
     add("--max-concurrent-reconciles", type=int, default=1, help="workers per controller (default 1)")
     add(
         "--reconcile-timeout",
@@ -135,8 +132,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="0",
         help="kube-scheduler extender (filter, prioritize by inference flavor) address, e.g. :9444; 0 (default) off",
     )
-    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    add("--log-format", default="auto", choices=["auto", "json", "console"])
+    add_process_flags(parser)
     args = parser.parse_args(argv)
     try:
         check_timings(
@@ -254,24 +250,21 @@ async def rest_config(args: argparse.Namespace) -> RestConfig:
     return config
 
 
+def add_runnables(manager: Manager, args: argparse.Namespace) -> None:
+    setup_controllers(manager, controller_settings(args))
+    if webhooks_enabled():
+        add_webhooks(manager, args)
+    add_scheduler_extender(manager, args)
+    add_metrics(manager, args)
+
+
 async def run(args: argparse.Namespace) -> None:
-    client = Client(await rest_config(args))
-    try:
-        manager = Manager(client, manager_options(args))
-        setup_controllers(manager, controller_settings(args))
-        if webhooks_enabled():
-            add_webhooks(manager, args)
-        add_scheduler_extender(manager, args)
-        add_metrics(manager, args)
-        await manager.start()
-    finally:
-        await client.close()
+    await run_manager(await rest_config(args), manager_options(args), lambda manager: add_runnables(manager, args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    log.configure(args.log_level, args.log_format)
-    logger = log.get_logger("llmaz.manager")
+    logger = start_logging(args, "llmaz.manager")
     logger.info("starting manager", webhooks=webhooks_enabled(), namespace=args.namespace)
     return exit_status(run(args), logger, "manager")
 

@@ -24,7 +24,8 @@ import yaml
 from llmaz import __main__ as manager
 from llmaz.certs import rotator
 from llmaz.controllers import legacy, playground, readiness, service, setup
-from llmaz.gateway import activator, catalog, waker
+from llmaz.gateway.routing import catalog
+from llmaz.gateway.scaling import activator, scale
 from llmaz.runtime import authn, events, leaderelection, metrics_server
 from llmaz.runtime.rbac import PolicyRule, role_manifests
 from llmaz.webhooks import cachelookup
@@ -77,7 +78,7 @@ ROLE_FILES = (
         "role.yaml",
         "gateway-role",
         "What llmaz-gateway reads to route, and writes to scale opted-in Playgrounds from and to zero.",
-        (catalog, waker, activator, events),
+        (catalog, scale, activator, events),
         directory="../gateway",
     ),
 )

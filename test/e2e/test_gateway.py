@@ -23,7 +23,15 @@ import pytest
 from llmaz.envtest.objectstore import ObjectStore
 
 from .serving import BUCKET, KEY, credentials, lb_url, serve_chat, served, tiny_llama
-from .support import Environment, ModelNames, chat_request, eventually, http_request, pod_ready
+from .support import (
+    Environment,
+    ModelNames,
+    chat_request,
+    eventually,
+    http_request,
+    pod_ready,
+    wait_playground_ready,
+)
 
 pytestmark = pytest.mark.tier("node")
 GATEWAY = "llmaz-gateway"
@@ -48,18 +56,23 @@ def _direct_http_client() -> openai.DefaultHttpxClient:
     return openai.DefaultHttpxClient(trust_env=False)
 
 
+def gateway_chat(e2e: Environment, model: str) -> tuple[int, bytes]:
+    """One short chat completion for `model` through the gateway: the status and the body."""
+    return http_request(
+        f"{gateway_url(e2e)}/chat/completions",
+        method="POST",
+        body=chat_request(model),
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
+
+
 def routable(e2e: Environment, model: str) -> None:
     """Wait until the gateway lists `model` and answers for it (it follows the EndpointSlices by a moment)."""
 
     def answered() -> bool:
         try:
-            status, _ = http_request(
-                f"{gateway_url(e2e)}/chat/completions",
-                method="POST",
-                body=chat_request(model),
-                headers={"Content-Type": "application/json"},
-                timeout=30,
-            )
+            status, _ = gateway_chat(e2e, model)
         except OSError:
             return False
         return status == 200
@@ -118,6 +131,31 @@ def test_the_openai_sdk_lists_chats_streams_and_completes_through_the_gateway(
     assert isinstance(error, dict), error
     assert error.get("code") == "model_not_found", error
     assert served_model in str(error.get("message")), error
+
+
+def test_a_speculative_playground_listing_its_draft_first_is_listed_and_routed_under_its_main_model(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    main, draft = models.new("main"), models.new("draft")
+    uri = f"s3://{BUCKET}/{KEY}"
+    speculative = served("spec", main, object_store)
+    del speculative["spec"]["modelClaim"]
+    speculative["spec"]["modelClaims"] = {"models": [{"name": draft, "role": "draft"}, {"name": main, "role": "main"}]}
+    # The engine serves the main model alone (the default config): what is checked is where the gateway routes.
+    speculative["spec"]["backendRuntimeConfig"]["configName"] = "default"
+    e2e.apply([credentials()], namespace)
+    e2e.apply([tiny_llama(main, uri), tiny_llama(draft, uri), speculative], namespace)
+    wait_playground_ready(e2e, namespace, "spec", replicas=1)
+    lb = e2e.must_get("services", "spec-lb", namespace)
+    assert lb["metadata"]["annotations"]["activator.llmaz.io/model-name"] == main  # the controllers' pick
+
+    routable(e2e, main)
+    listed = [m.id for m in client(e2e).models.list()]
+    assert main in listed, listed
+    assert draft not in listed, listed
+    status, body = gateway_chat(e2e, draft)
+    assert status == 404, body[:300]
+    assert json.loads(body)["error"]["code"] == "model_not_found"
 
 
 def test_curl_sees_server_sent_events_framed_and_unbuffered(e2e: Environment, served_model: str) -> None:

@@ -1,6 +1,6 @@
-"""Imports point one way: runtime knows nothing of llmaz, apis nothing but itself, builders only apis, and the
-gateway and the scheduler extender only apis and runtime (they read the same objects as the controllers but never
-call into them).
+"""Imports point one way: runtime knows nothing of llmaz, apis nothing but itself (and the runtime's `Resource`, a
+value type that imports nothing, to name its resources with), builders only apis, and the gateway and the scheduler
+extender only apis and runtime (they read the same objects as the controllers but never call into them).
 
 The rules are checked on the source text (every `import` and `from ... import`, including ones inside functions),
 so a wrong-way import fails here before it becomes a tangle.
@@ -20,7 +20,7 @@ SRC = ROOT / "src"
 # package prefix -> the llmaz packages it may import (itself always allowed)
 RULES: dict[str, tuple[str, ...]] = {
     "llmaz.runtime": (),
-    "llmaz.apis": (),
+    "llmaz.apis": ("llmaz.runtime.resource",),
     "llmaz.controllers.builders": ("llmaz.apis",),
     # The flavor decision and the fit are pure: objects and times in, answers out; the informers are `capacity`'s.
     "llmaz.controllers.flavors.fit": ("llmaz.apis",),
@@ -28,6 +28,10 @@ RULES: dict[str, tuple[str, ...]] = {
     "llmaz.settings": ("llmaz.apis",),
     "llmaz.loader": ("llmaz.apis.constants", "llmaz.apis.modelpath", "llmaz.apis.uri"),
     "llmaz.gateway": ("llmaz.apis", "llmaz.runtime"),
+    # The gateway's three parts: the data path uses routing and scaling, scaling uses routing, never back.
+    "llmaz.gateway.routing": ("llmaz.apis", "llmaz.runtime"),
+    "llmaz.gateway.scaling": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing"),
+    "llmaz.gateway.proxy": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing", "llmaz.gateway.scaling"),
     "llmaz.schedext": ("llmaz.apis", "llmaz.runtime"),
     # The chart generator reads config/ through kustomize, never the code it deploys.
     "llmaz.chartgen": (),
@@ -84,6 +88,8 @@ def test_the_rules_see_the_packages_they_guard() -> None:
     assert any(_within(n, "llmaz.runtime") for n in names)
     assert any(_within(n, "llmaz.apis") for n in names)
     assert any(_within(n, "llmaz.gateway") for n in names)
+    for part in ("proxy", "routing", "scaling"):
+        assert any(_within(n, f"llmaz.gateway.{part}") for n in names), part
     assert any(_within(n, "llmaz.schedext") for n in names)
     assert "llmaz.envtest" in DEV_ONLY
     for dev in DEV_ONLY:

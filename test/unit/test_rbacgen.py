@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmaz.__main__ import add_scheduler_extender, parse_args
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers import setup
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.rbacgen import ROLE_FILES, main, render

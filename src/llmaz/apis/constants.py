@@ -30,6 +30,10 @@ LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
 # The LeaderWorkerSet release llmaz runs against (its CRD schema is vendored from it; the install hint names it).
 LWS_VERSION: Final = "v0.6.2"
 LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+# Scale to zero through llmaz-gateway (llmaz had none): a Playground opts in with its idle time, and the gateway's
+# replicas share the time of the last request they saw on the Playground (RFC 3339, UTC).
+SCALE_TO_ZERO_AFTER_ANNOTATION: Final = "llmaz.io/scale-to-zero-after"
+LAST_REQUEST_TIME_ANNOTATION: Final = "llmaz.io/last-request-time"
 
 # Model hubs, roles, presets and defaults.
 HUGGING_FACE: Final = "Huggingface"

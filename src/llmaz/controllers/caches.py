@@ -46,7 +46,7 @@ back (`common.write_status_if_changed`). The readers, which this list must follo
 from __future__ import annotations
 
 from llmaz.apis import constants as c
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.cache import FORBIDDEN, NOT_SERVED
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.cache.transform import Paths, applied_by, chain, drop_fields, keep_paths, strip_metadata

@@ -19,17 +19,11 @@ from pydantic import ValidationError
 from llmaz.apis import BackendRuntime, OpenModel, Playground, Service
 from llmaz.apis import constants as c
 from llmaz.apis.base import ApiModel
+from llmaz.apis.conditions import finding_reason, progressing_finding
 from llmaz.apis.core_v1alpha1 import ModelRef
+from llmaz.apis.resources import OPEN_MODELS
 from llmaz.apis.validation import FieldError
-from llmaz.controllers.builders import (
-    BuildError,
-    InvalidSpecError,
-    abort_status,
-    finding_reason,
-    main_first,
-    progressing_finding,
-)
-from llmaz.controllers.resources import OPEN_MODELS
+from llmaz.controllers.builders import BuildError, InvalidSpecError, abort_status, main_first
 from llmaz.runtime.cache import Obj, SharedInformerFactory, Store
 from llmaz.runtime.client import Client, NotFound
 from llmaz.runtime.client.applycheck import apply_is_noop

@@ -15,7 +15,7 @@ that still want one are relabelled by their apply anyway).
 from __future__ import annotations
 
 from llmaz.apis import constants as c
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.common import controller_uid
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.client import Client, NotFound, PatchType

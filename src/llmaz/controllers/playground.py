@@ -27,8 +27,8 @@ import contextlib
 
 from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
+from llmaz.apis import resources as r
 from llmaz.apis.validation import FieldError, validate_playground
-from llmaz.controllers import resources as r
 from llmaz.controllers.builders import (
     BackendRuntimeNotFoundError,
     BuildError,

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 
 from llmaz.apis import BackendRuntime, OpenModel
 from llmaz.apis import constants as c
+from llmaz.apis import resources as r
 from llmaz.apis.quantity import QuantityError, parse_quantity
-from llmaz.controllers import resources as r
 from llmaz.controllers.builders import BuildError, set_condition
 from llmaz.controllers.builders.render import render_arg
 from llmaz.controllers.builders.sources import loader_env

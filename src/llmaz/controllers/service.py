@@ -34,16 +34,16 @@ from typing import Any
 
 from llmaz.apis import Flavor, OpenModel, Service
 from llmaz.apis import constants as c
+from llmaz.apis import resources as r
+from llmaz.apis.serving import lb_service_name
 from llmaz.apis.validation import FieldError, validate_service
 from llmaz.controllers import indexes as ix
-from llmaz.controllers import resources as r
 from llmaz.controllers.builders import (
     BuildError,
     ChildConflictError,
     build_lb_service,
     build_leader_worker_set,
     diagnose_pods,
-    lb_service_name,
     ownership_conflict,
     service_model_refs,
     service_status,

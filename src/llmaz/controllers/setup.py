@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmaz.apis import constants as c
+from llmaz.apis import resources as r
+from llmaz.apis.serving import LB_SERVICE_SUFFIX
 from llmaz.controllers import indexes as ix
-from llmaz.controllers import resources as r
-from llmaz.controllers.builders import LB_SERVICE_SUFFIX
 from llmaz.controllers.caches import configure_caches, configure_fit_caches
 from llmaz.controllers.common import ParentReconciler
 from llmaz.controllers.flavors.capacity import NodeCapacity

@@ -1,19 +1,26 @@
-"""llmaz-gateway: one OpenAI-compatible endpoint for every model llmaz serves.
+"""llmaz-gateway: one OpenAI-compatible endpoint for every model llmaz serves, in three parts.
 
-A request travels:
+- `proxy`: the data path. The HTTP server and its request handler (`proxy.server`, read it top to bottom), API
+  keys, the request body, OpenAI errors, forwarding to an engine, token usage and metrics.
+- `routing`: which models are served and where. The catalog over the shared informers, the pure routing rules,
+  the one count of requests in flight (`routing.inflight`) and the balancer that picks an endpoint by it.
+- `scaling`: replicas on demand. Waking a model (`scaling.waker`: it only scales), and two controllers on the
+  runtime's controller machinery, keyed per Playground: idle detection and the `-lb` activator for direct
+  clients of a sleeping Playground.
 
-    client --POST /v1/chat/completions {"model": "m", ...}-->  server.Gateway (aiohttp)
-      --> auth.ApiKeys          Bearer key, when keys are configured (401)
-      --> body                  size and time bounds, JSON object, the model name (400/408/413)
-      --> catalog.Catalog       model -> `-lb` Services -> ready endpoints, from shared informers (404/503)
-      --> balancer              the endpoint with the fewest requests in flight
-      --> proxy.Proxy           forward, retry elsewhere before the first byte, relay chunk by chunk (502/504)
-      --> metrics, usage        counts, latencies and token usage, per model
+Imports point one way: `proxy` uses `routing` and `scaling`, `scaling` uses `routing`, and none of them the
+other way (test/unit/test_architecture.py). A request travels:
 
-A model with no ready endpoint whose Playground opted in to scale to zero is woken first (`waker`, rules in
-`scaletozero`). Clients that call a sleeping Playground's own `<name>-lb` Service reach the same server on the
-activator port, through an EndpointSlice the `activator` loop adds to that Service (rules in `activation`).
+    client --POST /v1/chat/completions {"model": "m", ...}-->  proxy.server.Gateway (aiohttp)
+      --> proxy.auth             Bearer key, when keys are configured (401)
+      --> proxy.body             size and time bounds, JSON object, the model name (400/408/413)
+      --> routing.catalog        model -> `-lb` Services -> ready endpoints, from shared informers (404)
+      --> routing.inflight       counted in flight until the answer ends (metrics, idle detection, balancing)
+      --> scaling.waker          no ready endpoint: a replica is asked for, then routing is waited on (503/504)
+      --> routing.balancer       the endpoint with the fewest requests in flight
+      --> proxy.forwarding       forward, retry elsewhere before the first byte, relay chunk by chunk (502/504)
+      --> proxy.metrics, usage   counts, latencies and token usage, per model
 
-`routes` holds the routing rules as pure functions of cached objects; `errors` makes OpenAI error objects.
-The gateway reads only llmaz's API objects and EndpointSlices: it never calls into the controllers.
+The gateway reads only llmaz's API objects and EndpointSlices (`llmaz.apis` is its contract with the
+controllers): it never calls into the controllers.
 """

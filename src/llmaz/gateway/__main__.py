@@ -14,19 +14,21 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from llmaz.gateway.activator import DEFAULT_PORT, Activator, ActivatorOptions
-from llmaz.gateway.auth import ApiKeys
-from llmaz.gateway.body import DEFAULT_MAX_BODY_BYTES
-from llmaz.gateway.catalog import Catalog
-from llmaz.gateway.metrics import GatewayMetrics
-from llmaz.gateway.proxy import ProxyOptions
-from llmaz.gateway.server import Gateway, GatewayOptions
-from llmaz.gateway.waker import WakeOptions, Waker
+from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
+from llmaz.gateway.proxy.forwarding import ProxyOptions
+from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.server import DEFAULT_MAX_CONNECTIONS, Gateway, GatewayOptions
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.scaling.activator import DEFAULT_PORT, Activator, ActivatorOptions, activator_controller
+from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
+from llmaz.gateway.scaling.scale import PlaygroundScale
+from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime import log
 from llmaz.runtime.address import split_host_port
-from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import in_cluster_namespace, load
-from llmaz.runtime.entrypoint import exit_status
+from llmaz.runtime.entrypoint import add_process_flags, exit_status, run_manager, start_logging
 from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.metrics_server import MetricsServer
 
@@ -82,21 +84,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--bind-address", default=":8000", help="OpenAI API address (default :8000)")
     add("--metrics-bind-address", default=":8080", help="/metrics address, plain HTTP; 0 disables it (default :8080)")
     add("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address (default :8081)")
-    add("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or $KUBECONFIG)")
     add("--api-keys-file", type=Path, default=None, help="file of accepted API keys, one per line (default: none)")
     add("--max-request-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES, help="largest request body")
     add("--header-timeout", type=_positive_float, default=30.0, help="seconds to receive request headers")
+    add("--max-connections", type=_positive_int, default=DEFAULT_MAX_CONNECTIONS, help="connections held per port")
     add("--body-timeout", type=_positive_float, default=60.0, help="seconds to receive a request body")
     add("--upstream-connect-timeout", type=_positive_float, default=5.0, help="seconds to connect to an engine")
     add("--upstream-timeout", type=_positive_float, default=300.0, help="seconds to wait for each engine read")
     add("--upstream-retries", type=int, default=2, choices=range(10), metavar="{0..9}", help="default 2")
     add("--drain-timeout", type=_positive_float, default=30.0, help="seconds in-flight requests get on stop")
-    add(
-        "--wake-timeout",
-        type=_positive_float,
-        default=300.0,
-        help="seconds a request is held while its model scales up from zero (default 300)",
-    )
+    add("--wake-timeout", type=_positive_float, default=300.0, help="seconds a request waits for a model to wake")
+    add("--hold-timeout", type=_positive_float, default=30.0, help="seconds a request waits for replicas to start")
     add(
         "--scale-to-zero",
         default="true",
@@ -125,8 +123,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="ADDRESS=TARGET",
         help="connect to TARGET for endpoints at ADDRESS, like curl's --resolve (repeatable; for debugging)",
     )
-    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    add("--log-format", default="auto", choices=["auto", "json", "console"])
+    add_process_flags(parser)
     args = parser.parse_args(argv)
     if args.gateway_service is None:
         args.gateway_service = default_gateway_service()
@@ -152,8 +149,11 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions:
         activator_address=activator_address(args),
         max_body_bytes=args.max_request_bytes,
         header_timeout=args.header_timeout,
+        max_connections=args.max_connections,
         body_timeout=args.body_timeout,
         drain_timeout=args.drain_timeout,
+        wake_timeout=args.wake_timeout,
+        hold_timeout=args.hold_timeout,
         proxy=ProxyOptions(
             connect_timeout=args.upstream_connect_timeout,
             read_timeout=args.upstream_timeout,
@@ -173,40 +173,40 @@ def load_api_keys(path: Path | None) -> ApiKeys | None:
     return keys
 
 
+def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
+    """The gateway's parts, on the manager's informers: routing, scaling (when on), the activator, the server."""
+    metrics = GatewayMetrics()
+    catalog = Catalog.watch(manager.informers, args.gateway_service)
+    recorder = manager.event_recorder("llmaz-gateway")
+    in_flight = InFlight()
+    scale = None
+    if args.scale_to_zero == "true":
+        scale = PlaygroundScale(manager.client, recorder)
+        manager.add(idle_controller(IdleDetector(catalog, scale, in_flight), catalog, in_flight))
+    waker = Waker(catalog, scale)
+    # Runs when disabled too: it then removes the slices an earlier configuration left behind.
+    options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
+    manager.add(activator_controller(Activator(manager.client, catalog, recorder, options), catalog))
+    gateway = Gateway(
+        catalog, gateway_options(args), api_keys=api_keys, metrics=metrics, in_flight=in_flight, waker=waker
+    )
+    manager.add(gateway)
+    manager.add_readyz_check("gateway", gateway.serving)
+    if args.metrics_bind_address != "0":
+        manager.add(MetricsServer(args.metrics_bind_address, secure=False, registry=metrics.registry))
+
+
 async def run(args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
-    client = Client(await load(args.kubeconfig))
-    try:
-        manager = Manager(
-            client,
-            ManagerOptions(
-                health_probe_bind_address=args.health_probe_bind_address,
-                graceful_shutdown_timeout=args.drain_timeout + SHUTDOWN_MARGIN,
-            ),
-        )
-        metrics = GatewayMetrics()
-        catalog = Catalog.watch(manager.informers, args.gateway_service)
-        recorder = manager.event_recorder("llmaz-gateway")
-        waker = None
-        if args.scale_to_zero == "true":
-            waker = Waker(client, catalog, recorder, WakeOptions(wake_timeout=args.wake_timeout))
-            manager.add(waker)
-        # Runs when disabled too: it then removes the slices an earlier configuration left behind.
-        options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
-        manager.add(Activator(client, catalog, recorder, options))
-        gateway = Gateway(catalog, gateway_options(args), api_keys=api_keys, metrics=metrics, waker=waker)
-        manager.add(gateway)
-        manager.add_readyz_check("gateway", gateway.serving)
-        if args.metrics_bind_address != "0":
-            manager.add(MetricsServer(args.metrics_bind_address, secure=False, registry=metrics.registry))
-        await manager.start()
-    finally:
-        await client.close()
+    options = ManagerOptions(
+        health_probe_bind_address=args.health_probe_bind_address,
+        graceful_shutdown_timeout=args.drain_timeout + SHUTDOWN_MARGIN,
+    )
+    await run_manager(await load(args.kubeconfig), options, lambda manager: add_runnables(manager, args, api_keys))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    log.configure(args.log_level, args.log_format)
-    logger = log.get_logger("llmaz.gateway")
+    logger = start_logging(args, "llmaz.gateway")
     try:
         api_keys = load_api_keys(args.api_keys_file)
     except (OSError, UnicodeDecodeError) as err:

@@ -1,12 +1,48 @@
-"""How a process built on the runtime ends: its main coroutine run to completion, and an exit status."""
+"""How a process built on the runtime starts and ends, the same for llmaz-manager and llmaz-gateway.
+
+- `add_process_flags`: the flags every such process takes (`--kubeconfig`, `--log-level`, `--log-format`).
+- `start_logging`: logging as those flags say, and the process's logger.
+- `run_manager`: a client, a Manager with what `setup` adds to it, run until SIGTERM or SIGINT (the Manager's
+  signal handling and stop order), the client closed however it ends.
+- `exit_status`: the process's main coroutine run to completion, and its exit status.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from llmaz.runtime import log
+from llmaz.runtime.client import Client
+from llmaz.runtime.client.config import RestConfig
 from llmaz.runtime.client.credentials import ConfigError
+from llmaz.runtime.manager import Manager, ManagerOptions
+
+
+def add_process_flags(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or $KUBECONFIG)")
+    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add("--log-format", default="auto", choices=["auto", "json", "console"])
+
+
+def start_logging(args: argparse.Namespace, logger: str) -> Any:
+    """Configure logging from `add_process_flags`' flags; the logger called `logger`."""
+    log.configure(args.log_level, args.log_format)
+    return log.get_logger(logger)
+
+
+async def run_manager(config: RestConfig, options: ManagerOptions, setup: Callable[[Manager], None]) -> None:
+    """Run a Manager over a client of `config`, after `setup(manager)` has added its runnables and checks."""
+    client = Client(config)
+    try:
+        manager = Manager(client, options)
+        setup(manager)
+        await manager.start()
+    finally:
+        await client.close()
 
 
 def exit_status(main: Coroutine[Any, Any, None], logger: Any, process: str) -> int:

@@ -111,16 +111,6 @@ class Checker:
         return web.Response(status=200 if healthy else 500, text="\n".join(lines) + "\n")
 
 
-def parse_bind_address(address: str) -> tuple[str, int]:
-    """ ":8081" -> ("0.0.0.0", 8081); "127.0.0.1:0" -> ("127.0.0.1", 0); "[::1]:0" -> ("::1", 0).
-
-    For servers that bind with aiohttp's TCPSite: an empty host is IPv4's every interface. The servers here
-    bind with `llmaz.runtime.listener`, where an empty host is every interface of both families.
-    """
-    host, port = split_host_port(address)
-    return (host or "0.0.0.0", port)
-
-
 class HealthProbeServer:
     """A Runnable serving /healthz and /readyz; a "ping" liveness check is always present."""
 

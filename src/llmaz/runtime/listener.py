@@ -130,7 +130,7 @@ class Connections:
 class ListenerSite(web.BaseSite):
     """A site serving `runner`'s HTTP server on a bound socket, through the two stages of the module doc."""
 
-    __slots__ = ("_accepting", "_connections", "_limits", "_name", "_opening", "_served", "_slots", "_sock")
+    __slots__ = ("_accepting", "_connections", "_held", "_limits", "_name", "_opening", "_served", "_slots", "_sock")
 
     def __init__(
         self,
@@ -148,6 +148,7 @@ class ListenerSite(web.BaseSite):
         host, port = sock.getsockname()[:2]
         self._name = f"{'https' if ssl_context else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
         self._slots = asyncio.Semaphore(self._limits.max_connections)
+        self._held = 0
         self._served = asyncio.Semaphore(self._limits.max_served)
         self._accepting: asyncio.Task[None] | None = None
         self._opening: set[asyncio.Task[None]] = set()
@@ -155,6 +156,11 @@ class ListenerSite(web.BaseSite):
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def held(self) -> int:
+        """Connections this site holds now, waiting for their first message or served: at most `max_connections`."""
+        return self._held
 
     async def start(self) -> None:
         await super().start()  # registers the site, so that runner.cleanup() stops it
@@ -183,6 +189,7 @@ class ListenerSite(web.BaseSite):
             except BaseException:
                 self._slots.release()
                 raise
+            self._held += 1
             task = asyncio.create_task(self._open(conn))
             self._opening.add(task)
             task.add_done_callback(self._opening.discard)
@@ -196,6 +203,7 @@ class ListenerSite(web.BaseSite):
                 self._served.release()
             if held["slot"]:
                 held["slot"] = False
+                self._held -= 1
                 self._slots.release()
 
         timeout = self._limits.first_message_timeout
@@ -263,6 +271,13 @@ async def start_site(
         raise
     bound: int = sock.getsockname()[1]
     return bound
+
+
+async def stop_accepting(runner: web.BaseRunner) -> None:
+    """Stop every site of `runner`: nothing new is accepted (a connection still waiting for its first message is
+    closed); the served connections stay, for `Connections.drain` and the runner's cleanup."""
+    for site in list(runner.sites):
+        await site.stop()
 
 
 @contextlib.asynccontextmanager

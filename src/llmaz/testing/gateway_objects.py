@@ -27,11 +27,13 @@ def playground(name: str, model: str, namespace: str = NAMESPACE) -> Obj:
 
 
 def inference_service(name: str, *models: str, namespace: str = NAMESPACE) -> Obj:
+    """An inference Service claiming `models`: the first is the main one, any other a draft (as admission requires)."""
+    claims = [{"name": m} if i == 0 else {"name": m, "role": "draft"} for i, m in enumerate(models)]
     return {
         "apiVersion": "inference.llmaz.io/v1alpha1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"modelClaims": {"models": [{"name": m} for m in models]}, "workloadTemplate": {}},
+        "spec": {"modelClaims": {"models": claims}, "workloadTemplate": {}},
     }
 
 
@@ -43,7 +45,10 @@ def endpoint_slice(
     namespace: str = NAMESPACE,
     port_name: str = "http",
 ) -> Obj:
-    """A slice of `service`: each endpoint is (address, ready, terminating); None leaves a condition unset."""
+    """A slice of `service`: each endpoint is (address, ready, terminating); None leaves a condition unset.
+
+    The slice of a `-lb` Service carries `app.kubernetes.io/managed-by: llmaz`, as the EndpointSlice controller copies
+    it from the Service the manager made."""
 
     def conditions(ready: bool | None, terminating: bool | None) -> Obj:
         found: Obj = {}
@@ -53,14 +58,13 @@ def endpoint_slice(
             found["terminating"] = terminating
         return found
 
+    labels = {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "x"}
+    if service.endswith("-lb"):
+        labels["app.kubernetes.io/managed-by"] = "llmaz"
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "x"},
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "addressType": "IPv4",
         "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
         "endpoints": [

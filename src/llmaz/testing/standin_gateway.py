@@ -29,9 +29,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from llmaz.gateway.catalog import Catalog
-from llmaz.gateway.metrics import GatewayMetrics
-from llmaz.gateway.server import Gateway, GatewayOptions
+from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.server import Gateway, GatewayOptions
+from llmaz.gateway.routing.catalog import Catalog
 from llmaz.runtime import log
 from llmaz.testing.gateway_objects import endpoint_slice, open_model, playground
 from llmaz.testing.informer import FakeInformer
@@ -149,7 +149,7 @@ def _cluster(model: str, engine_address: str, engine_port: int) -> Catalog:
     slices.add(slice_)
     for informer in informers:
         informer.mark_synced()
-    return Catalog(playgrounds, services, open_models, slices)
+    return Catalog(playgrounds, services, open_models, [slices])
 
 
 @contextlib.asynccontextmanager

@@ -1,5 +1,5 @@
 """Playground admission: the model-name label default, the validation rules (`llmaz.apis.validation`, shared
-with the reconciler), and reference warnings."""
+with the reconciler), the annotations only admission checks, and reference warnings."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from typing import Any
 
 from llmaz.apis import Playground
 from llmaz.apis import constants as c
+from llmaz.apis.scaletozero import IDLE_TIME_RULE, parse_idle_time
+from llmaz.apis.serving import is_main
+from llmaz.apis.validation.field import FieldError, invalid
 from llmaz.apis.validation.playground import is_speculative
 from llmaz.webhooks.lookup import (
     ReferenceLookup,
@@ -41,10 +44,36 @@ def _main_model_name(spec: dict[str, Any]) -> str:
     found = ""
     models = claims.get("models") if isinstance(claims, dict) else None
     for model in models if isinstance(models, list) else []:
-        if isinstance(model, dict) and model.get("role") in (None, c.MAIN_ROLE):
+        if isinstance(model, dict) and is_main(model.get("role")):
             name = model.get("name")
             found = name if isinstance(name, str) else ""
     return found
+
+
+SCALE_TO_ZERO_AFTER_PATH = f"metadata.annotations[{c.SCALE_TO_ZERO_AFTER_ANNOTATION}]"
+
+
+def _annotations(obj: dict[str, Any] | None) -> dict[str, Any]:
+    meta = (obj or {}).get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def validate_playground_annotations(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    """`llmaz.io/scale-to-zero-after`, when set, must be an idle time the gateway accepts (`llmaz.apis.scaletozero`).
+
+    Admission only: the reconcilers never read it, and the gateway turns scale to zero off for a bad value it finds
+    stored. On UPDATE (`old` given) only a changed value is checked, so a Playground stored with a bad value
+    before this check can still be updated, and deleted once its finalizers go.
+    """
+    value = _annotations(obj).get(c.SCALE_TO_ZERO_AFTER_ANNOTATION)
+    if value is None or (old is not None and _annotations(old).get(c.SCALE_TO_ZERO_AFTER_ANNOTATION) == value):
+        return []
+    try:
+        parse_idle_time(str(value))
+    except ValueError:
+        return [invalid(SCALE_TO_ZERO_AFTER_PATH, value, IDLE_TIME_RULE)]
+    return []
 
 
 def playground_warnings(playground: Playground, lookup: ReferenceLookup | None) -> list[str]:
@@ -59,7 +88,7 @@ def playground_warnings(playground: Playground, lookup: ReferenceLookup | None) 
     if spec.model_claim is not None:
         warnings += flavor_warnings(lookup, spec.model_claim.model_name, spec.model_claim.inference_flavors)
     elif spec.model_claims is not None:
-        main = next((m.name for m in spec.model_claims.models or [] if m.role in (None, c.MAIN_ROLE)), None)
+        main = next((m.name for m in spec.model_claims.models or [] if is_main(m.role)), None)
         warnings += flavor_warnings(lookup, main, spec.model_claims.inference_flavors)
     runtime = spec.backend_runtime_config
     backend = (runtime.backend_name if runtime else None) or c.DEFAULT_BACKEND_NAME

@@ -6,7 +6,9 @@ This registry is the single source for both the server routes and `config/webhoo
 Handlers:
 - mutating: apply the kind's defaulter to the raw object and answer with the JSON Patch (never deny);
 - validating: decode the object, deny with the aggregate of every field error (403), else allow; warnings about
-  missing references (and other surprises) are attached either way. DELETE is always allowed.
+  missing references (and other surprises) are attached either way. DELETE is always allowed. The field errors
+  are the kind's validation rules (shared with its reconciler) and, for some kinds, rules that only admission
+  applies, on the raw object and the stored one (`validate_raw`).
 - a request for another kind, or an object that does not decode, is answered with a 400-coded denial.
 """
 
@@ -38,7 +40,7 @@ from llmaz.runtime.webhook import (
 from llmaz.webhooks.backendruntime import validate_backendruntime
 from llmaz.webhooks.lookup import ReferenceLookup
 from llmaz.webhooks.openmodel import default_openmodel, openmodel_warnings, validate_openmodel
-from llmaz.webhooks.playground import default_playground, playground_warnings
+from llmaz.webhooks.playground import default_playground, playground_warnings, validate_playground_annotations
 from llmaz.webhooks.service import service_warnings
 
 MUTATING_CONFIGURATION: Final = "llmaz-mutating-webhook-configuration"
@@ -50,6 +52,8 @@ Now = Callable[[], datetime]
 Defaulter = Callable[[dict[str, Any], dict[str, Any] | None, datetime], dict[str, Any]]
 Validator = Callable[[Any, bool], list[FieldError]]
 Warner = Callable[[Any, ReferenceLookup | None], list[str]]
+# (raw object, the stored raw object on UPDATE else None) -> field errors
+RawValidator = Callable[[dict[str, Any], dict[str, Any] | None], list[FieldError]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,7 @@ class KindRules:
     default: Defaulter | None
     validate: Validator
     warn: Warner
+    validate_raw: RawValidator | None = None
 
     @property
     def path_stem(self) -> str:
@@ -78,7 +83,8 @@ KINDS: Final = (
               lambda obj, old, now: default_openmodel(obj, now, old),
               validate_openmodel, lambda obj, _: openmodel_warnings(obj)),
     KindRules("Playground", c.INFERENCE_GROUP, "playgrounds", Playground,
-              lambda obj, _, __: default_playground(obj), validate_playground, playground_warnings),
+              lambda obj, _, __: default_playground(obj), validate_playground, playground_warnings,
+              validate_playground_annotations),
     KindRules("Service", c.INFERENCE_GROUP, "services", Service, None, validate_service, service_warnings),
 )  # fmt: skip
 
@@ -129,6 +135,9 @@ def _validating(rules: KindRules, lookup: ReferenceLookup | None) -> Handler:
         except ValidationError as exc:
             return errored(400, f"couldn't decode {rules.kind}: {_summary(exc)}")
         errors = rules.validate(obj, request.operation == "CREATE")
+        if rules.validate_raw is not None:
+            old = request.old_object if request.operation == "UPDATE" else None
+            errors += rules.validate_raw(request.object, old)
         response = denied(aggregate(errors)) if errors else allowed()
         return response.with_warnings(rules.warn(obj, lookup))
 

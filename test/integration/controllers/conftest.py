@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.envtest import Cluster
 from llmaz.runtime.client import Client

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.client import Client, NotFound
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.setup import ControllerSettings
 from llmaz.envtest import Cluster
 from llmaz.runtime.client import Client, PatchType

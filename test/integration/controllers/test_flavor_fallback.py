@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest_asyncio
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.client import Client
 from llmaz.runtime.events import EVENTS
 from llmaz.runtime.manager import Manager

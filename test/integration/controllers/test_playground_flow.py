@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.client import Client
 from llmaz.runtime.manager import Manager
 from llmaz.testing.waiting import eventually

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.indexes import MODEL_POD_SELECTOR
 from llmaz.runtime.client import Client
 from llmaz.runtime.events import EVENTS

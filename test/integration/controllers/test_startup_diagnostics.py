@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.caches import LWS_FIX
 from llmaz.controllers.globalconfig import DEPLOY_FIX
 from llmaz.controllers.setup import ControllerSettings

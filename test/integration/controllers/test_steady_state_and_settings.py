@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.runtime.client import Client
 from llmaz.runtime.manager import Manager
 from llmaz.runtime.metrics import REGISTRY

@@ -38,12 +38,14 @@ def _objects(namespace: str, model: str, engine_port: int) -> tuple[dict[str, An
         "metadata": {"name": "pg", "namespace": namespace},
         "spec": {"modelClaim": {"modelName": model}},
     }
-    # What the EndpointSlice controller writes for the `pg-lb` Service once the engine's pod is ready. The pod IP
-    # is ENGINE_ADDRESS, which the gateway is told to reach at 127.0.0.1 (see conftest).
+    # What the EndpointSlice controller writes for the `pg-lb` Service once the engine's pod is ready, with the
+    # Service's own label (the manager's), which it copies onto the slice. The pod IP is ENGINE_ADDRESS, which the
+    # gateway is told to reach at 127.0.0.1 (see conftest).
+    labels = {"kubernetes.io/service-name": "pg-lb", "app.kubernetes.io/managed-by": "llmaz"}
     endpoint_slice = {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
-        "metadata": {"name": "pg-lb-abcde", "namespace": namespace, "labels": {"kubernetes.io/service-name": "pg-lb"}},
+        "metadata": {"name": "pg-lb-abcde", "namespace": namespace, "labels": labels},
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": engine_port, "protocol": "TCP"}],
         "endpoints": [{"addresses": [ENGINE_ADDRESS], "conditions": {"ready": True, "serving": True}}],

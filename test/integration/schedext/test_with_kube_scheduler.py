@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.caches import configure_caches
 from llmaz.envtest import Cluster
 from llmaz.envtest.scheduler import kube_scheduler_with_extender

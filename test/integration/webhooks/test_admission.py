@@ -128,3 +128,27 @@ async def test_missing_references_are_admitted_with_warnings_kubectl_prints(
     assert result.returncode == 0, result.stderr
     assert re.search(r"Warning: OpenModel 'nope' not found", result.stderr)
     assert "Warning: BackendRuntime 'vllm' has no recommended config 'fast'" in result.stderr
+
+
+async def test_a_scale_to_zero_after_that_is_no_duration_is_denied_on_create_and_when_changed(
+    control_plane: Cluster, client: Client, namespace: str
+) -> None:
+    bad = yaml.safe_load(manifest("Playground", "sleepy", {"modelClaim": {"modelName": "m"}}, namespace))
+    bad["metadata"]["annotations"] = {"llmaz.io/scale-to-zero-after": "5 minutes"}
+    denied = await kubectl(control_plane, "create", "-f", "-", input=yaml.safe_dump(bad))
+    assert denied.returncode != 0
+    assert (
+        'admission webhook "vplayground.kb.io" denied the request: metadata.annotations[llmaz.io/scale-to-zero-after]: '
+        'Invalid value: "5 minutes": must be a duration of at least 10s: seconds or h/m/s units, e.g. 300, 90s, 5m, '
+        "1h30m"
+    ) in denied.stderr
+
+    bad["metadata"]["annotations"] = {"llmaz.io/scale-to-zero-after": "5m"}
+    created = await client.create(PLAYGROUNDS, bad)
+    assert created["metadata"]["annotations"]["llmaz.io/scale-to-zero-after"] == "5m"
+    changed = await kubectl(
+        control_plane, "annotate", "--overwrite", "-n", namespace, "playground", "sleepy",
+        "llmaz.io/scale-to-zero-after=9s",
+    )  # fmt: skip
+    assert changed.returncode != 0
+    assert 'Invalid value: "9s": must be a duration of at least 10s' in changed.stderr

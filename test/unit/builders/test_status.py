@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from llmaz.apis import Playground, Service
+from llmaz.apis.conditions import progressing_finding
 from llmaz.controllers.builders import (
     PodFinding,
     abort_status,
     playground_status,
-    progressing_finding,
     service_status,
     set_condition,
 )

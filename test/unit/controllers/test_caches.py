@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from llmaz.apis import constants as c
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.builders import build_hpa, build_lb_service, build_leader_worker_set, diagnose_pod
 from llmaz.controllers.caches import (
     CHILD_SELECTOR,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from llmaz.apis import resources as r
 from llmaz.controllers import indexes as ix
-from llmaz.controllers import resources as r
 from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.service import ServiceReconciler

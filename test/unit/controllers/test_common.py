@@ -7,8 +7,8 @@ from typing import Any, cast
 import pytest
 
 from llmaz.apis import OpenModel, Playground
+from llmaz.apis.resources import PLAYGROUNDS
 from llmaz.controllers.common import ParsedByVersion, parse_cached, record_new_finding, write_status_if_changed
-from llmaz.controllers.resources import PLAYGROUNDS
 from llmaz.runtime.client import Client
 from llmaz.runtime.controller import TerminalError
 from llmaz.runtime.events import EventRecorder

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.readiness import model_reconciler

@@ -10,8 +10,8 @@ import copy
 from datetime import timedelta
 from typing import Any
 
+from llmaz.apis import resources as r
 from llmaz.controllers import indexes as ix
-from llmaz.controllers import resources as r
 from llmaz.controllers.flavors.capacity import BOUND_POD_SELECTOR, NodeCapacity
 from llmaz.controllers.service import CAPACITY_SYNC_RECHECK, ServiceReconciler
 from llmaz.runtime.controller import Request, Result

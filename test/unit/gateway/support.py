@@ -20,13 +20,13 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from llmaz.gateway.auth import ApiKeys
-from llmaz.gateway.balancer import LeastOutstanding
-from llmaz.gateway.catalog import Catalog
-from llmaz.gateway.metrics import GatewayMetrics
-from llmaz.gateway.routes import Endpoint
-from llmaz.gateway.server import Gateway, GatewayOptions
-from llmaz.gateway.waker import Waker
+from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.server import Gateway, GatewayOptions
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.scaling.waker import Waker
 
 # Re-exported: the gateway tests build their objects with these.
 from llmaz.testing.gateway_objects import NAMESPACE as NAMESPACE
@@ -164,7 +164,7 @@ class Cluster:
     core_services: FakeInformer = field(default_factory=FakeInformer)
 
     def catalog(self) -> Catalog:
-        return Catalog(self.playgrounds, self.services, self.open_models, self.slices, self.core_services)
+        return Catalog(self.playgrounds, self.services, self.open_models, [self.slices], self.core_services)
 
     def synced(self) -> Cluster:
         for informer in (self.playgrounds, self.services, self.open_models, self.slices, self.core_services):
@@ -206,7 +206,7 @@ async def running_gateway(
     options: GatewayOptions | None = None,
     *,
     api_keys: ApiKeys | None = None,
-    balancer: LeastOutstanding | None = None,
+    in_flight: InFlight | None = None,
     catalog: Catalog | None = None,
     waker: Waker | None = None,
 ) -> AsyncIterator[RunningGateway]:
@@ -217,7 +217,7 @@ async def running_gateway(
         dataclasses.replace(opts, bind_address="127.0.0.1:0"),
         api_keys=api_keys,
         metrics=GatewayMetrics(process_collectors=False),
-        balancer=balancer,
+        in_flight=in_flight,
         waker=waker,
     )
     stopping = asyncio.Event()

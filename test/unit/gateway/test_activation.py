@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from llmaz.gateway import activation, routes, scaletozero
-from llmaz.gateway.activation import Action
+from llmaz.apis import constants as c
+from llmaz.gateway.routing import routes
+from llmaz.gateway.scaling import activation
+from llmaz.gateway.scaling.activation import Action
 
 from .support import NAMESPACE, endpoint_slice, lb_service, playground
 
@@ -20,7 +22,7 @@ def asleep(after: str | None = "5m") -> dict[str, Any]:
     found = playground("p", "m")
     found["metadata"]["uid"] = "uid-p"
     if after is not None:
-        found["metadata"]["annotations"] = {scaletozero.SCALE_TO_ZERO_AFTER: after}
+        found["metadata"]["annotations"] = {c.SCALE_TO_ZERO_AFTER_ANNOTATION: after}
     found["spec"]["replicas"] = 0
     return found
 

@@ -1,4 +1,4 @@
-"""The `-lb` activator loop against fake informers and a fake API, and the activator listener.
+"""The `-lb` activator against fake informers and a fake API, and the activator listener.
 
 The fake API writes EndpointSlices into the fake slice informer the way the API server and the gateway's
 informer would (uid and resourceVersion set, the cache's transform applied), so the catalog sees each write as
@@ -13,16 +13,21 @@ import copy
 import functools
 from typing import Any, cast
 
-from llmaz.gateway import routes, scaletozero
-from llmaz.gateway.activator import Activator, ActivatorOptions
-from llmaz.gateway.auth import ApiKeys
-from llmaz.gateway.catalog import ENDPOINT_SLICES, Catalog
-from llmaz.gateway.server import GatewayOptions
-from llmaz.gateway.waker import WakeOptions, Waker
+from llmaz.apis import constants as c
+from llmaz.apis.resources import ENDPOINT_SLICES
+from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.server import GatewayOptions
+from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.scaling.activator import Activator, ActivatorOptions, activator_controller
+from llmaz.gateway.scaling.scale import PlaygroundScale
+from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.errors import error_from_status
+from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import EventRecorder
 from llmaz.runtime.resource import Resource
+from llmaz.testing.runnables import stop
 
 from .support import (
     NAMESPACE,
@@ -122,7 +127,7 @@ class FakeSliceApi:
 def asleep(name: str = "p", model: str = "m") -> dict[str, Any]:
     found = playground(name, model)
     found["metadata"] |= {"uid": f"uid-{name}", "creationTimestamp": "2027-01-15T07:00:00Z"}
-    found["metadata"]["annotations"] = {scaletozero.SCALE_TO_ZERO_AFTER: "5m"}
+    found["metadata"]["annotations"] = {c.SCALE_TO_ZERO_AFTER_ANNOTATION: "5m"}
     found["spec"]["replicas"] = 0
     return found
 
@@ -144,11 +149,13 @@ def world(*gateway_addresses: str) -> tuple[Cluster, FakeSliceApi, Events, Catal
     return cluster, api, events, catalog
 
 
-def activator(
-    api: FakeSliceApi, catalog: Catalog, events: Events, port: int = 8001, resync: float = 3600.0
-) -> Activator:
-    options = ActivatorOptions(port=port, gateway_service=GATEWAY_SERVICE, resync_interval=resync)
+def activator(api: FakeSliceApi, catalog: Catalog, events: Events, port: int = 8001) -> Activator:
+    options = ActivatorOptions(port=port, gateway_service=GATEWAY_SERVICE)
     return Activator(cast(Client, api), catalog, cast(EventRecorder, events), options)
+
+
+P = Request(NAMESPACE, "p")  # the Playground's key
+DONE = Result()
 
 
 def reasons(events: Events) -> list[str]:
@@ -159,7 +166,7 @@ async def test_a_sleeping_playground_gets_a_slice_of_the_ready_gateway_pods_and_
     _, api, events, catalog = world("10.1.0.1", "10.1.0.2")
     loop = activator(api, catalog, events)
     for _ in range(3):
-        assert await loop.reconcile()
+        assert await loop.reconcile(P) == DONE
     assert api.writes == [("create", SLICE_KEY, ["10.1.0.1", "10.1.0.2"])]
     created = api.live[SLICE_KEY]
     assert created["ports"] == [{"name": "http", "port": 8001, "protocol": "TCP"}]
@@ -178,25 +185,28 @@ async def test_a_sleeping_playground_gets_a_slice_of_the_ready_gateway_pods_and_
 async def test_two_replicas_create_the_slice_once_and_record_one_event() -> None:
     _, api, events, catalog = world("10.1.0.1")
     first, second = activator(api, catalog, events), activator(api, catalog, events)
-    assert all(await asyncio.gather(first.reconcile(), second.reconcile()))
+    assert list(await asyncio.gather(first.reconcile(P), second.reconcile(P))) == [DONE, DONE]
     assert [verb for verb, _, _ in api.writes] == ["create"]
     assert reasons(events) == ["ActivatorEnabled"]
 
 
-async def test_a_gateway_rollout_updates_the_addresses_at_once_without_waiting_for_a_resync() -> None:
-    _, api, events, catalog = world("10.1.0.1", "10.1.0.2")
-    loop = activator(api, catalog, events, resync=3600.0)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(loop.run(stopping))
+async def controller_writes_twice(api: FakeSliceApi, catalog: Catalog, events: Events, change: dict[str, Any]) -> None:
+    """Run the activator's controller until its first write, `api.put(change)`, then until its next write."""
+    controller = activator_controller(activator(api, catalog, events), catalog)
+    task = asyncio.create_task(controller.run())
     try:
         await asyncio.wait_for(api.written.wait(), WAIT)
         api.written.clear()
-        # The rollout: a new pod is ready, the old ones terminate.
-        api.put(gateway_pods("10.1.0.7", terminating=("10.1.0.1", "10.1.0.2")))
+        api.put(change)
         await asyncio.wait_for(api.written.wait(), WAIT)
     finally:
-        stopping.set()
-        await asyncio.wait_for(task, WAIT)
+        await stop(task, WAIT)
+
+
+async def test_a_gateway_rollout_updates_the_addresses_at_once_without_waiting_for_a_resync() -> None:
+    _, api, events, catalog = world("10.1.0.1", "10.1.0.2")
+    # The rollout: a new pod is ready, the old ones terminate.
+    await controller_writes_twice(api, catalog, events, gateway_pods("10.1.0.7", terminating=("10.1.0.1", "10.1.0.2")))
     assert api.writes == [
         ("create", SLICE_KEY, ["10.1.0.1", "10.1.0.2"]),
         ("update", SLICE_KEY, ["10.1.0.7"]),
@@ -207,27 +217,27 @@ async def test_a_gateway_rollout_updates_the_addresses_at_once_without_waiting_f
 async def test_the_slice_is_removed_once_the_model_is_ready_with_one_event_and_back_when_it_sleeps() -> None:
     _, api, events, catalog = world("10.1.0.1")
     loop = activator(api, catalog, events)
-    assert await loop.reconcile()
+    assert await loop.reconcile(P) == DONE
     api.put(endpoint_slice("p-lb-xyz12", "p-lb", 8080, ("10.0.0.5", True, False)))  # the engine is ready
     for _ in range(2):
-        assert await loop.reconcile()
+        assert await loop.reconcile(P) == DONE
     assert SLICE_KEY not in api.live
     assert reasons(events) == ["ActivatorEnabled", "ActivatorRemoved"]
     assert events.recorded[-1][3] == "Deleted EndpointSlice p-lb-activator: the Playground has a ready endpoint"
     api.put(endpoint_slice("p-lb-xyz12", "p-lb", 8080, ("10.0.0.5", True, True)))  # asleep again: terminating
-    assert await loop.reconcile()
+    assert await loop.reconcile(P) == DONE
     assert SLICE_KEY in api.live
     assert reasons(events) == ["ActivatorEnabled", "ActivatorRemoved", "ActivatorEnabled"]
 
 
 async def test_a_deletion_two_replicas_race_for_succeeds_once() -> None:
     cluster, api, events, catalog = world("10.1.0.1")
-    assert await activator(api, catalog, events).reconcile()
+    assert await activator(api, catalog, events).reconcile(P) == DONE
     opted_out = asleep()
     del opted_out["metadata"]["annotations"]
     cluster.playgrounds.update(opted_out)
     first, second = activator(api, catalog, events), activator(api, catalog, events)
-    assert all(await asyncio.gather(first.reconcile(), second.reconcile()))
+    assert list(await asyncio.gather(first.reconcile(P), second.reconcile(P))) == [DONE, DONE]
     assert [verb for verb, _, _ in api.writes] == ["create", "delete"]
     assert reasons(events) == ["ActivatorEnabled", "ActivatorRemoved"]
     assert "did not opt in" in events.recorded[-1][3]
@@ -235,8 +245,8 @@ async def test_a_deletion_two_replicas_race_for_succeeds_once() -> None:
 
 async def test_with_the_activator_disabled_a_pass_removes_what_an_earlier_run_left() -> None:
     _, api, events, catalog = world("10.1.0.1")
-    assert await activator(api, catalog, events).reconcile()
-    assert await activator(api, catalog, events, port=0).reconcile()
+    assert await activator(api, catalog, events).reconcile(P) == DONE
+    assert await activator(api, catalog, events, port=0).reconcile(P) == DONE
     assert SLICE_KEY not in api.live
     assert events.recorded[-1][2:] == (
         "ActivatorRemoved",
@@ -251,10 +261,10 @@ async def test_a_slice_of_its_name_managed_by_someone_else_is_never_updated_or_d
     api.put(theirs)
     loop = activator(api, catalog, events)
     for _ in range(2):
-        assert await loop.reconcile()
+        assert await loop.reconcile(P) == DONE
     ready = endpoint_slice("p-lb-xyz12", "p-lb", 8080, ("10.0.0.5", True, False))
     api.put(ready)  # now not wanted at all: still not deleted
-    assert await loop.reconcile()
+    assert await loop.reconcile(P) == DONE
     assert api.writes == []
     assert api.live[SLICE_KEY]["ports"][0]["port"] == 9999
     assert reasons(events) == ["ActivatorBlocked"]
@@ -263,14 +273,43 @@ async def test_a_slice_of_its_name_managed_by_someone_else_is_never_updated_or_d
 
 async def test_a_slice_taken_over_after_the_cache_saw_it_is_not_written() -> None:
     _, api, events, catalog = world("10.1.0.1")
-    assert await activator(api, catalog, events).reconcile()
+    assert await activator(api, catalog, events).reconcile(P) == DONE
     # Someone else relabels it on the server; the cache has not seen that yet.
     api.live[SLICE_KEY]["metadata"]["labels"][routes.MANAGED_BY_LABEL] = "someone-else"
     api.live[SLICE_KEY]["metadata"]["resourceVersion"] = "99"
     api.cluster.slices.store.objects["llmaz-system/llmaz-gateway-abcde"]["endpoints"] = []  # wants an update
     api.version = 100
-    assert await activator(api, catalog, events).reconcile()
+    assert await activator(api, catalog, events).reconcile(P) == DONE
     assert [verb for verb, _, _ in api.writes] == ["create"]
+
+
+async def test_someone_elses_slice_of_its_name_outside_the_cache_is_read_when_the_create_is_refused() -> None:
+    _, api, events, catalog = world("10.1.0.1")
+    # Not labelled as llmaz's or the activator's: the gateway's informers never select it.
+    api.live[SLICE_KEY] = endpoint_slice("p-lb-activator", "other", 9999, ("10.9.9.9", True, None))
+    loop = activator(api, catalog, events)
+    for _ in range(2):
+        assert await loop.reconcile(P) == DONE
+    assert api.writes == []
+    assert reasons(events) == ["ActivatorBlocked"]  # once
+
+
+async def test_the_slice_of_a_deleted_playground_is_deleted_without_an_event() -> None:
+    cluster, api, events, catalog = world("10.1.0.1")
+    loop = activator(api, catalog, events)
+    assert await loop.reconcile(P) == DONE
+    cluster.playgrounds.delete(asleep())
+    assert await loop.reconcile(P) == DONE
+    assert [verb for verb, _, _ in api.writes] == ["create", "delete"]
+    assert reasons(events) == ["ActivatorEnabled"]
+
+
+async def test_the_controller_follows_the_engine_becoming_ready_through_the_lb_slices() -> None:
+    _, api, events, catalog = world("10.1.0.1")
+    engine_ready = endpoint_slice("p-lb-xyz12", "p-lb", 8080, ("10.0.0.5", True, False))
+    await controller_writes_twice(api, catalog, events, engine_ready)
+    assert [verb for verb, _, _ in api.writes] == ["create", "delete"]
+    assert reasons(events) == ["ActivatorEnabled", "ActivatorRemoved"]
 
 
 async def test_a_request_to_the_activator_port_for_a_sleeping_model_is_held_until_it_wakes() -> None:
@@ -279,7 +318,7 @@ async def test_a_request_to_the_activator_port_for_a_sleeping_model_is_held_unti
         cluster.open_models.add(open_model("m"))
         cluster.playgrounds.add(asleep())
         api, events, catalog = FakeApi(cluster.playgrounds), Events(), cluster.catalog()
-        waker = Waker(cast(Client, api), catalog, cast(EventRecorder, events), WakeOptions(wake_timeout=WAIT))
+        waker = Waker(catalog, PlaygroundScale(cast(Client, api), cast(EventRecorder, events)))
         api.on_scaled.append(engine_starts(cluster, engine.endpoint))
         options = GatewayOptions(activator_address="127.0.0.1:0")
         async with running_gateway(cluster, options, catalog=catalog, waker=waker) as gw:

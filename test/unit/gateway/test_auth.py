@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmaz.gateway.auth import ApiKeys, parse_keys
-from llmaz.gateway.errors import OpenAIError
+from llmaz.gateway.proxy.auth import ApiKeys, parse_keys
+from llmaz.gateway.proxy.errors import OpenAIError
 from llmaz.testing.clock import FakeClock
 
 from .support import Cluster, engines, running_gateway

@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from llmaz.gateway import body
-from llmaz.gateway.errors import OpenAIError
-from llmaz.gateway.server import GatewayOptions
+from llmaz.gateway.proxy import body
+from llmaz.gateway.proxy.errors import OpenAIError
+from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.testing.waiting import eventually
 
 from .support import WAIT, Cluster, engines, running_gateway

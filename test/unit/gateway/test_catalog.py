@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from llmaz.gateway.routes import Endpoint
+import asyncio
 
-from .support import NAMESPACE, Cluster, endpoint_slice, inference_service, lb_service, open_model, playground
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.routes import Endpoint
+from llmaz.testing.informer import FakeInformer
+from llmaz.testing.waiting import eventually
+
+from .support import NAMESPACE, WAIT, Cluster, endpoint_slice, inference_service, lb_service, open_model, playground
 
 
 def test_a_model_routes_to_the_ready_endpoints_of_its_lb_service_only() -> None:
@@ -69,16 +74,50 @@ def test_the_catalog_is_synced_once_all_five_informers_are() -> None:
     assert catalog.has_synced()
 
 
-def test_listeners_hear_playground_slice_and_core_service_events_but_not_openmodel_ones() -> None:
+async def test_a_held_request_sees_the_endpoint_on_the_slice_event_that_brings_it_and_not_before() -> None:
     cluster = Cluster()
     catalog = cluster.catalog()
-    heard: list[int] = []
-    catalog.add_listener(lambda: heard.append(1))
-    cluster.open_models.add(open_model("m"))
-    assert heard == []
     cluster.playgrounds.add(playground("p", "m"))
-    cluster.slices.add(endpoint_slice("p-lb-a", "p-lb", 8080, ("10.0.0.1", True, False)))
+    waiting = asyncio.create_task(catalog.await_endpoints("m", asyncio.get_running_loop().time() + 10 * WAIT))
+    await eventually(lambda: len(catalog._waiters) == 1, WAIT, "the request waiting")
+    cluster.open_models.add(open_model("m"))
     cluster.core_services.add(lb_service("p"))
-    assert len(heard) == 3
+    cluster.slices.add(endpoint_slice("p-lb-a", "p-lb", 8080, ("10.0.0.1", False, False)))  # not ready yet
+    await eventually(lambda: len(catalog._waiters) == 1, WAIT, "the request waiting again after each event")
+    assert not waiting.done()
+    cluster.slices.update(endpoint_slice("p-lb-a", "p-lb", 8080, ("10.0.0.1", True, False)))
+    assert await asyncio.wait_for(waiting, WAIT) == [Endpoint("10.0.0.1", 8080)]  # long before its deadline
     assert catalog.core_service(NAMESPACE, "p-lb") is not None
     assert [s["metadata"]["name"] for s in catalog.slices_of(NAMESPACE, "p-lb")] == ["p-lb-a"]
+
+
+async def test_waiting_for_an_endpoint_ends_empty_at_the_deadline() -> None:
+    cluster = Cluster()
+    catalog = cluster.catalog()
+    cluster.playgrounds.add(playground("p", "m"))
+    assert await catalog.await_endpoints("m", asyncio.get_running_loop().time() + 0.05) == []
+
+
+def test_the_slices_of_several_informers_are_read_as_one_cache() -> None:
+    cluster = Cluster()
+    activator_slices = FakeInformer()
+    catalog = Catalog(cluster.playgrounds, cluster.services, cluster.open_models, [cluster.slices, activator_slices])
+    cluster.playgrounds.add(playground("p", "m"))
+    cluster.slices.add(endpoint_slice("p-lb-a", "p-lb", 8080, ("10.0.0.1", True, False)))
+    activator_slices.add(endpoint_slice("p-lb-activator", "p-lb", 8001, ("10.1.0.1", True, None)))
+    assert [s["metadata"]["name"] for s in catalog.slices_of(NAMESPACE, "p-lb")] == ["p-lb-a", "p-lb-activator"]
+    assert catalog.endpoint_slice(NAMESPACE, "p-lb-activator") is not None
+    assert catalog.playgrounds_serving("m") == [playground("p", "m")]
+
+
+def test_a_speculative_playground_listing_its_draft_first_is_listed_and_routed_under_its_main_model() -> None:
+    cluster = Cluster()
+    catalog = cluster.catalog()
+    speculative = playground("spec", "unused")
+    del speculative["spec"]["modelClaim"]
+    speculative["spec"]["modelClaims"] = {"models": [{"name": "small", "role": "draft"}, {"name": "big"}]}
+    cluster.playgrounds.add(speculative)
+    cluster.slices.add(endpoint_slice("spec-lb-1", "spec-lb", 8080, ("10.0.0.1", True, False)))
+    assert catalog.models() == ["big"]
+    assert catalog.endpoints("big") == [Endpoint("10.0.0.1", 8080)]
+    assert not catalog.serves("small")

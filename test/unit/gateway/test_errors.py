@@ -6,8 +6,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from llmaz.gateway import errors
-from llmaz.gateway.errors import OpenAIError
+from llmaz.gateway.proxy import errors
+from llmaz.gateway.proxy.errors import OpenAIError
 
 
 def shape(error: OpenAIError) -> tuple[int, dict[str, object]]:

@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from llmaz.gateway.proxy import ProxyOptions
-from llmaz.gateway.server import LINGER_SECONDS, GatewayOptions
+from llmaz.gateway.proxy.forwarding import ProxyOptions
+from llmaz.gateway.proxy.server import LINGER_SECONDS, GatewayOptions
 
 from .support import Cluster, RunningGateway, engines, playground, refused_endpoint, running_gateway
 
@@ -45,6 +45,7 @@ OPTIONS = GatewayOptions(
     header_timeout=HEADER_TIMEOUT,
     body_timeout=BODY_TIMEOUT,
     drain_timeout=1.0,
+    hold_timeout=0.2,  # "cold" has a replica that never gets ready
     proxy=ProxyOptions(read_timeout=0.5, connect_timeout=1.0),
 )
 
@@ -268,7 +269,7 @@ async def test_hostile_and_malformed_requests_are_refused_cleanly_and_the_gatewa
                 assert (status, answer["object"]) == (200, "chat.completion")
                 async with gw.session.get(gw.url + "/v1/models") as resp:
                     assert [m["id"] for m in (await resp.json())["data"]] == ["cold", "gone", "m", "slow"]
-                assert gw.gateway.proxy.balancer.busy() == {}
+                assert gw.gateway.in_flight.busy() == {}
                 assert len(engine.requests) > 10, "the generator sends valid requests too"
                 for model, code in (("gone", "502"), ("cold", "503"), ("slow", "504")):
                     assert gw.sample("llmaz_gateway_requests_total", model=model, code=code) > 0, (model, code)

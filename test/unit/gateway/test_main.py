@@ -38,6 +38,9 @@ def test_flags_map_to_the_gateway_options() -> None:
                 "--bind-address=127.0.0.1:9000",
                 "--max-request-bytes=2048",
                 "--header-timeout=3",
+                "--max-connections=100",
+                "--wake-timeout=8",
+                "--hold-timeout=9",
                 "--body-timeout=4",
                 "--drain-timeout=5",
                 "--upstream-connect-timeout=6",
@@ -49,7 +52,9 @@ def test_flags_map_to_the_gateway_options() -> None:
         )
     )
     assert (options.bind_address, options.max_body_bytes, options.header_timeout) == ("127.0.0.1:9000", 2048, 3.0)
-    assert (options.body_timeout, options.drain_timeout) == (4.0, 5.0)
+    assert (options.body_timeout, options.drain_timeout, options.max_connections) == (4.0, 5.0, 100)
+    assert (options.wake_timeout, options.hold_timeout) == (8.0, 9.0)
+    assert gateway_options(parse_args([])).hold_timeout == 30.0
     assert (options.proxy.connect_timeout, options.proxy.read_timeout, options.proxy.retries) == (6.0, 7.0, 0)
     assert options.proxy.resolve == {"10.0.0.1": "127.0.0.1", "fd00::1": "::1"}
     assert gateway_options(parse_args([])).proxy.resolve == {}
@@ -71,6 +76,8 @@ def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None
     "flag",
     [
         "--max-request-bytes=0",
+        "--max-connections=0",
+        "--hold-timeout=0",
         "--body-timeout=-1",
         "--header-timeout=inf",
         "--upstream-retries=10",

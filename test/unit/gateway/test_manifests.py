@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
-from llmaz.gateway import activator
 from llmaz.gateway.__main__ import SHUTDOWN_MARGIN, parse_args
-from llmaz.gateway.catalog import RBAC_RULES, Catalog
+from llmaz.gateway.routing.catalog import RBAC_RULES, Catalog
+from llmaz.gateway.scaling import activator
 from llmaz.runtime import rbac
 from llmaz.runtime.cache import SharedInformer, SharedInformerFactory
 from llmaz.runtime.client import Client, RestConfig
@@ -94,10 +94,10 @@ def test_the_gateway_runs_as_its_own_service_account_bound_to_the_generated_role
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
-def _watched() -> list[tuple[Resource, str | None]]:
-    """(resource, namespace) of every informer the gateway asks for."""
+def _watched() -> list[tuple[Resource, str | None, str | None]]:
+    """(resource, namespace, label selector) of every informer the gateway asks for."""
     factory = SharedInformerFactory(Client(RestConfig(host="https://127.0.0.1:1")))
-    created: list[tuple[Resource, str | None]] = []
+    created: list[tuple[Resource, str | None, str | None]] = []
     informer_for = factory.informer_for
 
     def recording(
@@ -106,23 +106,32 @@ def _watched() -> list[tuple[Resource, str | None]]:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> SharedInformer:
-        created.append((resource, namespace))
+        created.append((resource, namespace, label_selector))
         return informer_for(resource, namespace, label_selector, field_selector)
 
     factory.informer_for = recording  # type: ignore[method-assign]
-    Catalog.watch(factory)
+    Catalog.watch(factory, "llmaz-system/llmaz-gateway")
     return created
 
 
 def test_the_role_grants_exactly_get_list_watch_on_what_the_gateway_watches() -> None:
     watched = _watched()
-    assert len(watched) == 5
-    for resource, namespace in watched:
+    assert len(watched) == 7  # the four kinds routing reads, llmaz's core Services, and three kinds of slices
+    for resource, namespace, _ in watched:
         assert namespace is None
         for verb in rbac.READ:
             assert rbac.allows(RBAC_RULES, resource.group, resource.plural, verb, own_namespace=False)
     granted = {(r.api_group, plural, verb) for r in RBAC_RULES for plural in r.resources for verb in r.verbs}
-    assert granted == {(r.group, r.plural, v) for r, _ in watched for v in rbac.READ}
+    assert granted == {(r.group, r.plural, v) for r, _, _ in watched for v in rbac.READ}
+
+
+def test_endpointslices_are_watched_by_label_never_the_whole_cluster() -> None:
+    selectors = sorted(str(selector) for resource, _, selector in _watched() if resource.plural == "endpointslices")
+    assert selectors == [
+        "app.kubernetes.io/managed-by=llmaz",  # the -lb Services' slices, which inherit the Service's labels
+        "endpointslice.kubernetes.io/managed-by=llmaz-gateway.llmaz.io",  # the activator's own
+        "kubernetes.io/service-name=llmaz-gateway",  # the gateway's own Service's, in its namespace
+    ]
 
 
 def test_the_role_lets_the_activator_write_endpointslices_and_nothing_else_new() -> None:

@@ -14,10 +14,10 @@ import orjson
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from llmaz.gateway.balancer import LeastOutstanding
-from llmaz.gateway.proxy import ProxyOptions, upstream_headers
-from llmaz.gateway.routes import Endpoint
-from llmaz.gateway.server import GatewayOptions
+from llmaz.gateway.proxy.forwarding import ProxyOptions, upstream_headers
+from llmaz.gateway.proxy.server import GatewayOptions
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.routes import Endpoint
 from llmaz.testing.waiting import eventually
 
 from .support import FIRST_EVENT, LAST_EVENTS, WAIT, Cluster, engines, refused_endpoint, running_gateway
@@ -103,7 +103,7 @@ async def test_a_client_that_disconnects_mid_stream_cancels_the_engine_request()
             resp.close()  # drops the connection, as a client going away does
             await asyncio.wait_for(engine.cancelled.wait(), WAIT)
             await eventually(lambda: gw.sample("llmaz_gateway_requests_total", model="m", code="499"), WAIT)
-            assert gw.gateway.proxy.balancer.busy() == {}
+            assert gw.gateway.in_flight.busy() == {}
             assert gw.sample("llmaz_gateway_requests_in_flight", model="m") == 0
 
 
@@ -126,9 +126,9 @@ async def test_a_refused_connection_is_retried_on_another_endpoint() -> None:
         with refused_endpoint() as refused:
             cluster = Cluster().synced()
             cluster.serve("m", refused, engine.endpoint)
-            balancer = LeastOutstanding()
-            balancer.acquire(engine.endpoint)  # makes the refusing endpoint the least loaded: it is tried first
-            async with running_gateway(cluster, balancer=balancer) as gw:
+            in_flight = InFlight()
+            in_flight.acquire(engine.endpoint)  # makes the refusing endpoint the least loaded: it is tried first
+            async with running_gateway(cluster, in_flight=in_flight) as gw:
                 status, _ = await gw.post(CHAT, {"model": "m"})
                 assert status == 200
                 assert len(engine.requests) == 1
@@ -140,9 +140,9 @@ async def test_an_engine_503_is_retried_on_another_endpoint_and_the_last_503_is_
         busy.handler = busy.unavailable
         cluster = Cluster().synced()
         cluster.serve("m", busy.endpoint, idle.endpoint)
-        balancer = LeastOutstanding()
-        balancer.acquire(idle.endpoint)
-        async with running_gateway(cluster, balancer=balancer) as gw:
+        in_flight = InFlight()
+        in_flight.acquire(idle.endpoint)
+        async with running_gateway(cluster, in_flight=in_flight) as gw:
             status, _ = await gw.post(CHAT, {"model": "m"})
             assert status == 200
             assert (len(busy.requests), len(idle.requests)) == (1, 1)
@@ -179,9 +179,9 @@ async def test_an_engine_failure_after_the_first_byte_is_not_retried_and_truncat
         failing.handler = failing.die_after_first_chunk
         cluster = Cluster().synced()
         cluster.serve("m", failing.endpoint, healthy.endpoint)
-        balancer = LeastOutstanding()
-        balancer.acquire(healthy.endpoint)
-        async with running_gateway(cluster, balancer=balancer) as gw:
+        in_flight = InFlight()
+        in_flight.acquire(healthy.endpoint)
+        async with running_gateway(cluster, in_flight=in_flight) as gw:
             async with gw.session.post(gw.url + CHAT, data=STREAM_BODY) as resp:
                 assert await asyncio.wait_for(resp.content.readuntil(b"\n\n"), WAIT) == FIRST_EVENT
                 failing.release.set()
@@ -196,10 +196,10 @@ async def test_an_engine_that_does_not_answer_in_time_is_a_504_and_is_not_retrie
         slow.handler = slow.hang
         cluster = Cluster().synced()
         cluster.serve("m", slow.endpoint, other.endpoint)
-        balancer = LeastOutstanding()
-        balancer.acquire(other.endpoint)
+        in_flight = InFlight()
+        in_flight.acquire(other.endpoint)
         async with running_gateway(
-            cluster, GatewayOptions(proxy=ProxyOptions(read_timeout=0.2)), balancer=balancer
+            cluster, GatewayOptions(proxy=ProxyOptions(read_timeout=0.2)), in_flight=in_flight
         ) as gw:
             status, answer = await gw.post(CHAT, {"model": "m"})
             assert (status, answer["error"]["code"]) == (504, "upstream_timeout")

@@ -6,33 +6,10 @@ from typing import Any
 
 import pytest
 
-from llmaz.controllers.builders import service as service_builder
-from llmaz.gateway import routes
-from llmaz.gateway.routes import Backend, Endpoint
+from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.routes import Backend, Endpoint
 
 from .support import endpoint_slice, inference_service, open_model, playground
-
-
-def test_the_lb_suffix_is_the_one_the_service_builder_names_its_core_service_with() -> None:
-    assert routes.LB_SERVICE_SUFFIX == service_builder.LB_SERVICE_SUFFIX
-    assert routes.lb_backend(playground("p", "m")) == Backend("ns", service_builder.lb_service_name("p"))
-
-
-@pytest.mark.parametrize(
-    ("spec", "model"),
-    [
-        ({"modelClaim": {"modelName": "a"}}, "a"),
-        ({"modelClaims": {"models": [{"name": "main"}, {"name": "draft", "role": "draft"}]}}, "main"),
-        ({"modelClaim": {"modelName": "a"}, "modelClaims": {"models": [{"name": "b"}]}}, "a"),
-        ({"modelClaim": {}}, None),
-        ({"modelClaims": {"models": []}}, None),
-        ({"modelClaims": {"models": [{"role": "main"}]}}, None),
-        ({"modelClaims": "garbage"}, None),
-        ({}, None),
-    ],
-)
-def test_the_main_model_is_the_claim_else_the_first_of_the_claims(spec: dict[str, Any], model: str | None) -> None:
-    assert routes.main_model({"metadata": {"name": "x", "namespace": "ns"}, "spec": spec}) == model
 
 
 def test_a_playground_and_the_service_it_owns_are_one_backend_and_other_servers_of_a_model_add_theirs() -> None:
@@ -44,6 +21,15 @@ def test_a_playground_and_the_service_it_owns_are_one_backend_and_other_servers_
         "m": (Backend("ns", "p-lb"), Backend("ns", "s-lb"), Backend("other", "q-lb")),
         "n": (Backend("ns", "r-lb"),),
     }
+
+
+def test_a_speculative_playground_listing_its_draft_first_is_routed_under_its_main_model() -> None:
+    speculative = playground("spec", "unused")
+    del speculative["spec"]["modelClaim"]
+    speculative["spec"]["modelClaims"] = {
+        "models": [{"name": "small", "role": "draft"}, {"name": "big", "role": "main"}]
+    }
+    assert routes.route_table([speculative], []) == {"big": (Backend("ns", "spec-lb"),)}
 
 
 def test_only_ready_non_terminating_endpoints_with_an_address_are_routed_to_on_the_http_port() -> None:

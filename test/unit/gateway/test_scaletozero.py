@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from llmaz.gateway import scaletozero as z
+from llmaz.apis import constants as c
+from llmaz.gateway.scaling import scaletozero as z
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 CREATED = "2027-01-15T07:00:00Z"  # an hour before NOW
@@ -15,44 +16,13 @@ CREATED = "2027-01-15T07:00:00Z"  # an hour before NOW
 def pg(replicas: int = 1, after: str | None = "5m", last: str | None = None, **spec: Any) -> dict[str, Any]:
     annotations = {}
     if after is not None:
-        annotations[z.SCALE_TO_ZERO_AFTER] = after
+        annotations[c.SCALE_TO_ZERO_AFTER_ANNOTATION] = after
     if last is not None:
-        annotations[z.LAST_REQUEST_TIME] = last
+        annotations[c.LAST_REQUEST_TIME_ANNOTATION] = last
     return {
         "metadata": {"name": "p", "namespace": "ns", "creationTimestamp": CREATED, "annotations": annotations},
         "spec": {"replicas": replicas, "modelClaim": {"modelName": "m"}, **spec},
     }
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("300", 300.0), ("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), ("2h", 7200.0), ("1m10s", 70.0), ("10", 10.0)],
-)
-def test_durations_in_seconds_or_units(text: str, seconds: float) -> None:
-    assert z.parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("", "not a duration"),
-        ("5 minutes", "not a duration"),
-        ("-5m", "not a duration"),
-        ("1.5m", "not a duration"),
-        ("9s", "shorter than the minimum, 10s"),
-        ("0", "shorter than the minimum"),
-    ],
-)
-def test_bad_durations_say_what_is_accepted(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        z.parse_duration(text)
-
-
-def test_only_annotated_playgrounds_opt_in_and_a_bad_value_names_the_annotation() -> None:
-    assert z.idle_after(pg(after=None)) is None
-    assert z.idle_after(pg(after="2m")) == 120.0
-    with pytest.raises(ValueError, match=r"annotation llmaz\.io/scale-to-zero-after: 'soon' is not a duration"):
-        z.idle_after(pg(after="soon"))
 
 
 @pytest.mark.parametrize(
@@ -90,8 +60,8 @@ def test_the_shared_time_is_refreshed_a_quarter_of_the_idle_time_at_most() -> No
 
 def test_the_touch_writes_utc_seconds_that_read_back_as_the_same_time() -> None:
     patch = z.touch_patch(NOW)
-    assert patch == {"metadata": {"annotations": {z.LAST_REQUEST_TIME: "2027-01-15T08:00:00Z"}}}
-    assert z.last_request(pg(last=patch["metadata"]["annotations"][z.LAST_REQUEST_TIME])) == NOW
+    assert patch == {"metadata": {"annotations": {c.LAST_REQUEST_TIME_ANNOTATION: "2027-01-15T08:00:00Z"}}}
+    assert z.last_request(pg(last=patch["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION])) == NOW
 
 
 def test_the_scale_patch_names_the_version_read_and_a_missing_count_is_zero() -> None:
@@ -99,3 +69,12 @@ def test_the_scale_patch_names_the_version_read_and_a_missing_count_is_zero() ->
     assert z.scale_replicas(read) == 0
     assert z.scale_replicas({"spec": {"replicas": 3}}) == 3
     assert z.scale_patch(read, 1) == {"metadata": {"resourceVersion": "42"}, "spec": {"replicas": 1}}
+
+
+def test_a_request_this_replica_saw_counts_like_the_shared_time() -> None:
+    six_minutes_ago = pg(last="2027-01-15T07:54:00Z")
+    assert z.should_sleep(six_minutes_ago, NOW, 300.0, 0, seen=None)
+    assert not z.should_sleep(six_minutes_ago, NOW, 300.0, 0, seen=NOW - 60)  # a request ended a minute ago
+    assert z.should_sleep(six_minutes_ago, NOW, 300.0, 0, seen=NOW - 400)  # older than the shared time
+    assert z.needs_touch(six_minutes_ago, NOW - 60, 300.0)  # seen 5 min after the shared time: moved
+    assert not z.needs_touch(pg(last="2027-01-15T07:58:30Z"), NOW - 60, 300.0)  # 30 s after it: not yet

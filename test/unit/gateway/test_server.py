@@ -7,8 +7,8 @@ import asyncio
 import aiohttp
 import pytest
 
-from llmaz.gateway.metrics import GatewayMetrics
-from llmaz.gateway.server import Gateway, GatewayOptions
+from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.server import Gateway, GatewayOptions
 from llmaz.testing.waiting import eventually
 
 from .support import (
@@ -83,7 +83,7 @@ async def test_a_model_without_a_ready_endpoint_is_503() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(playground("p", "m"))
     cluster.slices.add(endpoint_slice("p-lb-1", "p-lb", 8080, ("10.0.0.1", False, False)))
-    async with running_gateway(cluster) as gw:
+    async with running_gateway(cluster, GatewayOptions(hold_timeout=0.2)) as gw:  # held while it starts, briefly
         async with gw.session.post(gw.url + CHAT, data=b'{"model": "m"}') as resp:
             assert resp.status == 503
             assert resp.headers["Retry-After"] == "5"

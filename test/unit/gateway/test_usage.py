@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from llmaz.gateway.usage import MAX_JSON_BYTES, MAX_SSE_LINE_BYTES, JsonUsage, NoUsage, SseUsage, Usage, meter_for
+from llmaz.gateway.proxy.usage import MAX_JSON_BYTES, MAX_SSE_LINE_BYTES, JsonUsage, NoUsage, SseUsage, Usage, meter_for
 
 from .support import FIRST_EVENT, LAST_EVENTS, chat_completion
 

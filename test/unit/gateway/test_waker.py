@@ -9,17 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from dataclasses import dataclass
 from typing import Any, cast
 
-from llmaz.gateway import scaletozero
-from llmaz.gateway.catalog import PLAYGROUNDS, Catalog
-from llmaz.gateway.routes import Endpoint
-from llmaz.gateway.waker import WakeOptions, Waker
+from llmaz.apis import constants as c
+from llmaz.apis.resources import PLAYGROUNDS
+from llmaz.gateway.proxy.server import GatewayOptions
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.scaling import scaletozero
+from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
+from llmaz.gateway.scaling.scale import PlaygroundScale
+from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.errors import ApiError, error_from_status
+from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import EventRecorder
 from llmaz.runtime.resource import Resource
 from llmaz.testing.informer import FakeInformer
+from llmaz.testing.runnables import stop
+from llmaz.testing.waiting import eventually
 
 from .support import NAMESPACE, WAIT, Cluster, endpoint_slice, engines, open_model, playground, running_gateway
 
@@ -35,7 +45,8 @@ class FakeApi:
     def __init__(self, informer: FakeInformer) -> None:
         self.informer = informer
         self.scaled: list[tuple[str, int]] = []  # (name, replicas) of every scale patch that applied
-        self.refuse: ApiError | None = None
+        self.refuse: ApiError | None = None  # for scale patches
+        self.refuse_annotations: ApiError | None = None  # for the last request time
         self.on_scaled: list[Any] = []
         self.version = 0
 
@@ -78,6 +89,8 @@ class FakeApi:
             obj["spec"]["replicas"] = body["spec"]["replicas"]
             self.scaled.append((name, body["spec"]["replicas"]))
         else:
+            if self.refuse_annotations is not None:
+                raise self.refuse_annotations
             obj["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
         self._write(obj)
         if subresource == "scale":
@@ -96,26 +109,36 @@ class Events:
 
 def asleep(name: str, model: str, after: str = "5m", replicas: int = 0) -> dict[str, Any]:
     found = playground(name, model)
-    found["metadata"]["annotations"] = {scaletozero.SCALE_TO_ZERO_AFTER: after}
+    found["metadata"]["annotations"] = {c.SCALE_TO_ZERO_AFTER_ANNOTATION: after}
     found["metadata"]["creationTimestamp"] = "2027-01-15T07:00:00Z"
     found["spec"]["replicas"] = replicas
     return found
 
 
-def setup(
-    cluster: Cluster, wake_timeout: float = WAIT, clock: list[float] | None = None, check_interval: float = 5.0
-) -> tuple[Waker, FakeApi, Events, Catalog]:
-    """A Waker over the fake API, and the catalog it reads (the gateway must read the same one)."""
+@dataclass
+class Scaling:
+    """Waking and idle detection over the fake API, sharing one in-flight count with the gateway."""
+
+    waker: Waker
+    idle: IdleDetector
+    in_flight: InFlight
+
+    catalog: Catalog
+
+    async def check(self) -> list[Result]:
+        """Idle detection's look at every Playground, as the controller takes it when each key comes up."""
+        keys = [Request(pg["metadata"]["namespace"], pg["metadata"]["name"]) for pg in self.catalog.playgrounds()]
+        return [await self.idle.reconcile(key) for key in keys]
+
+
+def setup(cluster: Cluster, clock: list[float] | None = None) -> tuple[Scaling, FakeApi, Events, Catalog]:
+    """Scaling over the fake API, and the catalog it reads (the gateway must read the same one)."""
     api, events, catalog = FakeApi(cluster.playgrounds), Events(), cluster.catalog()
     now = clock or [NOW]
-    waker = Waker(
-        cast(Client, api),
-        catalog,
-        cast(EventRecorder, events),
-        WakeOptions(wake_timeout=wake_timeout, check_interval=check_interval),
-        wall_clock=lambda: now[0],
-    )
-    return waker, api, events, catalog
+    scale = PlaygroundScale(cast(Client, api), cast(EventRecorder, events), wall_clock=lambda: now[0])
+    in_flight = InFlight(wall_clock=lambda: now[0])
+    idle = IdleDetector(catalog, scale, in_flight)
+    return Scaling(Waker(catalog, scale), idle, in_flight, catalog), api, events, catalog
 
 
 def engine_starts(cluster: Cluster, endpoint: Endpoint) -> Any:
@@ -136,9 +159,9 @@ async def test_ten_concurrent_first_requests_wake_the_model_once_and_all_get_ans
         cluster = Cluster().synced()
         cluster.open_models.add(open_model("m"))
         cluster.playgrounds.add(asleep("p", "m"))
-        waker, api, events, catalog = setup(cluster)
+        scaling, api, events, catalog = setup(cluster)
         api.on_scaled.append(engine_starts(cluster, engine.endpoint))
-        async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+        async with running_gateway(cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight) as gw:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
             answers = await asyncio.gather(*(gw.post(CHAT, body) for _ in range(10)))
         assert [status for status, _ in answers] == [200] * 10
@@ -147,14 +170,14 @@ async def test_ten_concurrent_first_requests_wake_the_model_once_and_all_get_ans
         stored = cluster.playgrounds.store.get(f"{NAMESPACE}/p")
         assert stored is not None
         # Recorded before the scale-up, so no idle check puts it straight back to sleep.
-        assert stored["metadata"]["annotations"][scaletozero.LAST_REQUEST_TIME] == scaletozero.format_time(NOW)
+        assert stored["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] == scaletozero.format_time(NOW)
 
 
 async def test_another_replica_waking_it_first_is_no_error_and_records_nothing() -> None:
     async with engines(1) as (engine,):
         cluster = Cluster().synced()
         cluster.playgrounds.add(asleep("p", "m"))
-        waker, api, events, catalog = setup(cluster)
+        scaling, api, events, catalog = setup(cluster)
         original = api.get_scale
 
         async def another_replica_first(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -168,7 +191,7 @@ async def test_another_replica_waking_it_first_is_no_error_and_records_nothing()
             return await original(*args, **kwargs)
 
         api.get_scale = another_replica_first  # type: ignore[method-assign]
-        async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+        async with running_gateway(cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight) as gw:
             status, _ = await gw.post(CHAT, {"model": "m", "messages": []})
         assert status == 200
         assert api.scaled == []
@@ -178,7 +201,7 @@ async def test_another_replica_waking_it_first_is_no_error_and_records_nothing()
 async def test_a_concurrent_write_between_read_and_patch_is_read_again() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m", replicas=1))
-    waker, api, events, _ = setup(cluster)
+    scaling, api, events, _ = setup(cluster)
     original = api.patch
     interfered = False
 
@@ -192,7 +215,7 @@ async def test_a_concurrent_write_between_read_and_patch_is_read_again() -> None
         return await original(*args, **kwargs)
 
     api.patch = someone_writes_first  # type: ignore[method-assign]
-    await waker.check()
+    await scaling.check()
     assert interfered
     assert api.scaled == [("p", 0)]
     assert [reason for _, _, reason, _ in events.recorded] == ["ScaledToZero"]
@@ -203,8 +226,8 @@ async def test_a_model_that_did_not_opt_in_answers_503_at_once_and_is_not_scaled
     sleeping = asleep("p", "m")
     del sleeping["metadata"]["annotations"]
     cluster.playgrounds.add(sleeping)
-    waker, api, _, catalog = setup(cluster)
-    async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+    scaling, api, _, catalog = setup(cluster)
+    async with running_gateway(cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight) as gw:
         status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
     assert status == 503
     assert answer["error"]["code"] == "model_not_ready"
@@ -214,8 +237,9 @@ async def test_a_model_that_did_not_opt_in_answers_503_at_once_and_is_not_scaled
 async def test_a_model_that_does_not_become_ready_in_time_is_a_504() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m"))
-    waker, api, _, catalog = setup(cluster, wake_timeout=0.2)
-    async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+    scaling, api, _, catalog = setup(cluster)
+    options = GatewayOptions(wake_timeout=0.2)
+    async with running_gateway(cluster, options, catalog=catalog, waker=scaling.waker) as gw:
         status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
     assert status == 504
     assert answer["error"]["code"] == "model_wake_timeout"
@@ -226,11 +250,11 @@ async def test_a_model_that_does_not_become_ready_in_time_is_a_504() -> None:
 async def test_a_refused_scale_up_is_a_503_that_says_why() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m"))
-    waker, api, _, catalog = setup(cluster)
+    scaling, api, _, catalog = setup(cluster)
     api.refuse = error_from_status(
         403, {"kind": "Status", "reason": "Forbidden", "message": "playgrounds/scale is forbidden"}
     )
-    async with running_gateway(cluster, catalog=catalog, waker=waker) as gw:
+    async with running_gateway(cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight) as gw:
         status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
     assert status == 503
     assert answer["error"]["code"] == "model_wake_failed"
@@ -242,38 +266,37 @@ async def test_an_idle_model_is_put_to_sleep_once_and_a_busy_one_keeps_the_share
     clock = [NOW]
     cluster.playgrounds.add(asleep("idle", "a", replicas=2))  # no request since creation, an hour ago
     busy = asleep("busy", "b", replicas=1)
-    busy["metadata"]["annotations"][scaletozero.LAST_REQUEST_TIME] = "2027-01-15T07:50:00Z"
+    busy["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] = "2027-01-15T07:50:00Z"
     cluster.playgrounds.add(busy)
-    waker, api, events, _ = setup(cluster, clock=clock)
-    waker.started("b")
+    scaling, api, events, _ = setup(cluster, clock=clock)
+    scaling.in_flight.started("b")
 
-    await waker.check()
-    await waker.check()  # idempotent: already asleep, and a touch already under way
-    for task in list(waker._touching.values()):
-        await asyncio.wait_for(task, WAIT)
+    first = await scaling.check()
+    assert await scaling.check() == [Result(), Result(requeue_after=75.0)]  # idempotent: asleep, and still busy
+    assert first == [Result(), Result(requeue_after=75.0)]  # a busy one is looked at again a quarter later
 
     assert api.scaled == [("idle", 0)]
     assert events.recorded == [("idle", "Normal", "ScaledToZero", "Scaled from 2 to 0 replicas: no request for 300s")]
     refreshed = cluster.playgrounds.store.get(f"{NAMESPACE}/busy")
     assert refreshed is not None
     assert refreshed["spec"]["replicas"] == 1
-    assert refreshed["metadata"]["annotations"][scaletozero.LAST_REQUEST_TIME] == scaletozero.format_time(NOW)
+    assert refreshed["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] == scaletozero.format_time(NOW)
 
-    waker.finished("b")
+    scaling.in_flight.finished("b")
     clock[0] += 299
-    await waker.check()
+    assert await scaling.check() == [Result(), Result(requeue_after=1.0)]  # looked at again when it is idle
     assert api.scaled == [("idle", 0)]  # not idle for 300 s yet since the refresh
     clock[0] += 1
-    await waker.check()
+    await scaling.check()
     assert api.scaled == [("idle", 0), ("busy", 0)]
 
 
 async def test_a_bad_annotation_turns_scale_to_zero_off_with_one_warning() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m", after="5 minutes", replicas=1))
-    waker, api, events, _ = setup(cluster)
-    await waker.check()
-    await waker.check()
+    scaling, api, events, _ = setup(cluster)
+    await scaling.check()
+    await scaling.check()
     assert api.scaled == []
     assert events.recorded == [
         (
@@ -286,15 +309,78 @@ async def test_a_bad_annotation_turns_scale_to_zero_off_with_one_warning() -> No
     ]
 
 
-async def test_the_idle_loop_runs_until_stopped() -> None:
+async def test_the_idle_controller_puts_an_idle_playground_to_sleep_and_runs_until_stopped() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m", replicas=1))
-    waker, api, _, _ = setup(cluster, check_interval=0.01)
+    scaling, api, _, catalog = setup(cluster)
     asleep_now = asyncio.Event()
     api.on_scaled.append(lambda obj: asleep_now.set())
-    stopping = asyncio.Event()
-    task = asyncio.create_task(waker.run(stopping))
+    task = asyncio.create_task(idle_controller(scaling.idle, catalog, scaling.in_flight).run())
     await asyncio.wait_for(asleep_now.wait(), WAIT)
-    stopping.set()
-    await asyncio.wait_for(task, WAIT)
+    await stop(task, WAIT)
     assert api.scaled == [("p", 0)]
+
+
+async def test_a_request_for_a_model_whose_shared_time_is_stale_refreshes_it_at_once() -> None:
+    cluster = Cluster().synced()
+    serving = asleep("p", "m", replicas=1)
+    serving["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] = "2027-01-15T07:58:00Z"  # 2 min: stale
+    cluster.playgrounds.add(serving)
+    scaling, _, _, catalog = setup(cluster)
+    controller = idle_controller(scaling.idle, catalog, scaling.in_flight)
+    task = asyncio.create_task(controller.run())
+
+    def shared_time() -> str | None:
+        stored = cluster.playgrounds.store.get(f"{NAMESPACE}/p")
+        return stored["metadata"]["annotations"].get(c.LAST_REQUEST_TIME_ANNOTATION) if stored else None
+
+    try:
+        # Looked at once (nothing in flight: the next look is when it would be idle, minutes away).
+        await eventually(lambda: controller.queue.waiting == 1, WAIT, "the first look done")
+        assert shared_time() == "2027-01-15T07:58:00Z"
+        scaling.in_flight.started("m")
+        await eventually(lambda: shared_time() == scaletozero.format_time(NOW), WAIT, "the shared time refreshed")
+    finally:
+        scaling.in_flight.finished("m")
+        await stop(task, WAIT)
+
+
+async def test_requests_that_start_and_end_between_two_looks_keep_the_model_awake_and_are_shared() -> None:
+    cluster = Cluster().synced()
+    clock = [NOW]
+    used = asleep("p", "m", replicas=1)
+    used["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] = scaletozero.format_time(NOW)
+    cluster.playgrounds.add(used)
+    scaling, api, events, _ = setup(cluster, clock=clock)
+    assert await scaling.check() == [Result(requeue_after=300.0)]  # the next look: when it would be idle
+
+    # Short requests, each started and ended well between two looks, for longer than the idle time.
+    for _ in range(5):
+        clock[0] += 100
+        with scaling.in_flight.request("m"):
+            pass
+    assert scaling.in_flight.of_model("m") == 0
+    looks = await scaling.check()
+
+    assert api.scaled == []
+    assert events.recorded == []
+    stored = cluster.playgrounds.store.get(f"{NAMESPACE}/p")
+    assert stored is not None  # moved to the last request, for the other replicas
+    assert stored["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] == scaletozero.format_time(NOW + 500)
+    assert looks == [Result(requeue_after=300.0)]  # idle 300 s after the last request, not after the shared time
+    clock[0] += 300
+    await scaling.check()
+    assert api.scaled == [("p", 0)]
+
+
+async def test_a_request_seen_here_keeps_the_model_awake_when_the_shared_time_cannot_be_written() -> None:
+    cluster = Cluster().synced()
+    stale = asleep("p", "m", replicas=1)
+    stale["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] = "2027-01-15T07:50:00Z"  # 10 min ago
+    cluster.playgrounds.add(stale)
+    scaling, api, _, _ = setup(cluster)
+    api.refuse_annotations = error_from_status(403, {"kind": "Status", "reason": "Forbidden", "message": "no"})
+    with scaling.in_flight.request("m"):  # ended a moment ago
+        pass
+    assert await scaling.check() == [Result(requeue=True)]  # the write is retried with backoff
+    assert api.scaled == []

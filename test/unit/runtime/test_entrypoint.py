@@ -1,13 +1,18 @@
-"""A process's exit status: 0 when its main coroutine returns, 1 with its failure logged otherwise."""
+"""How a process starts and ends: its flags, its manager run over a client it closes, and its exit status (0 when
+its main coroutine returns, 1 with its failure logged otherwise)."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 from typing import Any
 
 import pytest
 
+from llmaz.runtime.client import Client, RestConfig
 from llmaz.runtime.client.credentials import ConfigError
-from llmaz.runtime.entrypoint import exit_status
+from llmaz.runtime.entrypoint import add_process_flags, exit_status, run_manager
+from llmaz.runtime.manager import Manager, ManagerOptions
 
 
 class Recorder:
@@ -46,3 +51,42 @@ def test_a_main_that_fails_exits_1_with_one_error_line(error: Exception, event: 
     assert logged == event
     assert fields["error"] == str(error)
     assert fields.get("exc_info", False) is traceback
+
+
+class FailsAtOnce:
+    needs_leader_election = False
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        raise RuntimeError("runnable failed")
+
+
+async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    closed: list[Client] = []
+    original_close = Client.close
+
+    async def close(client: Client) -> None:
+        closed.append(client)
+        await original_close(client)
+
+    monkeypatch.setattr(Client, "close", close)
+    managers: list[Manager] = []
+
+    def setup(manager: Manager) -> None:
+        managers.append(manager)
+        manager.add(FailsAtOnce())
+
+    options = ManagerOptions(health_probe_bind_address="127.0.0.1:0", graceful_shutdown_timeout=5)
+    with pytest.raises(RuntimeError, match="runnable failed"):
+        await asyncio.wait_for(run_manager(RestConfig(host="https://127.0.0.1:1"), options, setup), 30)
+    (manager,) = managers
+    assert closed == [manager.client]
+
+
+def test_every_process_takes_the_same_client_and_log_flags() -> None:
+    parser = argparse.ArgumentParser()
+    add_process_flags(parser)
+    args = parser.parse_args(["--kubeconfig", "/k", "--log-level", "debug", "--log-format", "json"])
+    assert (args.kubeconfig, args.log_level, args.log_format) == ("/k", "debug", "json")
+    assert vars(parser.parse_args([])) == {"kubeconfig": None, "log_level": "info", "log_format": "auto"}

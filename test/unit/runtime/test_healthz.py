@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 from structlog.testing import capture_logs
 
-from llmaz.runtime.healthz import CheckFailed, HealthProbeServer, parse_bind_address
+from llmaz.runtime.healthz import CheckFailed, HealthProbeServer
 from llmaz.testing.runnables import running
 
 
@@ -114,8 +114,3 @@ def test_a_check_name_is_registered_once() -> None:
     probe = HealthProbeServer()
     with pytest.raises(ValueError, match="already registered"):
         probe.healthz.add("ping", lambda: None)
-
-
-@pytest.mark.parametrize(("address", "parsed"), [(":8081", ("0.0.0.0", 8081)), ("127.0.0.1:0", ("127.0.0.1", 0))])
-def test_bind_addresses_default_to_all_interfaces(address: str, parsed: tuple[str, int]) -> None:
-    assert parse_bind_address(address) == parsed

@@ -15,6 +15,8 @@ from aiohttp import web
 from llmaz.runtime.listener import IDLE_GRACE, ConnectionLimits, Connections, start_site
 from llmaz.testing.waiting import eventually
 
+from .helpers import closed_within
+
 GET = b"GET /ping HTTP/1.1\r\nHost: t\r\n\r\n"
 
 
@@ -63,15 +65,6 @@ async def answer(reader: asyncio.StreamReader, within: float = 5.0) -> bytes:
         return head + await reader.readexactly(4)
 
 
-async def closed_after(reader: asyncio.StreamReader, within: float) -> float:
-    started = time.monotonic()
-    async with asyncio.timeout(within):
-        with contextlib.suppress(ConnectionError):
-            while await reader.read(4096):
-                pass
-    return time.monotonic() - started
-
-
 async def test_a_connection_that_sends_a_whole_request_is_served() -> None:
     async with listening(ConnectionLimits()) as served:
         reader, writer = await opened(served.port, GET[:5])
@@ -83,14 +76,14 @@ async def test_a_connection_that_sends_a_whole_request_is_served() -> None:
 async def test_a_connection_that_never_completes_its_first_request_is_dropped_in_time() -> None:
     async with listening(ConnectionLimits(first_message_timeout=0.5)) as served:
         reader, writer = await opened(served.port, b"GET /ping HT")
-        assert await closed_after(reader, 5) < 1.5
+        assert await closed_within(reader, 5) < 1.5
         writer.close()
 
 
 async def test_beyond_max_connections_new_connections_wait_in_the_backlog() -> None:
     async with listening(ConnectionLimits(max_connections=2, max_served=1, first_message_timeout=1.0)) as served:
         stalled = [await opened(served.port, b"G") for _ in range(3)]
-        held = sorted(await asyncio.gather(*(closed_after(reader, 10) for reader, _ in stalled)))
+        held = sorted(await asyncio.gather(*(closed_within(reader, 10) for reader, _ in stalled)))
         # Two are accepted and dropped after a second; the third is accepted only then, and dropped a second later.
         assert held[2] >= 1.9
         assert held[1] < held[2] - 0.5
@@ -117,7 +110,7 @@ async def test_an_idle_keep_alive_connection_gives_its_slot_to_a_waiting_one() -
         reader, writer = await opened(served.port, GET)
         assert (await answer(reader, within=IDLE_GRACE + 5)).endswith(b"pong")
         assert time.monotonic() - started < IDLE_GRACE + 2
-        assert await closed_after(idle_reader, 5) >= 0  # the idle one was closed to make room
+        assert await closed_within(idle_reader, 5) >= 0  # the idle one was closed to make room
         for w in (idle, writer):
             w.close()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,6 +21,8 @@ from llmaz.runtime.webhook.server import Limits
 from llmaz.testing.runnables import running
 from llmaz.testing.servers import ServersProcess
 from llmaz.testing.waiting import eventually
+
+from .helpers import closed_within
 
 MiB = 1024 * 1024
 DEPLOYMENT_MEMORY_LIMIT = 256 * MiB  # config/manager/manager.yaml
@@ -69,16 +70,6 @@ async def response(reader: asyncio.StreamReader, within: float = 5.0) -> tuple[i
             headers[name.strip().lower()] = value.strip()
         body = await reader.readexactly(int(headers.get("content-length", "0")))
     return status, headers, body
-
-
-async def closed_within(reader: asyncio.StreamReader, within: float) -> float:
-    """Seconds until the server closes the connection (reading and dropping whatever it sends first)."""
-    started = time.monotonic()
-    async with asyncio.timeout(within):
-        with contextlib.suppress(ConnectionError):
-            while await reader.read(65536):
-                pass
-    return time.monotonic() - started
 
 
 def refused(code: str) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 from typing import Any
 
@@ -175,3 +176,41 @@ async def test_created_at_is_now_when_nothing_was_stored(operation: str, old: di
     )
     response = await call("mopenmodel.kb.io", req)
     assert apply(OPENMODEL, response.patch)["spec"]["createdAt"] == "2025-01-02T03:04:05Z"
+
+
+def annotated(after: str) -> dict[str, Any]:
+    found: dict[str, Any] = copy.deepcopy(PLAYGROUND)
+    found["metadata"]["annotations"] = {"llmaz.io/scale-to-zero-after": after}
+    return found
+
+
+@pytest.mark.parametrize("after", ["5 minutes", "soon", "9s", "-5m", ""])
+async def test_a_bad_scale_to_zero_after_is_denied_naming_the_annotation_and_the_accepted_forms(after: str) -> None:
+    response = await call("vplayground.kb.io", request("Playground", annotated(after)))
+    assert (response.allowed, response.code) == (False, 403)
+    assert response.message == (
+        f'metadata.annotations[llmaz.io/scale-to-zero-after]: Invalid value: "{after}": must be a duration of at '
+        "least 10s: seconds or h/m/s units, e.g. 300, 90s, 5m, 1h30m"
+    )
+
+
+async def test_a_valid_scale_to_zero_after_is_allowed() -> None:
+    for after in ("10m", "600", "1h30m", "90s"):
+        response = await call("vplayground.kb.io", request("Playground", annotated(after)))
+        assert response.allowed, (after, response.message)
+
+
+async def test_an_update_keeping_a_bad_value_stored_before_the_check_is_allowed_and_changing_it_is_checked() -> None:
+    stored = annotated("soon")
+
+    def update(new: dict[str, Any]) -> AdmissionRequest:
+        return AdmissionRequest(
+            "uid", GroupVersionKind("inference.llmaz.io", "v1alpha1", "Playground"), "UPDATE", "p",
+            object=new, old_object=stored,
+        )  # fmt: skip
+
+    kept = copy.deepcopy(stored)
+    kept["metadata"]["labels"]["c"] = "d"
+    assert (await call("vplayground.kb.io", update(kept))).allowed
+    assert not (await call("vplayground.kb.io", update(annotated("later")))).allowed
+    assert (await call("vplayground.kb.io", update(annotated("5m")))).allowed

@@ -17,6 +17,7 @@ from llmaz.apis.base import ResourceRequirements
 from llmaz.apis.core_v1alpha1 import ModelClaims
 from llmaz.apis.inference_v1alpha1 import Playground
 from llmaz.apis.quantity import QuantityError, canonical_quantity, parse_quantity
+from llmaz.apis.serving import is_main
 from llmaz.apis.validation.field import FieldError, forbidden, invalid
 from llmaz.apis.validation.names import validate_name
 
@@ -73,7 +74,7 @@ def _validate_claims(claims: ModelClaims, speculative: bool) -> list[FieldError]
     errors = []
     if speculative and len(models) != 2:
         errors.append(forbidden(MODELS_PATH, SPECULATIVE_NEEDS_TWO))
-    mains = sum(1 for m in models if m.role in (None, c.MAIN_ROLE))
+    mains = sum(1 for m in models if is_main(m.role))
     if mains > 1:
         errors.append(forbidden(MODELS_PATH, ONE_MAIN_ONLY))
     elif mains == 0:

@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from llmaz.apis import constants as c
 from llmaz.apis.inference_v1alpha1 import Service
+from llmaz.apis.serving import is_main
 from llmaz.apis.validation.field import FieldError, forbidden, invalid, required
 from llmaz.apis.validation.names import validate_name
 
@@ -30,7 +31,7 @@ def validate_service(service: Service, creating: bool) -> list[FieldError]:
     claims = service.spec.model_claims
     models = (claims.models if claims else None) or []
     speculative = any(m.role == c.DRAFT_ROLE for m in models)
-    mains = sum(1 for m in models if m.role in (None, c.MAIN_ROLE))
+    mains = sum(1 for m in models if is_main(m.role))
     errors: list[FieldError] = []
     if not models:
         errors.append(required(MODELS_PATH, MODEL_REQUIRED))

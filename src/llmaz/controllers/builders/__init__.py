@@ -8,7 +8,7 @@ outside the builders, in `llmaz.controllers.flavors`) -> `build_leader_worker_se
 any of that both reconcilers run the admission rules (`InvalidSpecError`), and before applying, `ownership_conflict`
 says whether an existing child may be written (`ChildConflictError`). Every `BuildError` carries the message of
 the `Progressing=False`/`AbortProcessing` condition to surface (`abort_status`); a `PodFinding` goes into the
-in-progress `Progressing` message (`progressing_finding` reads it back).
+in-progress `Progressing` message (`llmaz.apis.conditions.progressing_finding` reads it back).
 """
 
 from llmaz.controllers.builders.diagnosis import PodFinding, diagnose_pod, diagnose_pods, finding_reason
@@ -32,23 +32,15 @@ from llmaz.controllers.builders.models import (
 )
 from llmaz.controllers.builders.ownership import ChildConflictError, Conflict, kind_label, ownership_conflict
 from llmaz.controllers.builders.playground import build_hpa, build_service, service_scheduler_name
-from llmaz.controllers.builders.service import (
-    LB_SERVICE_SUFFIX,
-    build_lb_service,
-    build_leader_worker_set,
-    lb_service_name,
-    with_scheduler_name,
-)
+from llmaz.controllers.builders.service import build_lb_service, build_leader_worker_set, with_scheduler_name
 from llmaz.controllers.builders.status import (
     abort_status,
     playground_status,
-    progressing_finding,
     service_status,
     set_condition,
 )
 
 __all__ = [
-    "LB_SERVICE_SUFFIX",
     "ArgRenderError",
     "BackendRuntimeNotFoundError",
     "BuildError",
@@ -72,12 +64,10 @@ __all__ = [
     "effective_config_name",
     "finding_reason",
     "kind_label",
-    "lb_service_name",
     "main_first",
     "ownership_conflict",
     "playground_model_refs",
     "playground_status",
-    "progressing_finding",
     "service_model_refs",
     "service_scheduler_name",
     "service_status",

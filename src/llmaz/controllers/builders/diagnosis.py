@@ -25,22 +25,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmaz.apis import constants as c
-
-REASON_MODEL_LOADER_FAILED = "ModelLoaderFailed"
-REASON_CONTAINER_CRASH_LOOPING = "ContainerCrashLooping"
-REASON_IMAGE_PULL_FAILED = "ImagePullFailed"
-REASON_CONTAINER_CREATE_FAILED = "ContainerCreateFailed"
-REASON_UNSCHEDULABLE = "Unschedulable"
-REASON_PODS_NOT_READY = "PodsNotReady"
-REASONS = frozenset(
-    {
-        REASON_MODEL_LOADER_FAILED,
-        REASON_CONTAINER_CRASH_LOOPING,
-        REASON_IMAGE_PULL_FAILED,
-        REASON_CONTAINER_CREATE_FAILED,
-        REASON_UNSCHEDULABLE,
-    }
+from llmaz.apis.conditions import (
+    REASON_CONTAINER_CRASH_LOOPING,
+    REASON_CONTAINER_CREATE_FAILED,
+    REASON_IMAGE_PULL_FAILED,
+    REASON_MODEL_LOADER_FAILED,
 )
+from llmaz.apis.conditions import REASON_UNSCHEDULABLE as REASON_UNSCHEDULABLE  # the flavors' finding too
+from llmaz.apis.conditions import finding_reason as finding_reason
+
 MAX_DETAIL = 400
 ELLIPSIS = "..."
 
@@ -82,12 +75,6 @@ class PodFinding:
         if self.exit_code is not None:  # the detail reads on from the container: "... exited with code 3: ..."
             return f"{self.reason}: {where} {self.detail}"
         return f"{self.reason}: {where}: {self.detail}"
-
-
-def finding_reason(message: str) -> str:
-    """The reason a `PodFinding.message` starts with (`PodsNotReady` for any other text)."""
-    reason, separator, _ = message.partition(": ")
-    return reason if separator and reason in REASONS else REASON_PODS_NOT_READY
 
 
 def one_line(text: str, limit: int = MAX_DETAIL) -> str:

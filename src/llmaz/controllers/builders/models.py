@@ -1,8 +1,8 @@
 """Claimed models, their order, the recommended config they select and the template values they define.
 
 Invariants:
-- Model lists handed to the other builders are main-first: `main_first` reproduces llmaz's ordering (a main model is
-  prepended, any other appended), so index 0 is the main model and index 1 the draft.
+- Model lists handed to the other builders are main-first: `main_first` orders them as `llmaz.apis.serving` does
+  for everyone (a main model is prepended, any other appended), so index 0 is the main model and index 1 the draft.
 - A missing role counts as `main` and a missing backend name as `vllm`, as the CRD defaults would have made them.
 """
 
@@ -13,11 +13,8 @@ from collections.abc import Mapping, Sequence
 from llmaz.apis import BackendRuntime, ModelRef, OpenModel, Playground, RecommendedConfig, Service
 from llmaz.apis import constants as c
 from llmaz.apis.modelpath import model_name, model_path
+from llmaz.apis.serving import main_first as serving_order
 from llmaz.controllers.builders.errors import InvalidModelSourceError, NoModelClaimedError
-
-
-def is_main(ref: ModelRef) -> bool:
-    return ref.role in (None, c.MAIN_ROLE)
 
 
 def playground_model_refs(playground: Playground) -> list[ModelRef]:
@@ -37,13 +34,7 @@ def service_model_refs(service: Service) -> list[ModelRef]:
 
 def main_first(claimed: Sequence[tuple[ModelRef, OpenModel]]) -> list[OpenModel]:
     """The fetched models ordered as llmaz orders them: each main model prepended, the others appended."""
-    ordered: list[OpenModel] = []
-    for ref, model in claimed:
-        if is_main(ref):
-            ordered.insert(0, model)
-        else:
-            ordered.append(model)
-    return ordered
+    return [model for _, model in serving_order(claimed, lambda pair: pair[0].role)]
 
 
 def require_models(models: Sequence[OpenModel]) -> OpenModel:

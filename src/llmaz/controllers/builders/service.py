@@ -18,6 +18,7 @@ from typing import Any
 
 from llmaz.apis import OpenModel, Service
 from llmaz.apis import constants as c
+from llmaz.apis.serving import lb_service_name
 from llmaz.controllers.builders.flavors import find_flavor, flavor_order
 from llmaz.controllers.builders.inject import inject_flavor, inject_labels, inject_models
 from llmaz.controllers.builders.merge import json_copy
@@ -25,7 +26,6 @@ from llmaz.controllers.builders.meta import apply_ready, owned_metadata
 from llmaz.controllers.builders.models import require_models, skip_model_loader
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
-LB_SERVICE_SUFFIX = "-lb"
 # What the Service CRD defaults a present rollingUpdateConfiguration to.
 DEFAULT_MAX_UNAVAILABLE = 1
 DEFAULT_MAX_SURGE = 0
@@ -110,10 +110,6 @@ def build_leader_worker_set(
     }
     result: dict[str, Any] = apply_ready(lws)
     return result
-
-
-def lb_service_name(service_name: str) -> str:
-    return service_name + LB_SERVICE_SUFFIX
 
 
 def build_lb_service(service: Service, models: Sequence[OpenModel]) -> dict[str, Any]:

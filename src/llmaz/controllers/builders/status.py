@@ -9,7 +9,8 @@ Invariants:
   current one.
 - Why pods are not ready (a `PodFinding`) goes into the message of a `Progressing=True` condition, after its
   normal message and `: `; reasons stay llmaz's. The Playground mirrors its Service's finding the same way.
-  Without a finding the message is exactly llmaz's, so `progressing_finding` can read a finding back.
+  Without a finding the message is exactly llmaz's, so `llmaz.apis.conditions.progressing_finding` can read a
+  finding back.
 """
 
 from __future__ import annotations
@@ -19,27 +20,19 @@ from typing import Any
 
 from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
+from llmaz.apis.conditions import FINDING_SEPARATOR, find_condition, progressing_finding
+from llmaz.apis.conditions import PLAYGROUND_PROGRESSING as _PLAYGROUND_PROGRESSING
+from llmaz.apis.conditions import SERVICE_PROGRESSING as _SERVICE_PROGRESSING
 from llmaz.controllers.builders.diagnosis import PodFinding
 
 TRUE = "True"
 FALSE = "False"
-FINDING_SEPARATOR = ": "
-# The Progressing reasons that mean "in progress", with their normal message: only these carry a finding.
-_SERVICE_PROGRESSING = {c.REASON_SERVICE_IN_PROGRESS: c.MESSAGE_SERVICE_IN_PROGRESS}
-_PLAYGROUND_PROGRESSING = {
-    c.REASON_PENDING: c.MESSAGE_WAITING_FOR_SERVICE_READY,
-    c.REASON_PLAYGROUND_IN_PROGRESS: c.MESSAGE_WAITING_FOR_SERVICE_PROGRESSING,
-}
 
 
 def timestamp(now: datetime) -> str:
     """RFC 3339 in UTC with second precision, as metav1.Time serializes (a naive time is taken as UTC)."""
     aware = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
     return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def find_condition(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
-    return next((condition for condition in conditions or () if condition.get("type") == type_), None)
 
 
 def is_condition(conditions: list[dict[str, Any]] | None, type_: str, state: str) -> bool:
@@ -81,19 +74,6 @@ def _copy_scale(status: dict[str, Any], replicas: int | None, selector: str | No
         status["selector"] = selector
     else:
         status.pop("selector", None)
-
-
-def progressing_finding(status: dict[str, Any] | None) -> str | None:
-    """The finding a Playground's or Service's in-progress `Progressing` message carries, or None."""
-    condition = find_condition((status or {}).get("conditions"), c.CONDITION_PROGRESSING)
-    if condition is None or condition.get("status") != TRUE:
-        return None
-    normal = {**_SERVICE_PROGRESSING, **_PLAYGROUND_PROGRESSING}.get(condition.get("reason") or "")
-    if normal is None:
-        return None
-    prefix = f"{normal}{FINDING_SEPARATOR}"
-    message = str(condition.get("message") or "")
-    return message[len(prefix) :] or None if message.startswith(prefix) else None
 
 
 def _mirror_finding(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llmaz.controllers import resources as r
+from llmaz.apis import resources as r
 from llmaz.controllers.flavors.fit import Resources, Room, room_on
 from llmaz.runtime.cache import Informer, Obj
 from llmaz.runtime.controller import InformerSource

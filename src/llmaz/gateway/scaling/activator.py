@@ -1,10 +1,11 @@
-"""The `-lb` activator loop: keeps, for every sleeping opted-in Playground, an EndpointSlice that sends its own
-Service to the gateway's activator port (`activation` decides which slice; this module writes it).
+"""The `-lb` activator: keeps, for every sleeping opted-in Playground, an EndpointSlice that sends its own Service
+to the gateway's activator port (`activation` decides which slice; this module writes it).
 
-Every gateway replica runs this loop (no leader election). It is level-triggered: a pass compares what
-`activation.desired_slice` wants for every Playground with the cached slices and writes only the difference;
-a pass runs after any Playground, EndpointSlice or core Service event (the gateway's own pods changing during a
-rollout is an EndpointSlice event of its Service), and every `resync_interval` anyway.
+A controller on the runtime's controller machinery, keyed per Playground, which every gateway replica runs (no
+leader election). It is level-triggered: a reconcile compares what `activation.desired_slice` wants for one
+Playground with the cached slices and writes only the difference. A Playground's key is queued by its own events,
+those of its `-lb` Service and of that Service's EndpointSlices (the engine's and the activator's), and every key
+by an EndpointSlice event of the gateway's own Service (its pods changing during a rollout).
 
 Invariants:
 - A slice is created with a plain create, so of many replicas racing exactly one succeeds (the others get
@@ -12,23 +13,29 @@ Invariants:
   succeeds. Only that replica records the `ActivatorEnabled` / `ActivatorRemoved` Event: one per transition.
 - An update re-reads the live slice and writes it with its resourceVersion, through `retry_on_conflict`; a
   live slice without the activator's managed-by label is never written, and none is ever deleted
-  (`activation.Action.FOREIGN`, one Warning Event per slice).
-- With the activator disabled (port 0) a pass only deletes the slices the activator left behind.
-- A failed write is logged with the slice's key and retried by the next pass, at most `retry_interval` later.
+  (`activation.Action.FOREIGN`, one Warning Event per slice). The cache holds only slices labelled as llmaz's or
+  the activator's, so someone else's slice of the activator's name shows up when the create is refused: it is
+  read then, and warned about.
+- The activator's slices of a `-lb` Service whose Playground is gone, or not named after it, are deleted.
+- With the activator disabled (port 0) a reconcile only deletes the slices the activator left behind.
+- A failed write is logged with the slice's key and the Playground's key is retried with the controller's
+  backoff.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import dataclass
 
-from llmaz.gateway import activation, routes
-from llmaz.gateway.activation import Action
-from llmaz.gateway.catalog import ENDPOINT_SLICES, Catalog
+from llmaz.apis.resources import ENDPOINT_SLICES
+from llmaz.apis.serving import LB_SERVICE_SUFFIX, lb_service_name
+from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.scaling import activation
+from llmaz.gateway.scaling.activation import Action
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.client import Client, retry_on_conflict
 from llmaz.runtime.client.errors import ApiError, is_conflict, is_not_found
+from llmaz.runtime.controller import Controller, ControllerOptions, Request, Result, Watch, enqueue_for_object
 from llmaz.runtime.events import NORMAL, WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import allow
@@ -44,16 +51,10 @@ class ActivatorOptions:
     """The activator listener's port, which the slices name; 0 disables the activator. Default 8001."""
     gateway_service: str = "llmaz-system/llmaz-gateway"
     """"namespace/name" of the gateway's own Service, whose ready pods the slices list."""
-    resync_interval: float = 30.0
-    """Seconds between passes when nothing changes. Default 30."""
-    retry_interval: float = 5.0
-    """Seconds before the next pass after a failed write. Default 5."""
 
 
 class Activator:
-    """A Runnable: the activator loop (see the module docstring)."""
-
-    needs_leader_election = False
+    """The activator's reconciler, one Playground key at a time (see the module docstring)."""
 
     def __init__(
         self, client: Client, catalog: Catalog, recorder: EventRecorder, options: ActivatorOptions | None = None
@@ -62,50 +63,31 @@ class Activator:
         self._catalog = catalog
         self._recorder = recorder
         self.options = options or ActivatorOptions()
-        self._dirty = asyncio.Event()
         self._warned: set[str] = set()
-        self.passes = 0
         self._log = get_logger("llmaz.gateway.activator")
-        catalog.add_listener(self._dirty.set)
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        self._log.info("activator running", port=self.options.port, gateway_service=self.options.gateway_service)
-        while not stopping.is_set():
-            wait = self.options.resync_interval
-            if self._catalog.has_synced():
-                self._dirty.clear()
-                try:
-                    if not await self.reconcile():
-                        wait = self.options.retry_interval
-                except Exception:
-                    self._log.exception("activator pass failed")
-                    wait = self.options.retry_interval
-            await _first(stopping, self._dirty, wait)
-
-    async def reconcile(self) -> bool:
-        """One pass over every Playground and every slice of the activator; False when a write failed."""
-        self.passes += 1
+    async def reconcile(self, request: Request) -> Result:
+        """Converge the activator slices of one Playground's `-lb` Service; a failed write is retried."""
+        namespace, name = request.namespace, request.name
+        playground = self._catalog.playground(namespace, name)
+        lb = lb_service_name(name)
+        lb_slices = self._catalog.slices_of(namespace, lb)
+        wanted = activation.slice_name(name)
         ok = True
-        wanted: set[str] = set()
-        namespace, _, name = self.options.gateway_service.partition("/")
-        gateway_slices = self._catalog.slices_of(namespace, name)
-        for playground in self._catalog.playgrounds():
-            pg_namespace, pg_name = playground["metadata"]["namespace"], playground["metadata"]["name"]
-            lb = activation.lb_service_name(pg_name)
+        if playground is not None:
+            gateway_namespace, _, gateway_name = self.options.gateway_service.partition("/")
             desired = activation.desired_slice(
                 playground,
-                self._catalog.core_service(pg_namespace, lb),
-                self._catalog.slices_of(pg_namespace, lb),
-                gateway_slices,
+                self._catalog.core_service(namespace, lb),
+                lb_slices,
+                self._catalog.slices_of(gateway_namespace, gateway_name),
                 self.options.port,
             )
-            wanted.add(f"{pg_namespace}/{activation.slice_name(pg_name)}")
-            existing = self._catalog.endpoint_slice(pg_namespace, activation.slice_name(pg_name))
-            ok &= await self._converge(playground, desired, existing)
-        for stray in self._catalog.activator_slices():
-            if object_key(stray) not in wanted:  # its Playground is gone, or it is not named after one
+            ok = await self._converge(playground, desired, self._catalog.endpoint_slice(namespace, wanted))
+        for stray in lb_slices:
+            if routes.is_activator_slice(stray) and (playground is None or stray["metadata"]["name"] != wanted):
                 ok &= await self._delete(stray, None, "no Playground wants it")
-        return ok
+        return Result(requeue=not ok)
 
     async def _converge(self, playground: Obj, desired: activation.Desired, existing: Obj | None) -> bool:
         action = activation.plan(desired.slice, existing)
@@ -125,7 +107,8 @@ class Activator:
         try:
             await self._client.create(ENDPOINT_SLICES, desired)
         except ApiError as err:
-            if err.status == 409:  # AlreadyExists: another replica created it (or a foreign one appeared)
+            if err.status == 409:  # AlreadyExists: another replica created it, or someone else has the name
+                await self._warn_if_foreign(playground, desired)
                 return True
             self._log.error("cannot create the activator slice", endpointslice=key, error=str(err))
             return False
@@ -182,6 +165,15 @@ class Activator:
             )
         return True
 
+    async def _warn_if_foreign(self, playground: Obj, desired: Obj) -> None:
+        meta = desired["metadata"]
+        try:
+            live = await self._client.get(ENDPOINT_SLICES, meta["name"], meta["namespace"])
+        except ApiError:
+            return  # gone again, or unreadable: the next reconcile of the key looks again
+        if not routes.is_activator_slice(live):
+            self._warn_foreign(playground, live)
+
     def _warn_foreign(self, playground: Obj, existing: Obj) -> None:
         key = object_key(existing)
         if key in self._warned:
@@ -197,13 +189,31 @@ class Activator:
         )
 
 
-async def _first(stopping: asyncio.Event, dirty: asyncio.Event, within: float) -> None:
-    """Return when `stopping` or `dirty` is set, or after `within` seconds."""
-    waiters = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(dirty.wait())]
-    try:
-        await asyncio.wait(waiters, timeout=within, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiter
+def activator_controller(activator: Activator, catalog: Catalog) -> Controller:
+    """The activator as a controller over the catalog's informers (see the module docstring for what queues what)."""
+    gateway = activator.options.gateway_service
+
+    def playgrounds_of_slice(obj: Obj) -> list[Request]:
+        meta = obj.get("metadata") or {}
+        namespace, service = meta.get("namespace") or "", (meta.get("labels") or {}).get(routes.SERVICE_NAME_LABEL)
+        if not isinstance(service, str):
+            return []
+        if f"{namespace}/{service}" == gateway:
+            return [Request(pg["metadata"]["namespace"], pg["metadata"]["name"]) for pg in catalog.playgrounds()]
+        return _playground_of_lb(namespace, service)
+
+    def playground_of_service(obj: Obj) -> list[Request]:
+        meta = obj.get("metadata") or {}
+        return _playground_of_lb(meta.get("namespace") or "", str(meta.get("name") or ""))
+
+    watches = [Watch(catalog.playground_informer, enqueue_for_object(), source="playgrounds")]
+    watches += [Watch(informer, playgrounds_of_slice, source="endpointslices") for informer in catalog.slice_informers]
+    if catalog.core_service_informer is not None:
+        watches.append(Watch(catalog.core_service_informer, playground_of_service, source="services"))
+    return Controller("gateway-activator", activator, watches, ControllerOptions(needs_leader_election=False))
+
+
+def _playground_of_lb(namespace: str, service: str) -> list[Request]:
+    """The Playground whose `-lb` Service `service` is (none for another Service)."""
+    name = service.removesuffix(LB_SERVICE_SUFFIX)
+    return [Request(namespace, name)] if name != service and name else []

@@ -23,7 +23,7 @@ import hmac
 import os
 from pathlib import Path
 
-from llmaz.gateway import errors
+from llmaz.gateway.proxy import errors
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.log import get_logger
 

@@ -18,7 +18,8 @@ Invariants:
 - A client that goes away ends the request: the handler is cancelled (the server runs with handler
   cancellation) or its next write fails, and leaving the upstream response's context closes the engine
   connection, which is how the engine learns to stop generating.
-- Outstanding-request counts are released however the request ends (`try`/`finally`).
+- An attempt counts for its endpoint in the `InFlight` tracker (which the balancer reads) until it ends, however it
+  ends (`try`/`finally`).
 - The request body is sent as received. Hop-by-hop headers, Host, Content-Length and Content-Encoding (aiohttp
   has decoded a compressed body) are not forwarded; Authorization is not forwarded when the gateway checks
   API keys (it carries the gateway's key, not the engine's). Engine responses are relayed with their status
@@ -36,12 +37,12 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from llmaz.gateway import errors
-from llmaz.gateway.balancer import LeastOutstanding
-from llmaz.gateway.body import InferenceRequest
-from llmaz.gateway.metrics import CLIENT_CLOSED, GatewayMetrics
-from llmaz.gateway.routes import Endpoint
-from llmaz.gateway.usage import Usage, meter_for
+from llmaz.gateway.proxy import errors
+from llmaz.gateway.proxy.body import InferenceRequest
+from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
+from llmaz.gateway.proxy.usage import Usage, meter_for
+from llmaz.gateway.routing.balancer import LeastOutstanding
+from llmaz.gateway.routing.routes import Endpoint
 from llmaz.runtime.log import get_logger
 
 HOP_BY_HOP = frozenset(
@@ -166,11 +167,11 @@ class Proxy:
             tried.add(endpoint)
             last = len(tried) == attempts or len(tried) == len(set(endpoints))
             exchange.endpoint, exchange.attempts = endpoint, len(tried)
-            self.balancer.acquire(endpoint)
+            self.balancer.in_flight.acquire(endpoint)
             try:
                 outcome = await self._attempt(request, inference.body, headers, endpoint, exchange, last)
             finally:
-                self.balancer.release(endpoint)
+                self.balancer.in_flight.release(endpoint)
             if isinstance(outcome, web.StreamResponse):
                 return outcome
             failure = outcome

@@ -1,4 +1,4 @@
-"""The API resources the llmaz controllers read and write."""
+"""The API resources llmaz reads and writes: the controllers and the gateway name them from here alone."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ PLAYGROUNDS = Resource(c.INFERENCE_GROUP, c.VERSION, "playgrounds", "Playground"
 INFERENCE_SERVICES = Resource(c.INFERENCE_GROUP, c.VERSION, "services", "Service", namespaced=True)
 LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", namespaced=True)
 SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=True)
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)

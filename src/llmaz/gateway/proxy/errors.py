@@ -20,10 +20,12 @@ SERVER_ERROR = "server_error"
 LISTED_MODELS = 20
 # How much of something the client sent a message quotes.
 QUOTED_CHARS = 120
+# How much of the cluster's reason for a model not being ready a message quotes (one pod finding is at most ~500).
+REASON_CHARS = 1000
 
 
-def _quote(text: str) -> str:
-    return text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "..."
+def _quote(text: str, limit: int = QUOTED_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class OpenAIError(Exception):
@@ -116,8 +118,17 @@ def bad_gateway(model: str) -> OpenAIError:
     )
 
 
-def no_ready_endpoint(model: str) -> OpenAIError:
-    message = f"The model `{model}` has no ready endpoint; it may be starting or scaled to zero. Retry later."
+def no_ready_endpoint(model: str, reason: str | None = None) -> OpenAIError:
+    """No ready endpoint: none left to retry on (`reason` None), or none coming, and why."""
+    if reason is None:
+        message = f"The model `{model}` has no ready endpoint; it may be starting or scaled to zero. Retry later."
+    else:
+        message = f"The model `{model}` has no ready endpoint, and none is coming: {_quote(reason, REASON_CHARS)}"
+    return _retry_later(503, message, "model_not_ready")
+
+
+def not_ready_in_time(model: str, seconds: float) -> OpenAIError:
+    message = f"The model `{model}` is starting but had no ready endpoint within {seconds:.0f} s. Retry later."
     return _retry_later(503, message, "model_not_ready")
 
 

@@ -3,9 +3,9 @@
 Inputs are cached objects (plain dicts, read-only); nothing here does I/O, keeps state or reads a clock.
 
 Rules:
-- A Playground serves its main model: `spec.modelClaim.modelName`, else the first of `spec.modelClaims.models`.
-  It owns an inference Service of its own name, so its backend is the core Service `<name>-lb` beside it.
-- An inference Service serves the first of `spec.modelClaims.models` behind `<name>-lb`.
+- A Playground serves its main model (`llmaz.apis.serving.main_model`, by role, as the controllers pick it). It
+  owns an inference Service of its own name, so its backend is the core Service `<name>-lb` beside it.
+- An inference Service serves its main model the same way, behind `<name>-lb`.
 - A Playground and the Service it owns name the same backend, which is counted once. Several backends may
   serve one model (several Playgrounds, or several namespaces): a request may go to any of their endpoints.
 - An endpoint is ready when it has an address, `conditions.ready` is not false and `conditions.terminating` is
@@ -27,11 +27,10 @@ from datetime import datetime
 from typing import Any
 
 from llmaz.apis import constants as c
+from llmaz.apis.serving import LB_SERVICE_SUFFIX, lb_service_name, main_model
 
 Obj = dict[str, Any]
 
-# Must match the Service builder (llmaz.controllers.builders.service); a unit test compares them.
-LB_SERVICE_SUFFIX = "-lb"
 # Set by the EndpointSlice controller on every slice of a Service (the informer selects on it).
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # Who manages a slice: the EndpointSlice controller manages only its own (`endpointslice-controller.k8s.io`).
@@ -75,23 +74,9 @@ def _metadata(obj: Obj) -> tuple[str, str]:
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
-def main_model(obj: Obj) -> str | None:
-    """The main model a Playground or inference Service serves, or None when it claims none."""
-    spec = _mapping(obj.get("spec"))
-    claimed = _mapping(spec.get("modelClaim")).get("modelName")
-    if isinstance(claimed, str) and claimed:
-        return claimed
-    models = _mapping(spec.get("modelClaims")).get("models")
-    if isinstance(models, list) and models:
-        name = _mapping(models[0]).get("name")
-        if isinstance(name, str) and name:
-            return name
-    return None
-
-
 def lb_backend(obj: Obj) -> Backend | None:
     namespace, name = _metadata(obj)
-    return Backend(namespace, name + LB_SERVICE_SUFFIX) if namespace and name else None
+    return Backend(namespace, lb_service_name(name)) if namespace and name else None
 
 
 def route_table(playgrounds: Iterable[Obj], services: Iterable[Obj]) -> dict[str, tuple[Backend, ...]]:

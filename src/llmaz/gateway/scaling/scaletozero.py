@@ -1,13 +1,15 @@
 """Pure rules of scale to zero and back: which Playgrounds opted in, when one is idle, what the patches are.
 
 A Playground opts in with the annotation `llmaz.io/scale-to-zero-after: <duration>` (`90s`, `5m`, `1h30m`, or
-plain seconds). Then:
+plain seconds; the grammar is `llmaz.apis.scaletozero`'s, which admission checks). Then:
 - a request for its model while it has no ready endpoint and `spec.replicas` is 0 scales it to 1 (the gateway
   holds the request until an endpoint is ready);
 - once no request for it has arrived for that long, it is scaled to 0.
-The last request time is shared by every gateway replica through the annotation `llmaz.io/last-request-time`
-(RFC 3339, UTC), which each replica refreshes at most every `touch_interval(idle)` while it serves the model, so
-a replica that sees no traffic does not put to sleep a model that another one is serving.
+Every request counts: a replica knows the last time a request of the model started or ended through it, and the
+last request time is shared by every gateway replica through the annotation `llmaz.io/last-request-time`
+(RFC 3339, UTC), which each replica moves to its own last request at most every `touch_interval(idle)`, so a
+replica that sees no traffic does not put to sleep a model that another one is serving. The shared time may lag
+a replica's by up to that interval.
 
 A Playground with an `elasticConfig` (an HPA scales it, and llmaz's HPA has `minReplicas` >= 1) is woken but never
 put to sleep: the two would fight.
@@ -17,52 +19,17 @@ Nothing here does I/O or reads a clock: `now` is passed in, in seconds since the
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-Obj = dict[str, Any]
+from llmaz.apis import constants as c
 
-SCALE_TO_ZERO_AFTER = "llmaz.io/scale-to-zero-after"
-LAST_REQUEST_TIME = "llmaz.io/last-request-time"
-# Shortest idle time accepted: a model that sleeps sooner spends its life loading.
-MIN_IDLE_SECONDS = 10.0
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+Obj = dict[str, Any]
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def parse_duration(text: str) -> float:
-    """`90`, `90s`, `5m`, `1h30m` -> seconds; ValueError naming the accepted forms otherwise."""
-    text = text.strip()
-    if text.isdigit():
-        seconds = float(text)
-    else:
-        match = _DURATION.match(text)
-        if not text or match is None:
-            raise ValueError(f"{text!r} is not a duration: use seconds or h/m/s units, e.g. 300, 90s, 5m, 1h30m")
-        hours, minutes, secs = (int(group or 0) for group in match.groups())
-        seconds = float(hours * 3600 + minutes * 60 + secs)
-    if seconds < MIN_IDLE_SECONDS:
-        raise ValueError(f"{text!r} is shorter than the minimum, {MIN_IDLE_SECONDS:.0f}s")
-    return seconds
-
-
-def idle_after(playground: Obj) -> float | None:
-    """Seconds without a request after which the Playground sleeps; None when it has not opted in.
-
-    Raises ValueError (naming the annotation) when the annotation is present but not a valid duration.
-    """
-    value = _mapping(_mapping(playground.get("metadata")).get("annotations")).get(SCALE_TO_ZERO_AFTER)
-    if value is None:
-        return None
-    try:
-        return parse_duration(str(value))
-    except ValueError as err:
-        raise ValueError(f"annotation {SCALE_TO_ZERO_AFTER}: {err}") from None
 
 
 def replicas(playground: Obj) -> int:
@@ -87,7 +54,8 @@ def _timestamp(value: Any) -> float | None:
 
 
 def last_request(playground: Obj) -> float | None:
-    return _timestamp(_mapping(_mapping(playground.get("metadata")).get("annotations")).get(LAST_REQUEST_TIME))
+    annotations = _mapping(_mapping(playground.get("metadata")).get("annotations"))
+    return _timestamp(annotations.get(c.LAST_REQUEST_TIME_ANNOTATION))
 
 
 def last_activity(playground: Obj) -> float:
@@ -102,15 +70,17 @@ def touch_interval(idle: float) -> float:
     return max(idle / 4, 2.0)
 
 
-def needs_touch(playground: Obj, now: float, idle: float) -> bool:
-    return now - (last_request(playground) or 0.0) >= touch_interval(idle)
+def needs_touch(playground: Obj, seen: float, idle: float) -> bool:
+    """Whether a request seen at `seen` should move the shared last request time (it is that much older)."""
+    return seen - (last_request(playground) or 0.0) >= touch_interval(idle)
 
 
-def should_sleep(playground: Obj, now: float, idle: float, in_flight: int) -> bool:
-    """Scale to zero: running, not autoscaled, nothing in flight here, and idle for `idle` seconds everywhere."""
+def should_sleep(playground: Obj, now: float, idle: float, in_flight: int, seen: float | None = None) -> bool:
+    """Scale to zero: running, not autoscaled, nothing in flight here, and idle for `idle` seconds everywhere (the
+    shared time, and `seen`, the last request this replica saw start or end)."""
     if in_flight > 0 or replicas(playground) == 0 or autoscaled(playground):
         return False
-    return now - last_activity(playground) >= idle
+    return now - max(last_activity(playground), seen or 0.0) >= idle
 
 
 def format_time(now: float) -> str:
@@ -119,7 +89,7 @@ def format_time(now: float) -> str:
 
 def touch_patch(now: float) -> Obj:
     """Merge patch recording a request at `now` on the Playground."""
-    return {"metadata": {"annotations": {LAST_REQUEST_TIME: format_time(now)}}}
+    return {"metadata": {"annotations": {c.LAST_REQUEST_TIME_ANNOTATION: format_time(now)}}}
 
 
 def scale_replicas(scale: Obj) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from llmaz.gateway import errors
+from llmaz.gateway.proxy import errors
 
 MODEL_HEADER = "x-ai-eg-model"
 MAX_MODEL_CHARS = 253

@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmaz.apis import constants as c
-from llmaz.gateway import routes, scaletozero
+from llmaz.apis.scaletozero import idle_after
+from llmaz.apis.serving import lb_service_name, main_model
+from llmaz.gateway.routing import routes
 
 Obj = dict[str, Any]
 
@@ -45,10 +47,6 @@ _ADDRESS_TYPES = ("IPv4", "IPv6")
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def lb_service_name(playground_name: str) -> str:
-    return playground_name + routes.LB_SERVICE_SUFFIX
 
 
 def slice_name(playground_name: str) -> str:
@@ -126,11 +124,11 @@ def desired_slice(
     if port == 0:
         return Desired(None, "the activator is disabled")
     try:
-        if scaletozero.idle_after(playground) is None:
-            return Desired(None, f"the Playground did not opt in to {scaletozero.SCALE_TO_ZERO_AFTER}")
+        if idle_after(playground) is None:
+            return Desired(None, f"the Playground did not opt in to {c.SCALE_TO_ZERO_AFTER_ANNOTATION}")
     except ValueError:
-        return Desired(None, f"the Playground's {scaletozero.SCALE_TO_ZERO_AFTER} is not a valid duration")
-    if not isinstance(name, str) or not isinstance(namespace, str) or not uid or routes.main_model(playground) is None:
+        return Desired(None, f"the Playground's {c.SCALE_TO_ZERO_AFTER_ANNOTATION} is not a valid duration")
+    if not isinstance(name, str) or not isinstance(namespace, str) or not uid or main_model(playground) is None:
         return Desired(None, "the Playground has no name, uid or model")
     if lb_service is None:
         return Desired(None, f"the Service {lb_service_name(name)} does not exist")

@@ -20,7 +20,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from llmaz.gateway.usage import Usage
+from llmaz.gateway.proxy.usage import Usage
 
 CLIENT_CLOSED = 499
 # LLM requests run from milliseconds (a cached short answer) to minutes (a long generation).
@@ -95,6 +95,10 @@ class GatewayMetrics:
         self._completion_tokens = _ByModel(self.completion_tokens)
         self.in_flight_of = _ByModel(self.in_flight)
         """`in_flight_of(model)`: the in-flight gauge of `model`."""
+
+    def in_flight_changed(self, model: str, count: int) -> None:
+        """An `InFlight` watcher: the gauge follows the gateway's one count of requests in flight."""
+        self.in_flight_of(model).set(count)
 
     def answered(self, model: str, code: int, seconds: float) -> None:
         counter = self._answered.get((model, code))

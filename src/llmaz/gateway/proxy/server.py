@@ -1,7 +1,7 @@
 """The gateway's HTTP server: OpenAI's `/v1` API in front of every model llmaz serves.
 
 Routes: `GET /v1/models`; `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings` (routed by model,
-see `body` and `routes`). Probes and metrics are served on their own ports (see `__main__`). The same
+see `body` and `llmaz.gateway.routing`). Probes and metrics are served on their own ports (see `__main__`). The same
 application, middleware and all, also listens on the activator address when one is set: that is where the
 `-lb` activator's slices send direct clients of a sleeping Playground (`activator`), so they are authenticated,
 routed, woken, counted and drained exactly like the gateway's own clients.
@@ -11,16 +11,28 @@ Invariants:
   request, an unknown path or method, a failure of the gateway itself (500, logged). Only cancellation escapes.
 - Authentication (when API keys are configured) comes first: nothing about models is revealed without a key.
 - Until the caches have synced, requests are refused with 503 rather than answered from an empty view.
-- Slow clients are bounded: the request line and headers must arrive within `header_timeout` of the
-  connection opening or of the previous response (aiohttp's keep-alive timer, which is also the idle
-  timeout), the body within `body_timeout` (408); header sizes are capped by aiohttp (8 KiB lines and fields,
-  128 headers), the body by `max_body_bytes` (413). A refused body is drained for at most LINGER_SECONDS.
+- Connections are taken through the project's listener (`llmaz.runtime.listener`): at most `max_connections`
+  are held at once (beyond that the kernel's backlog holds them), and a connection is handed to the HTTP server
+  only once its first request head has arrived. An empty host binds every interface, IPv4 and IPv6 (`:8000`);
+  `0.0.0.0` is IPv4 only, `[::1]` IPv6 loopback only.
+- Slow clients are bounded: the first request line and headers must arrive within `header_timeout` of the
+  connection opening, later ones within `header_timeout` of the previous response (aiohttp's keep-alive timer,
+  which is also the idle timeout), the body within `body_timeout` (408); header sizes are capped by aiohttp
+  (8 KiB lines and fields, 128 headers), the body by `max_body_bytes` (413). A refused body is drained for at
+  most LINGER_SECONDS.
 - Requests that are not HTTP (a malformed request line, header or chunked framing) are refused by aiohttp's
   parser before they reach the API: a plain-text 400 and a closed connection, never a 5xx.
 - Every request is counted once in `llmaz_gateway_requests_total` with the status the client got (499 if it
-  went away first), and an in-flight request is in the per-model gauge from routing to its end.
-- Graceful stop: once `stopping` is set, readiness fails and the listener closes at once; requests already in
-  flight (streams included) may finish within `drain_timeout`, then whatever is left is cancelled.
+  went away first), and is in flight (`InFlight`: the per-model gauge, idle detection) from routing to its end.
+- A routed model with no ready endpoint: scaling says whether one is coming (`Waker.wake`, which scales a sleeping
+  model up), and when one is the request waits on routing for it (`Catalog.await_endpoints`): up to
+  `wake_timeout` for a model scaling up from zero (504), up to `hold_timeout` for replicas starting (503
+  `model_not_ready`); when none is coming (no Playground, no replica, or replicas that cannot become ready) it is
+  answered 503 `model_not_ready` at once, with the reason.
+- Graceful stop: once `stopping` is set, readiness fails and nothing new is accepted; the connections drain
+  (`Connections.drain`: each answer closes its connection, quiet keep-alive connections are closed) while
+  requests already in flight (streams included) finish, for at most `drain_timeout`; then whatever is left gets
+  CANCEL_SECONDS more and is cancelled.
 """
 
 from __future__ import annotations
@@ -34,16 +46,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import hdrs, web
-from aiohttp.http_exceptions import HttpProcessingError
 
-from llmaz.gateway import body, errors
-from llmaz.gateway.auth import ApiKeys
-from llmaz.gateway.balancer import LeastOutstanding
-from llmaz.gateway.catalog import Catalog
-from llmaz.gateway.metrics import CLIENT_CLOSED, GatewayMetrics
-from llmaz.gateway.proxy import Exchange, Proxy, ProxyOptions
-from llmaz.gateway.waker import Waker
-from llmaz.runtime.healthz import parse_bind_address
+from llmaz.gateway.proxy import body, errors
+from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.forwarding import Exchange, Proxy, ProxyOptions
+from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
+from llmaz.gateway.routing.balancer import LeastOutstanding
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.scaling.outlook import Coming
+from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, Waker
+from llmaz.runtime.address import split_host_port
+from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
 from llmaz.runtime.log import get_logger
 
 INFERENCE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
@@ -57,19 +71,9 @@ _LOGGED_PATH_CHARS = 200
 # answer (closing on unread data resets the connection, which can discard the answer), short enough that a
 # hostile client gains nothing (aiohttp's default is 10 s).
 LINGER_SECONDS = 2.0
-
-
-class _DropClientProtocolErrors(logging.Filter):
-    """aiohttp logs every request its parser rejects as an error with a traceback; those are the client's
-    mistakes (anything that connects to the port can send them), answered with a 400, so they are dropped.
-    Anything else it logs (a fault in the server itself) stays an error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], HttpProcessingError))
-
-
-_HTTP_LOG = logging.getLogger("llmaz.gateway.http")
-_HTTP_LOG.addFilter(_DropClientProtocolErrors())
+# After the drain, how long what is left gets to be cancelled and unwind.
+CANCEL_SECONDS = 1.0
+DEFAULT_MAX_CONNECTIONS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +84,17 @@ class GatewayOptions:
     """Largest request body accepted (413 above). Default 10 MiB."""
     header_timeout: float = 30.0
     """Seconds for a request's line and headers to arrive; also the idle keep-alive timeout. Default 30."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Client connections held at once, per listening address (streams in progress included). Default 4096."""
     body_timeout: float = 60.0
     """Seconds for a request's whole body to arrive (408 after). Default 60."""
     drain_timeout: float = 30.0
     """Seconds in-flight requests may take to finish once the gateway is stopping. Default 30."""
+    wake_timeout: float = 300.0
+    """Seconds a request is held while its model scales up from zero (504 after). Default 300."""
+    hold_timeout: float = 30.0
+    """Seconds a request is held while its model's replicas start (a restart, a rollout, a scale-up; 503 after).
+    Default 30."""
     activator_address: str | None = None
     """A second address serving the same API, for the `-lb` activator's slices. Default: none."""
     proxy: ProxyOptions = field(default_factory=ProxyOptions)
@@ -102,21 +113,27 @@ class Gateway:
         *,
         api_keys: ApiKeys | None = None,
         metrics: GatewayMetrics | None = None,
-        balancer: LeastOutstanding | None = None,
+        in_flight: InFlight | None = None,
         waker: Waker | None = None,
     ) -> None:
+        """`in_flight` is the replica's one count of requests in flight (shared with idle detection); without a
+        `waker`, one that never scales (scale to zero off)."""
         self.catalog = catalog
-        self.waker = waker
+        self.waker = waker or Waker(catalog, None)
         self.options = opts = options or GatewayOptions()
         self.api_keys = api_keys
         self.metrics = metrics or GatewayMetrics()
+        self.in_flight = in_flight or InFlight()
+        self.in_flight.watch(self.metrics.in_flight_changed)
         proxy_options = opts.proxy
         if api_keys is not None:
             proxy_options = dataclasses.replace(proxy_options, forward_authorization=False)
-        self.proxy = Proxy(balancer or LeastOutstanding(), self.metrics, proxy_options)
+        self.proxy = Proxy(LeastOutstanding(self.in_flight), self.metrics, proxy_options)
         self.port: int | None = None
         self.activator_port: int | None = None
         self._serving = asyncio.Event()
+        self._connections = Connections()
+        self._runner: web.AppRunner | None = None
         self._log = get_logger("llmaz.gateway")
 
     def serving(self) -> bool:
@@ -126,8 +143,14 @@ class Gateway:
     async def wait_serving(self) -> None:
         await self._serving.wait()
 
+    def held_connections(self) -> int:
+        """Client connections the listeners hold now, on every address (for tests and debugging)."""
+        sites = self._runner.sites if self._runner is not None else set()
+        return sum(getattr(site, "held", 0) for site in sites)
+
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._observe], client_max_size=self.options.max_body_bytes + 1)
+        middlewares = [self._connections.middleware, self._observe]
+        app = web.Application(middlewares=middlewares, client_max_size=self.options.max_body_bytes + 1)
         app.router.add_get("/v1/models", self._models, allow_head=False)
         for path in INFERENCE_PATHS:
             app.router.add_post(path, self._inference)
@@ -135,20 +158,26 @@ class Gateway:
 
     async def run(self, stopping: asyncio.Event) -> None:
         await self.proxy.start()
-        runner = web.AppRunner(
+        opts = self.options
+        runner = self._runner = web.AppRunner(
             self.app(),
             access_log=None,
             handler_cancellation=True,  # a client that disconnects cancels its request, and so its engine request
-            keepalive_timeout=self.options.header_timeout,
-            shutdown_timeout=self.options.drain_timeout,
+            keepalive_timeout=opts.header_timeout,
+            shutdown_timeout=CANCEL_SECONDS,
             lingering_time=LINGER_SECONDS,
-            logger=_HTTP_LOG,
+            logger=HTTP_LOG,
         )
+        limits = ConnectionLimits(opts.max_connections, opts.max_connections, opts.header_timeout)
         try:
             await runner.setup()
-            self.port = await _listen(runner, self.options.bind_address)
-            if self.options.activator_address:
-                self.activator_port = await _listen(runner, self.options.activator_address)
+            self.port = await start_site(
+                runner, *split_host_port(opts.bind_address), limits=limits, connections=self._connections
+            )
+            if opts.activator_address:
+                self.activator_port = await start_site(
+                    runner, *split_host_port(opts.activator_address), limits=limits, connections=self._connections
+                )
             self._serving.set()
             self._log.info(
                 "gateway serving",
@@ -158,7 +187,9 @@ class Gateway:
             )
             await stopping.wait()
             self._serving.clear()
-            self._log.info("gateway draining", drain_timeout=self.options.drain_timeout)
+            self._log.info("gateway draining", drain_timeout=opts.drain_timeout)
+            await stop_accepting(runner)
+            await self._connections.drain(within=opts.drain_timeout)
         finally:
             self._serving.clear()
             await runner.cleanup()
@@ -180,22 +211,33 @@ class Gateway:
             raise errors.not_ready()
         if not self.catalog.serves(inference.model):
             raise errors.model_not_found(inference.model, self.catalog.models())
-        exchange.model = inference.model
-        gauge = self.metrics.in_flight_of(inference.model)
-        gauge.inc()
-        if self.waker is not None:
-            self.waker.started(inference.model)
-        try:
-            endpoints = self.catalog.endpoints(inference.model)
-            if not endpoints and self.waker is not None:
-                endpoints = await self.waker.wake(inference.model)  # held here while a sleeping model wakes
+        model = exchange.model = inference.model
+        with self.in_flight.request(model):
+            endpoints = self.catalog.endpoints(model)
             if not endpoints:
-                raise errors.no_ready_endpoint(inference.model)
+                # Held while a replica comes: scaling says how (and scales a sleeping model up), then routing is
+                # waited on for its endpoint, up to the bound of that case.
+                started = asyncio.get_running_loop().time()
+                coming = await self._replica_coming(model, started + self.options.wake_timeout)
+                bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
+                endpoints = await self.catalog.await_endpoints(model, started + bound)
+                if not endpoints and coming is Coming.WAKING:
+                    raise errors.wake_timeout(model, bound)
+                if not endpoints:
+                    raise errors.not_ready_in_time(model, bound)
             return await self.proxy.forward(request, inference, endpoints, exchange)
-        finally:
-            gauge.dec()
-            if self.waker is not None:
-                self.waker.finished(inference.model)
+
+    async def _replica_coming(self, model: str, deadline: float) -> Coming:
+        """Ask scaling how a replica of `model` is coming; the 503 that says why when none is."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self.waker.wake(model)
+        except NotComingError as err:
+            raise errors.no_ready_endpoint(model, str(err)) from None
+        except ScaleUpError as err:
+            raise errors.wake_failed(model, str(err)) from None
+        except TimeoutError:
+            raise errors.wake_timeout(model, self.options.wake_timeout) from None
 
     # Middleware: authentication, errors in OpenAI's shape, metrics and one log line per request
 
@@ -250,11 +292,3 @@ class Gateway:
             attempts=exchange.attempts,
             seconds=round(now - exchange.started, 6),
         )
-
-
-async def _listen(runner: web.AppRunner, address: str) -> int:
-    """Serve the runner's application on one more address; the port it got."""
-    host, port = parse_bind_address(address)
-    before = len(runner.addresses)
-    await web.TCPSite(runner, host, port).start()
-    return int(runner.addresses[before][1])

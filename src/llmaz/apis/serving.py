@@ -1,0 +1,62 @@
+"""What a Playground or an inference Service serves, as the controllers build it and the gateway routes it.
+
+- The main model: the claims in llmaz's order (`main_first`: each claim whose role is unset or `main` is put
+  first, any other is appended, so the last main claim leads and a draft follows it), and the main model is the
+  first of that order. A Playground's `spec.modelClaim` is one main model and wins over `spec.modelClaims`.
+- The engines of an inference Service (a Playground's is named after it) are behind the core Service
+  `<name>-lb`, which the Service controller makes and the gateway routes to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, TypeVar
+
+from llmaz.apis import constants as c
+
+LB_SERVICE_SUFFIX: Final = "-lb"
+
+T = TypeVar("T")
+
+
+def lb_service_name(name: str) -> str:
+    """The core Service in front of the engines of the inference Service (or Playground) called `name`."""
+    return name + LB_SERVICE_SUFFIX
+
+
+def is_main(role: str | None) -> bool:
+    """Whether a claim's role makes it a main model: `main`, or none (the CRD's default)."""
+    return role in (None, c.MAIN_ROLE)
+
+
+def main_first(claims: Iterable[T], role: Callable[[T], str | None]) -> list[T]:
+    """`claims` in llmaz's order (see the module docstring); `role(claim)` reads a claim's role."""
+    ordered: list[T] = []
+    for claim in claims:
+        if is_main(role(claim)):
+            ordered.insert(0, claim)
+        else:
+            ordered.append(claim)
+    return ordered
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _role(claim: Mapping[str, Any]) -> str | None:
+    role = claim.get("role")
+    return role if isinstance(role, str) else None
+
+
+def main_model(obj: Mapping[str, Any]) -> str | None:
+    """The main model of a Playground or inference Service as stored (a plain dict), or None when it claims none."""
+    spec = _mapping(obj.get("spec"))
+    claimed = _mapping(spec.get("modelClaim")).get("modelName")
+    if isinstance(claimed, str) and claimed:
+        return claimed
+    models = _mapping(spec.get("modelClaims")).get("models")
+    claims = [m for m in models if isinstance(m, Mapping)] if isinstance(models, list) else []
+    ordered = main_first(claims, _role)
+    name = ordered[0].get("name") if ordered else None
+    return name if isinstance(name, str) and name else None

@@ -1,0 +1,240 @@
+"""The gateway's view of the cluster: shared informers and the routes computed from them.
+
+What is watched (and so what the gateway's RBAC allows, `RBAC_RULES`): Playgrounds, inference Services and
+OpenModels cluster-wide; the core Services llmaz made (label `app.kubernetes.io/managed-by: llmaz`, so the `-lb`
+ones among them), reduced to their ports and IP families (the activator names its slice's port after the `-lb`
+Service's); and EndpointSlices, never the whole cluster's, through three label selectors (the API server has no
+"or"): the slices of llmaz's core Services (the EndpointSlice controller copies a Service's labels onto its
+slices, so they carry `app.kubernetes.io/managed-by: llmaz` too), the activator's own slices
+(`endpointslice.kubernetes.io/managed-by: llmaz-gateway.llmaz.io`), and the slices of the gateway's own Service
+(its `kubernetes.io/service-name`, in its namespace). A transform keeps only what routing and the activator read
+(`routes.compact_endpoint_slice`), and an index finds a Service's slices by "namespace/name" in any of them.
+
+Invariants:
+- The model -> backends table is rebuilt from the caches on the first lookup after any Playground or Service
+  event, so it is never staler than the caches; endpoints are read from the slice cache on every lookup.
+- Reads never await, so a lookup sees one consistent state of every cache.
+- `await_endpoints(model, deadline)` re-reads a model's endpoints on each Playground, EndpointSlice or core Service
+  event, never by polling: a request held while its model gets a replica waits there.
+- The informers are public (`playground_informer`, `core_service_informer`, `slice_informers`): the scaling
+  controllers watch the very caches routing reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+
+from llmaz.apis import constants as c
+from llmaz.apis.resources import ENDPOINT_SLICES, INFERENCE_SERVICES, OPEN_MODELS, PLAYGROUNDS
+from llmaz.apis.resources import SERVICES as CORE_SERVICES
+from llmaz.apis.serving import main_model
+from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.routes import Backend, Endpoint
+from llmaz.runtime.cache import DeletedFinalStateUnknown, Informer, Obj, SharedInformerFactory
+from llmaz.runtime.rbac import READ, allow
+
+RBAC_RULES = tuple(
+    allow(r, *READ) for r in (OPEN_MODELS, PLAYGROUNDS, INFERENCE_SERVICES, ENDPOINT_SLICES, CORE_SERVICES)
+)
+
+BACKEND_INDEX = "backend"
+MODEL_INDEX = "model"
+# The core Services the manager makes (the `-lb` ones among them) carry this label, and so do their EndpointSlices:
+# the informers select on it.
+LLMAZ_SERVICES_SELECTOR = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY}"
+ACTIVATOR_SLICES_SELECTOR = f"{routes.MANAGED_BY_LABEL}={routes.ACTIVATOR_MANAGED_BY}"
+
+
+def _model_index(obj: Obj) -> list[str]:
+    model = main_model(obj)
+    return [model] if model else []
+
+
+def compact_service(obj: Obj) -> Obj:
+    """A core Service reduced to what the activator reads: its key, its ports and its IP families."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    ports = [
+        {key: port[key] for key in ("name", "port", "protocol") if key in port}
+        for port in spec.get("ports") or []
+        if isinstance(port, dict)
+    ]
+    compact_spec: Obj = {"ports": ports}
+    if isinstance(spec.get("ipFamilies"), list):
+        compact_spec["ipFamilies"] = list(spec["ipFamilies"])
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}, "spec": compact_spec}
+
+
+class _Invalidate:
+    """An event handler that marks the route table stale."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    def on_add(self, obj: Obj, is_initial_list: bool) -> None:
+        self._catalog.invalidate()
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        if main_model(old) != main_model(new):
+            self._catalog.invalidate()
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self._catalog.invalidate()
+
+
+class _Notify:
+    """An event handler that wakes whoever waits for the next change."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    def on_add(self, obj: Obj, is_initial_list: bool) -> None:
+        self._catalog.notify()
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._catalog.notify()
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self._catalog.notify()
+
+
+class Catalog:
+    """Served models and their ready endpoints, read from informers (see the module docstring)."""
+
+    def __init__(
+        self,
+        playgrounds: Informer,
+        services: Informer,
+        open_models: Informer,
+        endpoint_slices: Sequence[Informer],
+        core_services: Informer | None = None,
+    ) -> None:
+        """`endpoint_slices` are read as one cache. `core_services` (the manager's core Services) is needed only by
+        the activator; without it the catalog knows no `-lb` Service and the activator keeps no slice."""
+        self.playground_informer = playgrounds
+        self.core_service_informer = core_services
+        self.slice_informers = tuple(endpoint_slices)
+        self._informers = (playgrounds, services, open_models, *self.slice_informers) + (
+            (core_services,) if core_services is not None else ()
+        )
+        self._services = services
+        self._open_models = open_models
+        playgrounds.add_indexers({MODEL_INDEX: _model_index})
+        for slices in self.slice_informers:
+            slices.add_indexers({BACKEND_INDEX: routes.slice_backend_key})
+        self._table: dict[str, tuple[Backend, ...]] | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        for informer in (playgrounds, services):
+            informer.add_event_handler(_Invalidate(self))
+        for notifying in (playgrounds, *self.slice_informers, core_services):
+            if notifying is not None:
+                notifying.add_event_handler(_Notify(self))
+
+    @classmethod
+    def watch(cls, informers: SharedInformerFactory, gateway_service: str | None = None) -> Catalog:
+        """A catalog over the factory's shared informers (call before the factory starts).
+
+        `gateway_service` ("namespace/name") is the gateway's own Service, whose slices the activator reads.
+        """
+        slices = [
+            informers.informer_for(ENDPOINT_SLICES, label_selector=LLMAZ_SERVICES_SELECTOR),
+            informers.informer_for(ENDPOINT_SLICES, label_selector=ACTIVATOR_SLICES_SELECTOR),
+        ]
+        if gateway_service:
+            namespace, _, name = gateway_service.partition("/")
+            selector, field = f"{routes.SERVICE_NAME_LABEL}={name}", f"metadata.namespace={namespace}"
+            slices.append(informers.informer_for(ENDPOINT_SLICES, label_selector=selector, field_selector=field))
+        keep = frozenset({gateway_service} if gateway_service else ())
+        for informer in slices:
+            informer.set_transform(functools.partial(routes.compact_endpoint_slice, keep=keep))
+        core_services = informers.informer_for(CORE_SERVICES, label_selector=LLMAZ_SERVICES_SELECTOR)
+        core_services.set_transform(compact_service)
+        return cls(
+            informers.informer_for(PLAYGROUNDS),
+            informers.informer_for(INFERENCE_SERVICES),
+            informers.informer_for(OPEN_MODELS),
+            slices,
+            core_services,
+        )
+
+    def has_synced(self) -> bool:
+        return all(informer.has_synced() for informer in self._informers)
+
+    def invalidate(self) -> None:
+        self._table = None
+
+    def notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def await_endpoints(self, model: str, deadline: float) -> list[Endpoint]:
+        """The ready endpoints of `model` once it has some, or [] at `deadline` (the event loop's clock)."""
+        loop = asyncio.get_running_loop()
+        while not (endpoints := self.endpoints(model)) and loop.time() < deadline:
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await waiter
+            except TimeoutError:
+                return self.endpoints(model)
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        return endpoints
+
+    def playgrounds(self) -> list[Obj]:
+        return self.playground_informer.store.list()
+
+    def playground(self, namespace: str, name: str) -> Obj | None:
+        return self.playground_informer.store.get(f"{namespace}/{name}")
+
+    def playgrounds_serving(self, model: str) -> list[Obj]:
+        """The Playgrounds whose main model is `model`."""
+        return self.playground_informer.store.by_index(MODEL_INDEX, model)
+
+    def core_service(self, namespace: str, name: str) -> Obj | None:
+        """A core Service the manager made (compacted: ports and IP families), or None."""
+        informer = self.core_service_informer
+        return None if informer is None else informer.store.get(f"{namespace}/{name}")
+
+    def slices_of(self, namespace: str, service: str) -> list[Obj]:
+        """The cached (compacted) EndpointSlices of a core Service, the activator's included, each once."""
+        found: dict[str, Obj] = {}
+        for informer in self.slice_informers:
+            for slice_ in informer.store.by_index(BACKEND_INDEX, f"{namespace}/{service}"):
+                found.setdefault(str(slice_["metadata"].get("name")), slice_)
+        return list(found.values())
+
+    def endpoint_slice(self, namespace: str, name: str) -> Obj | None:
+        """A cached (compacted) EndpointSlice by name, or None."""
+        for informer in self.slice_informers:
+            if (found := informer.store.get(f"{namespace}/{name}")) is not None:
+                return found
+        return None
+
+    def _routes(self) -> dict[str, tuple[Backend, ...]]:
+        if self._table is None:
+            self._table = routes.route_table(self.playground_informer.store.list(), self._services.store.list())
+        return self._table
+
+    def models(self) -> list[str]:
+        return sorted(self._routes())
+
+    def serves(self, model: str) -> bool:
+        return model in self._routes()
+
+    def endpoints(self, model: str) -> list[Endpoint]:
+        """The ready endpoints of every backend serving `model` (empty for an unknown model)."""
+        found: set[Endpoint] = set()
+        for backend in self._routes().get(model, ()):
+            found.update(routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)))
+        return sorted(found)
+
+    def model_list(self) -> dict[str, object]:
+        # OpenModels are cluster-scoped: the cache key is the name.
+        return routes.model_list(self._routes(), self._open_models.store.get)

@@ -1,0 +1,1 @@
+"""Replicas on demand: scale from zero for a request, to zero when idle, and the `-lb` activator."""
