@@ -225,6 +225,18 @@ $(BENCH_STAMP): pyproject.toml | $(INSTALL_STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	@touch $@
 
+# Go llmaz built from a checkout or git directory of it given at run time (hack/llmaz-go/build.sh), to compare against:
+# its manager and the CRDs of the same version under $(LLMAZ_CACHE)/llmaz-go/<ref>/, and the image
+# llmaz.local/llmaz-go:<ref> in the image index. Nothing of it enters the repository. Needs root for the image, as
+# image-build. `make bench BENCH_GO_SRC=<the same path> [BENCH_GO_REF=...]` benchmarks against that version.
+LLMAZ_GO_SRC ?=
+LLMAZ_GO_REF ?= v0.1.4
+.PHONY: llmaz-go
+llmaz-go: ## Build Go llmaz LLMAZ_GO_REF (v0.1.4) from LLMAZ_GO_SRC=<checkout or git dir>, and its image, into the cache.
+	@test -n '$(LLMAZ_GO_SRC)' || { echo "make llmaz-go needs LLMAZ_GO_SRC=<a checkout or git directory of llmaz>" >&2; exit 2; }
+	@hack/node/install-packages.sh
+	@LLMAZ_GO_SRC='$(LLMAZ_GO_SRC)' LLMAZ_GO_REF='$(LLMAZ_GO_REF)' hack/llmaz-go/build.sh image
+
 .PHONY: bench
 bench: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Python vs Go llmaz benchmarks, serving on the real node (~75 min; BENCH_* knobs in bench/README.md).
 	$(PY) bench/run.py

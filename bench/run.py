@@ -86,7 +86,10 @@ def go_subjects(suite: Suite) -> tuple[golang.GoLlmaz | None, Path | None]:
     noop: Path | None = None
     try:
         llmaz_go = golang.llmaz_manager(cache)
-        info["llmaz"] = {"version": llmaz_go.version, "binary": str(llmaz_go.binary), "skipped": llmaz_go.notes}
+        info["llmaz"] = {
+            "version": llmaz_go.version, "origin": llmaz_go.origin, "binary": str(llmaz_go.binary),
+            "skipped": llmaz_go.notes,
+        }  # fmt: skip
     except golang.GoUnavailableError as err:
         info["llmaz_error"] = str(err)
     try:

@@ -303,7 +303,8 @@ def go_section(results: dict[str, Any]) -> list[str]:
     llmaz = go.get("llmaz")
     if llmaz:
         skipped = "".join(f"\n  - skipped {' '.join(note.split())[:300]}" for note in llmaz.get("skipped", []))
-        return [f"- Go llmaz manager: {llmaz['version']}{skipped}"]
+        origin = f", built from {llmaz['origin']}" if llmaz.get("origin") else ""
+        return [f"- Go llmaz manager: {llmaz['version']}{origin}{skipped}"]
     return [f"- Go llmaz manager: unavailable: {go.get('llmaz_error', 'not built')[:400]}"]
 
 

@@ -7,6 +7,9 @@
 #   llama-server  llmaz.local/llama-server:<version>   /app/llama-server: the static binary of hack/llamacpp/build.sh
 #   prometheus, prometheus-operator, prometheus-config-reloader
 #                 llmaz.local/<name>:<version>          the static binaries of hack/cluster/build.sh --prometheus, FROM scratch
+#   llmaz-go      llmaz.local/llmaz-go:<version>        Go llmaz's manager, built from its source by hack/llmaz-go/build.sh
+#                                                       (which runs this target), FROM scratch. Not part of `all`: it is a
+#                                                       comparison subject, not one of the project's images.
 # The Python images and llama-server sit on llmaz.local/base:<hash>: Debian bookworm with python3, from debootstrap.
 #
 # Usage: hack/images/build.sh [manager|loader|pause|llama-server|prometheus|prometheus-operator|
@@ -15,6 +18,7 @@
 #           {"image": "<reference>", "archive": "<path of its .oci.tar>"}
 #   stderr: progress; each build's own output goes to $LLMAZ_CACHE/images/logs/<name>.log
 #   LLAMA_SERVER_BIN=<dir>/llama-server-<version>/llama-server uses that binary instead of hack/llamacpp/build.sh.
+#   llmaz-go needs LLMAZ_GO_BIN=<dir>/<version>/manager, a static binary; hack/llmaz-go/build.sh sets it.
 #
 # Invariants:
 # - Tags are content hashes. base: its package list, suite and recipe. manager, loader: what the build context lets in
@@ -63,11 +67,12 @@ declare -A wanted=()
 for arg in "${@:-all}"; do
   case "$arg" in
     all) names=(manager loader pause llama-server prometheus prometheus-operator prometheus-config-reloader) ;;
-    manager | loader | pause | llama-server | prometheus | prometheus-operator | prometheus-config-reloader)
+    manager | loader | pause | llama-server | prometheus | prometheus-operator | prometheus-config-reloader | llmaz-go)
       names=("$arg")
       ;;
     *)
       echo "usage: $0 [manager|loader|pause|llama-server|prometheus|prometheus-operator|prometheus-config-reloader|all]..." >&2
+      echo "       LLMAZ_GO_BIN=<dir>/<version>/manager $0 llmaz-go    (hack/llmaz-go/build.sh runs this)" >&2
       exit 2
       ;;
   esac
@@ -407,6 +412,17 @@ for name in "${targets[@]}"; do
       # 65534 (nobody), as upstream's images: none writes anything but what its pod mounts.
       export_image "$name" "llmaz.local/$name:$version" "$key" static_image "llmaz.local/$name:$version" "$binary" \
         "/bin/${binary##*/}" 65534:65534
+      ;;
+    llmaz-go)
+      binary="${LLMAZ_GO_BIN:-}"
+      [[ -n "$binary" ]] || die "llmaz-go needs LLMAZ_GO_BIN=<dir>/<version>/manager: run hack/llmaz-go/build.sh instead"
+      [[ -x "$binary" ]] || die "LLMAZ_GO_BIN=$binary is not an executable file"
+      ! ldd "$binary" >/dev/null 2>&1 || die "LLMAZ_GO_BIN=$binary is dynamically linked: the image needs a static build"
+      version="$(basename "$(dirname "$binary")")"
+      key="$({ sha256sum <"$binary"; echo "$arch"; declare -f static_image; } | short_hash)"
+      # /manager as 65532 (distroless's nonroot), as upstream's image: its Deployment runs `/manager`.
+      export_image llmaz-go "llmaz.local/llmaz-go:$version" "$key" static_image "llmaz.local/llmaz-go:$version" \
+        "$binary" /manager 65532:65532
       ;;
   esac
 done
