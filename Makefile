@@ -116,6 +116,12 @@ e2e-bins: ## Also build kube-controller-manager, kube-scheduler, kwok, the LWS c
 node-packages: ## Install the Debian packages of the real node (hack/node/packages.txt: containerd, runc, CNI, nftables, buildah).
 	@hack/node/install-packages.sh
 
+# A pinned version that leaves the mirror is replaced by its release's newer one at install time; this warns
+# beforehand, from the local apt index only (about a second), so the pin gets tested and bumped first.
+.PHONY: debian-pins
+debian-pins: ## Warn about pins of hack/node/packages.txt and hack/webui/packages.txt that are no longer apt's candidate.
+	@hack/node/install-packages.sh --check hack/node/packages.txt hack/webui/packages.txt
+
 .PHONY: node-bins
 node-bins: ## Also build kubelet, kube-proxy and CoreDNS (the real node of the e2e tier).
 	@hack/cluster/build.sh --node >&2
@@ -262,7 +268,7 @@ bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake e
 	BENCH_SCENARIOS=gateway $(PY) bench/run.py
 
 .PHONY: test
-test: lint kustomize-build test-unit test-integration ## Everything CI runs: lint and every test tier.
+test: debian-pins lint kustomize-build test-unit test-integration ## Everything CI runs: lint and every test tier.
 	@$(MAKE) --no-print-directory test-e2e E2E_CLUSTER=simulated
 	@$(MAKE) --no-print-directory test-e2e E2E_CLUSTER=node
 

@@ -1,7 +1,12 @@
-"""Nothing outlives a test run or `make dev-down`: no etcd or kube-apiserver process, no listening port."""
+"""Nothing outlives a test run or `make dev-down`: no etcd or kube-apiserver process, no listening port.
+
+The same holds for a test run started with SIGINT ignored, as a background job of a non-interactive shell, `nohup`
+and some CI runners start theirs: the last test runs this module's other tests in such a session.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -15,7 +20,7 @@ from typing import Any
 import pytest
 
 from llmaz.envtest._devcluster import dev_down, dev_up
-from llmaz.envtest._process import is_gone
+from llmaz.envtest._process import child_setup, is_gone
 from llmaz.envtest.control_plane import _new_temporary_work_dir
 from llmaz.testing.processes import recorded_state, wait_all_gone
 
@@ -50,7 +55,14 @@ def run_inner_session(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen[byte
         "-p",
         "no:cacheprovider",
     ]
-    inner = subprocess.Popen([*argv, "test_inner.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE)
+    # A Ctrl-C reaches it whatever SIGINT disposition this session inherited.
+    inner = subprocess.Popen(
+        [*argv, "test_inner.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        preexec_fn=child_setup(die_with_parent=True),
+    )
     return inner, recorded_state(inner, state_out, within=90)
 
 
@@ -98,3 +110,36 @@ def test_dev_up_is_idempotent_and_dev_down_stops_everything_it_started(tmp_path:
     wait_all_gone(first, what="what dev up started to be gone")
     assert not (state_dir / "state.json").exists()
     assert not kubeconfig.exists()
+
+
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_nothing_survives_either_in_a_test_run_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """`setsid bash -c 'make test' &`: the pytest of a background job starts with SIGINT ignored."""
+    here = Path(__file__).resolve()
+    tests = [
+        f"{here}::{test.__name__}"
+        for test in (
+            test_no_process_or_port_survives_a_session_that,
+            test_dev_up_is_idempotent_and_dev_down_stops_everything_it_started,
+        )
+    ]
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'session'}", *tests],
+        cwd=here.parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=ignore_sigint,
+    )
+    try:
+        output = session.communicate(timeout=480)[0].decode()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(session.pid, signal.SIGKILL)  # its inner sessions too, when it overran
+        session.wait()
+
+    assert session.returncode == 0, output
+    assert "4 passed" in output, output

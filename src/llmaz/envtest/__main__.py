@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -20,7 +21,20 @@ def main(argv: list[str] | None = None) -> int:
     down = commands.add_parser("down", help="stop the control plane started by `up` and remove its state")
     down.add_argument("--dir", type=Path, default=Path(".dev"), help="state directory (default .dev)")
     args = parser.parse_args(argv)
+    # Ctrl-C interrupts either command (`up` then stops what it started) also where SIGINT was inherited ignored,
+    # as a background job of a non-interactive shell or `nohup` starts.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print(f"python -m llmaz.envtest {args.command}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if inherited is not None:  # None: set outside Python, which cannot put it back
+            signal.signal(signal.SIGINT, inherited)
 
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "up":
         crd_paths = [path for path in args.crd_path if path.exists()]
         kubeconfig = dev_up(args.dir.resolve(), crd_paths, args.manifests, args.kustomize)

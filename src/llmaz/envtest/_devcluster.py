@@ -63,7 +63,12 @@ def _start(state_dir: Path, crd_paths: Sequence[Path]) -> ControlPlane:
     work_dir = state_dir / "control-plane"
     shutil.rmtree(work_dir, ignore_errors=True)
     plane = ControlPlane(crd_paths=crd_paths, work_dir=work_dir, kubeconfig=state_dir / "kubeconfig", detached=True)
-    plane.start()
+    try:
+        plane.start()
+    except BaseException:  # a failure or Ctrl-C: start() stopped its processes; what it wrote goes too
+        shutil.rmtree(work_dir, ignore_errors=True)
+        (state_dir / "kubeconfig").unlink(missing_ok=True)
+        raise
     _write_state(state_dir, plane.state())
     return plane
 

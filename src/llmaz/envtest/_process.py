@@ -4,11 +4,13 @@ Invariants:
 - Every process runs in its own session (so its own process group); stopping signals the whole group with
   SIGTERM, waits, then SIGKILLs the group and reaps the child. After `stop()` returns nothing of it is left.
 - An attached process (the default) is stopped by `stop()`, by interpreter exit (atexit), and by
-  SIGTERM/SIGHUP to this interpreter (a handler is installed only where none was set). When started from the
-  main thread it also carries PR_SET_PDEATHSIG=SIGKILL, so even a SIGKILLed test run leaves no orphan behind.
+  SIGTERM/SIGHUP to this interpreter: while anything attached runs (or a cleanup is pending) a handler is in
+  place where none was set, and once nothing is left the dispositions it replaced are back. When started from
+  the main thread it also carries PR_SET_PDEATHSIG=SIGKILL, so even a SIGKILLed test run leaves no orphan behind.
 - Cleanups registered with `on_exit` (temporary directories) run on the same exit paths, after the processes.
 - A detached process (`make dev-up`) is none of the above: it outlives this interpreter and is stopped later
   by pid with `stop_detached`, which first checks that the pid still runs the expected executable.
+- Every child starts with SIGINT at its default disposition (`child_setup`), whatever this process inherited.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ _STOP_TIMEOUT = 10.0
 _POLL_INTERVAL = 0.05
 _live: set[ManagedProcess] = set()
 _after_stop_all: dict[int, Callable[[], None]] = {}
-_live_lock = threading.Lock()
-_handlers_installed = False
+# Reentrant: the SIGTERM/SIGHUP handler runs stop_all in the main thread, which may hold the lock at that moment.
+_live_lock = threading.RLock()
+_EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_exit_handled: set[signal.Signals] = set()  # where _stop_all_then_die replaced SIG_DFL
 
 
 class ManagedProcess:
@@ -64,12 +68,12 @@ class ManagedProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_kill_when_parent_dies if die_with_parent else None,
+                preexec_fn=child_setup(die_with_parent=die_with_parent),
             )
         if not self.detached:
-            _install_exit_handlers()
             with _live_lock:
                 _live.add(self)
+                _sync_exit_handlers()
 
     def exit_code(self) -> int | None:
         """None while running; the exit status once it has exited."""
@@ -88,6 +92,8 @@ class ManagedProcess:
         # Whatever else the group spawned goes too, even when the leader already exited.
         _signal_group(self._popen.pid, signal.SIGKILL)
         self._popen.wait()
+        with _live_lock:
+            _sync_exit_handlers()
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -158,6 +164,11 @@ def stop_all() -> None:
     for cleanup in cleanups:
         with contextlib.suppress(Exception):
             cleanup()
+    with _live_lock:
+        _sync_exit_handlers()
+
+
+atexit.register(stop_all)
 
 
 def on_exit(key: int, cleanup: Callable[[], None] | None) -> None:
@@ -167,7 +178,7 @@ def on_exit(key: int, cleanup: Callable[[], None] | None) -> None:
             _after_stop_all.pop(key, None)
         else:
             _after_stop_all[key] = cleanup
-    _install_exit_handlers()
+        _sync_exit_handlers()
 
 
 def _signal_group(pid: int, signum: signal.Signals) -> None:
@@ -200,23 +211,42 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     return False
 
 
-def _kill_when_parent_dies() -> None:
-    # Runs in the child between fork and exec; the signal survives exec of a non-setuid binary.
+def child_setup(*, die_with_parent: bool) -> Callable[[], None]:
+    """The `preexec_fn` for a child of ours: SIGINT at its default, and with `die_with_parent` PR_SET_PDEATHSIG.
+
+    An ignored signal stays ignored across exec, and subprocess's `restore_signals` resets only SIGPIPE, SIGXFZ and
+    SIGXFSZ. A background job of a non-interactive shell, `nohup` and some CI runners start with SIGINT ignored;
+    without the reset every child would inherit that, and a Python child would never raise KeyboardInterrupt.
+    """
+    return _sigint_default_and_die_with_parent if die_with_parent else _sigint_default
+
+
+def _sigint_default() -> None:
+    # Runs in the child between fork and exec, where it is the only thread.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _sigint_default_and_die_with_parent() -> None:
+    _sigint_default()
+    # The death signal survives exec of a non-setuid binary.
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _install_exit_handlers() -> None:
-    global _handlers_installed
-    with _live_lock:
-        if _handlers_installed:
-            return
-        _handlers_installed = True
-    atexit.register(stop_all)
+def _sync_exit_handlers() -> None:
+    """With `_live_lock` held: SIGTERM/SIGHUP stop everything while something is attached or a cleanup is pending,
+    where they were at their default; once nothing is, they are back at their default (unless replaced since)."""
     if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; the next call from it catches up
+    if _live or _after_stop_all:
+        for signum in _EXIT_SIGNALS:
+            if signum not in _exit_handled and signal.getsignal(signum) is signal.SIG_DFL:
+                signal.signal(signum, _stop_all_then_die)
+                _exit_handled.add(signum)
         return
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is signal.SIG_DFL:
-            signal.signal(signum, _stop_all_then_die)
+    for signum in _exit_handled:
+        if signal.getsignal(signum) is _stop_all_then_die:
+            signal.signal(signum, signal.SIG_DFL)
+    _exit_handled.clear()
 
 
 def _stop_all_then_die(signum: int, _frame: FrameType | None) -> None:

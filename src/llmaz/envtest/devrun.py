@@ -45,7 +45,7 @@ from types import FrameType
 from typing import Any
 
 from llmaz.envtest._devcluster import _running_cluster
-from llmaz.envtest._process import _kill_when_parent_dies, is_listening
+from llmaz.envtest._process import child_setup, is_listening
 from llmaz.envtest.control_plane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[3]
@@ -276,7 +276,10 @@ def _manager(plane: ControlPlane, work_dir: Path) -> Iterator[subprocess.Popen[b
     argv = [*command, f"--kubeconfig={plane.kubeconfig}", f"--webhook-cert-dir={work_dir / 'webhook-certs'}"]
     _say("starting llmaz-manager (logs follow) ...")
     process = subprocess.Popen(
-        [*argv, *MANAGER_FLAGS], stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_kill_when_parent_dies
+        [*argv, *MANAGER_FLAGS],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=child_setup(die_with_parent=True),
     )
     try:
         yield process

@@ -293,10 +293,14 @@ class Manager:
             return
         event = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # Installed whatever was there, an inherited SIG_IGN included (a background job or nohup ignores SIGINT).
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        for sig in previous:
             loop.add_signal_handler(sig, event.set)
         try:
             yield event
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)  # which leaves SIGINT at Python's default_int_handler, not `handler`
+                if handler is not None:  # None: set outside Python, which cannot put it back
+                    signal.signal(sig, handler)

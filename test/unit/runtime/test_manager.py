@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import signal
 
 import aiohttp
 import pytest
@@ -208,3 +210,22 @@ async def test_the_leader_client_refuses_writes_while_not_leading_and_passes_rea
     finally:
         await electing.client.close()
         await not_electing.client.close()
+
+
+async def test_sigint_stops_the_manager_even_when_inherited_ignored_and_stays_ignored_afterwards() -> None:
+    journal: list[str] = []
+    mgr = manager()
+    controller = Tracked("controller", journal, leader=True)
+    mgr.add(controller)
+    sigterm = signal.getsignal(signal.SIGTERM)
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a background job of a non-interactive shell
+    try:
+        run = asyncio.create_task(mgr.start())
+        await asyncio.wait_for(controller.started.wait(), 5)
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.wait_for(run, 5)
+        assert journal == ["start controller", "stop controller"]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is sigterm
+    finally:
+        signal.signal(signal.SIGINT, inherited)
