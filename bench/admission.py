@@ -56,7 +56,7 @@ def serve(port: int, cert_dir: Path) -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     lookup = StaticLookup(backends={"vllm": ["default"]}, models={"qwen2-0-5b"})
     server = WebhookServer(webhooks(lookup), host="127.0.0.1", port=port, cert_dir=cert_dir)
-    asyncio.run(server.run(asyncio.Event()))
+    asyncio.run(server.run())
 
 
 async def load(port: int, rate: float, seconds: float) -> tuple[list[float], int]:

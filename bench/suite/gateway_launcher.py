@@ -36,6 +36,7 @@ from llmaz.runtime.cache.store import IndexedStore
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import RestConfig
 from llmaz.runtime.events import EventBroadcaster
+from llmaz.runtime.runnable import run_until_cancelled
 
 MODEL = "bench-model"
 PLAYGROUND = "bench"
@@ -125,12 +126,15 @@ async def serve(port: int, engine_port: int) -> None:
     idle = idle_controller(IdleDetector(catalog, scale, in_flight), catalog, in_flight)
     options = GatewayOptions(bind_address=f"127.0.0.1:{port}", proxy=ProxyOptions())
     gateway = Gateway(catalog, options, metrics=GatewayMetrics(), in_flight=in_flight, waker=Waker(catalog, scale))
-    stopping = asyncio.Event()
+    # Stopped as the manager stops runnables: by cancelling them (see llmaz.runtime.runnable).
+    tasks = [asyncio.create_task(run_until_cancelled(gateway)), asyncio.create_task(idle.run())]
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
+        loop.add_signal_handler(signum, lambda: [task.cancel() for task in tasks])
     try:
-        await asyncio.gather(gateway.run(stopping), idle.run(stopping))
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                raise outcome
     finally:
         await client.close()
 
