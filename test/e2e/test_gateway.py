@@ -58,13 +58,7 @@ def _direct_http_client() -> openai.DefaultHttpxClient:
 
 def gateway_chat(e2e: Environment, model: str) -> tuple[int, bytes]:
     """One short chat completion for `model` through the gateway: the status and the body."""
-    return http_request(
-        f"{gateway_url(e2e)}/chat/completions",
-        method="POST",
-        body=chat_request(model),
-        headers={"Content-Type": "application/json"},
-        timeout=30,
-    )
+    return chat(gateway_url(e2e), model, timeout=30)
 
 
 def routable(e2e: Environment, model: str) -> None:
@@ -311,15 +305,20 @@ def names_the_gateway_pods(e2e: Environment, namespace: str, playground: str) ->
     return bool(pods) and activator_addresses(e2e, namespace, playground) == pods
 
 
-def held_chat(url: str, model: str) -> tuple[int, bytes]:
-    """A chat request to the OpenAI API at `url`, given time to be held while its model wakes."""
+def chat(url: str, model: str, timeout: float) -> tuple[int, bytes]:
+    """A short chat request for `model` to the OpenAI API at `url`: the status and the body."""
     return http_request(
         f"{url}/chat/completions",
         method="POST",
         body=chat_request(model),
         headers={"Content-Type": "application/json"},
-        timeout=240,
+        timeout=timeout,
     )
+
+
+def held_chat(url: str, model: str) -> tuple[int, bytes]:
+    """A chat request to the OpenAI API at `url`, given time to be held while its model wakes."""
+    return chat(url, model, timeout=240)
 
 
 def asleep_behind_the_activator(
