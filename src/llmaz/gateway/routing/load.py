@@ -1,0 +1,47 @@
+"""What an engine says about its own load, as the gateway's routing and scaling parts read it.
+
+The engines count what the gateway cannot: requests sent by other gateway replicas or straight to the `-lb`
+Service, requests queued inside the engine, and how full its KV cache or its slots are. `LoadSignals` is the one
+way to ask: an implementation scrapes the engines' metrics and answers from its latest fresh sample.
+
+Invariants:
+- `load` never waits and never raises: it answers from what is already known.
+- None means "not known now" (never scraped, stale, or an engine that exports nothing): callers then fall back
+  to the gateway's own in-flight counts, so a missing signal costs routing quality, never a request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from llmaz.gateway.routing.routes import Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    running: int
+    """Requests the engine is processing now."""
+    waiting: int
+    """Requests the engine has accepted and queued, not yet started."""
+    utilisation: float | None = None
+    """How full the engine is, 0 to 1: KV-cache use (vLLM, SGLang), or busy slots over total slots (llama.cpp);
+    None when the engine does not say."""
+
+    @property
+    def requests(self) -> int:
+        """Running plus waiting: the load a replica carries."""
+        return self.running + self.waiting
+
+
+class LoadSignals(Protocol):
+    def load(self, endpoint: Endpoint) -> EngineLoad | None:
+        """The endpoint's latest fresh load, or None when it is not known now."""
+        ...
+
+
+class NoSignals:
+    """Signals off: nothing is ever known, so everyone uses the gateway's own counts."""
+
+    def load(self, endpoint: Endpoint) -> EngineLoad | None:
+        return None
