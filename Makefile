@@ -263,6 +263,10 @@ bench-memory: install $(BENCH_STAMP) cluster-bins ## Manager RSS with 10k unrela
 bench-growth: install $(BENCH_STAMP) cluster-bins ## Cost per Playground at N = 100, 1,000, 10,000, and cold starts over N.
 	BENCH_SCENARIOS=growth $(PY) bench/run.py
 
+.PHONY: bench-serving
+bench-serving: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Routing strategies side by side on the real node: cached tokens, prefill, TTFT (~15 min).
+	BENCH_SCENARIOS=routing $(PY) bench/run.py
+
 .PHONY: bench-gateway
 bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream.
 	BENCH_SCENARIOS=gateway $(PY) bench/run.py

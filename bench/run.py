@@ -36,6 +36,7 @@ from suite import (
     limit_bench,
     memory_bench,
     report,
+    routing_bench,
     runtime_bench,
     serving_bench,
 )
@@ -171,6 +172,10 @@ def serving(suite: Suite) -> None:
     suite.record("serving", {"subject": "python"}, partial(serving_bench.serving_run, s.repeats, suite.log_dir))
 
 
+def routing(suite: Suite) -> None:
+    suite.record("routing", {"subject": "python"}, partial(routing_bench.run_once, suite.log_dir))
+
+
 def memory(suite: Suite) -> None:
     s = suite.settings
     for rep in range(s.repeats):
@@ -227,6 +232,8 @@ def main() -> None:
             loader(suite)
         if "serving" in settings.scenarios:
             serving(suite)
+        if "routing" in settings.scenarios:
+            routing(suite)
         if "memory" in settings.scenarios:
             memory(suite)
         if "gateway" in settings.scenarios:

@@ -175,6 +175,17 @@ def serving_section(results: dict[str, Any]) -> list[str]:
     return ["", title, "", *lines]
 
 
+def routing_section(results: dict[str, Any]) -> list[str]:
+    from suite import routing_bench
+
+    return [
+        line
+        for r in runs(results, "routing")
+        for line in ("", "### Routing on the real node: what each strategy makes the engines prefill", "",
+                     routing_bench.report(r))
+    ]  # fmt: skip
+
+
 def memory_section(results: dict[str, Any]) -> list[str]:
     rs = runs(results, "memory")
     if not rs:
@@ -314,7 +325,8 @@ def write(results: dict[str, Any], out: Path) -> str:
     header = ["# llmaz benchmark results", "", f"- started {results['started']}, machine {results['machine']}",
               *go_section(results)]  # fmt: skip
     body = [*controllers_section(results), *runtime_section(results), *admission_section(results),
-            *limit_section(results), *loader_section(results), *serving_section(results), *memory_section(results),
+            *limit_section(results), *loader_section(results), *serving_section(results), *routing_section(results),
+            *memory_section(results),
             *gateway_section(results), *growth_section(results),
             *targets.section(results),
             *failures_section(results)]  # fmt: skip

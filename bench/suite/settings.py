@@ -14,7 +14,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO = BENCH_DIR.parent
 ALL_SCENARIOS = (
-    "controllers", "runtime", "admission", "limit", "loader", "serving", "memory", "gateway", "growth",
+    "controllers", "runtime", "admission", "limit", "loader", "serving", "routing", "memory", "gateway", "growth",
 )  # fmt: skip
 
 
@@ -52,8 +52,8 @@ class Settings:
     timeout: float
     """BENCH_TIMEOUT: seconds a phase may take before the run is recorded as timed out (full: 900)."""
     scenarios: tuple[str, ...]
-    """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, memory, gateway, growth
-    (default: all; serving needs root and the node tier's binaries and images)."""
+    """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, routing, memory, gateway,
+    growth (default: all; serving and routing need root and the node tier's binaries and images)."""
     subjects: tuple[str, ...]
     """BENCH_SUBJECTS: subset of python, go (default: both)."""
     loader_megabytes: int

@@ -89,16 +89,17 @@ class ObjectStore:
             return sock.connect_ex((self.host, self.port)) == 0
 
 
-def tiny_model() -> Path:
-    """The tiny random-weight llama GGUF, generated into the cache on first use."""
-    from llmaz.testing.tinymodel import write_tiny_model
+def tiny_model(shape: str = "tiny") -> Path:
+    """A random-weight llama GGUF of `shape` (`llmaz.testing.tinymodel.SHAPES`), generated into the cache on first
+    use: `tiny-llama.gguf` for the tiny demo model, `<shape>-llama.gguf` for the others."""
+    from llmaz.testing.tinymodel import SHAPES, write_tiny_model
 
     vocab = _llama_server_dir() / "vocab-llama-spm.gguf"
     if not vocab.is_file():
         raise AssetsMissingError(f"{vocab} not found: run `make llama-server` (hack/llamacpp/build.sh)")
-    out = cache_root() / "models" / "tiny-llama.gguf"
+    out = cache_root() / "models" / f"{shape}-llama.gguf"
     if not out.is_file():
-        write_tiny_model(vocab, out)
+        write_tiny_model(vocab, out, SHAPES[shape])
     return out
 
 

@@ -7,21 +7,25 @@ beyond its shape.
 
 `write_tiny_model(vocab, out)` takes any vocabulary-only llama GGUF (llama.cpp ships them under `models/`, e.g.
 `ggml-vocab-llama-spm.gguf`), copies its `tokenizer.ggml.*` keys, adds a small chat template of its own and writes
-2 layers, embedding 64, 4 attention and 4 KV heads, FFN 256, context 512. 2-D weights are F16 with the output
-projection tied to the token embedding (no `output.weight`); the norms are F32 ones. With a 32,000-token
-vocabulary that is about 5 MB.
+the layers of a `ModelShape`: by default `TINY`, 2 layers, embedding 64, 4 attention and 4 KV heads, FFN 256,
+context 512. 2-D weights are F16 with the output projection tied to the token embedding (no `output.weight`); the
+norms are F32 ones. With a 32,000-token vocabulary that is about 5 MB.
+
+`PREFILL_HEAVY` is the serving benchmark's model: context 4,096 and four times the width over 4 layers, so that
+prefilling a 1,000-token prompt costs clearly more than decoding a few tokens (about 17 MB).
 
 Invariants: the output is a function of the vocabulary file alone (fixed seed, keys written in a fixed order, no
 timestamps, no dependence on hash seeds), so every run writes the same bytes. The file appears under its final
 name only when complete (written beside it, then renamed).
 
-CLI: `python -m llmaz.testing.tinymodel --vocab <vocab.gguf> --out <file.gguf>`.
+CLI: `python -m llmaz.testing.tinymodel --vocab <vocab.gguf> --out <file.gguf> [--shape tiny|prefill-heavy]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +39,21 @@ DESCRIPTION = (
     "Random weights, not trained: generated text is meaningless. A test fixture that proves the llama.cpp serving "
     "path (loading, chat completions, streaming, usage), written by llmaz.testing.tinymodel."
 )
-BLOCK_COUNT = 2
-EMBEDDING_LENGTH = 64
-HEAD_COUNT = 4
-HEAD_COUNT_KV = 4
-FEED_FORWARD_LENGTH = 256
-CONTEXT_LENGTH = 512
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    block_count: int
+    embedding_length: int
+    feed_forward_length: int
+    context_length: int
+    head_count: int = 4
+    head_count_kv: int = 4
+
+
+TINY = ModelShape(block_count=2, embedding_length=64, feed_forward_length=256, context_length=512)
+PREFILL_HEAVY = ModelShape(block_count=2, embedding_length=128, feed_forward_length=512, context_length=4096)
+SHAPES = {"tiny": TINY, "prefill-heavy": PREFILL_HEAVY}
 RMS_EPSILON = 1e-5
 ROPE_FREQ_BASE = 10000.0
 WEIGHT_STD = 0.02
@@ -63,8 +76,8 @@ _TOKENIZER_PREFIX = "tokenizer.ggml."
 _TOKENS_KEY = "tokenizer.ggml.tokens"
 
 
-def write_tiny_model(vocab: Path, out: Path) -> Path:
-    """Write the tiny random model for the vocabulary GGUF `vocab` to `out`; returns `out`."""
+def write_tiny_model(vocab: Path, out: Path, shape: ModelShape = TINY) -> Path:
+    """Write the random model of `shape` for the vocabulary GGUF `vocab` to `out`; returns `out`."""
     tokenizer = _tokenizer_fields(vocab)
     n_vocab = len(tokenizer[_TOKENS_KEY][0])
     tmp = out.with_name(f".{out.name}.tmp")
@@ -72,8 +85,8 @@ def write_tiny_model(vocab: Path, out: Path) -> Path:
     try:
         writer = gguf.GGUFWriter(tmp, ARCHITECTURE)
         try:
-            _add_metadata(writer, n_vocab, tokenizer)
-            for name, tensor in _tensors(n_vocab):
+            _add_metadata(writer, shape, n_vocab, tokenizer)
+            for name, tensor in _tensors(shape, n_vocab):
                 writer.add_tensor(name, tensor)
             writer.write_header_to_file()
             writer.write_kv_data_to_file()
@@ -112,20 +125,21 @@ def _tokenizer_fields(vocab: Path) -> dict[str, tuple[Any, gguf.GGUFValueType, g
 
 def _add_metadata(
     writer: gguf.GGUFWriter,
+    shape: ModelShape,
     n_vocab: int,
     tokenizer: dict[str, tuple[Any, gguf.GGUFValueType, gguf.GGUFValueType | None]],
 ) -> None:
     writer.add_name(NAME)
     writer.add_description(DESCRIPTION)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_block_count(BLOCK_COUNT)
-    writer.add_context_length(CONTEXT_LENGTH)
-    writer.add_embedding_length(EMBEDDING_LENGTH)
-    writer.add_feed_forward_length(FEED_FORWARD_LENGTH)
-    writer.add_head_count(HEAD_COUNT)
-    writer.add_head_count_kv(HEAD_COUNT_KV)
+    writer.add_block_count(shape.block_count)
+    writer.add_context_length(shape.context_length)
+    writer.add_embedding_length(shape.embedding_length)
+    writer.add_feed_forward_length(shape.feed_forward_length)
+    writer.add_head_count(shape.head_count)
+    writer.add_head_count_kv(shape.head_count_kv)
     writer.add_layer_norm_rms_eps(RMS_EPSILON)
-    writer.add_rope_dimension_count(EMBEDDING_LENGTH // HEAD_COUNT)
+    writer.add_rope_dimension_count(shape.embedding_length // shape.head_count)
     writer.add_rope_freq_base(ROPE_FREQ_BASE)
     writer.add_vocab_size(n_vocab)
     for key, (value, vtype, sub_type) in tokenizer.items():
@@ -133,10 +147,11 @@ def _add_metadata(
     writer.add_chat_template(CHAT_TEMPLATE)
 
 
-def _tensors(n_vocab: int) -> list[tuple[str, npt.NDArray[Any]]]:
+def _tensors(shape: ModelShape, n_vocab: int) -> list[tuple[str, npt.NDArray[Any]]]:
     """Every tensor in file order; numpy shapes are (out, in). Drawn in this order from one seeded generator."""
     rng = np.random.default_rng(SEED)
-    embd, ffn = EMBEDDING_LENGTH, FEED_FORWARD_LENGTH
+    embd, ffn = shape.embedding_length, shape.feed_forward_length
+    kv = embd // shape.head_count * shape.head_count_kv
 
     def weight(rows: int, cols: int) -> npt.NDArray[np.float16]:
         return (rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(WEIGHT_STD)).astype(np.float16)
@@ -145,13 +160,13 @@ def _tensors(n_vocab: int) -> list[tuple[str, npt.NDArray[Any]]]:
         return np.ones(embd, dtype=np.float32)
 
     tensors: list[tuple[str, npt.NDArray[Any]]] = [("token_embd.weight", weight(n_vocab, embd))]
-    for layer in range(BLOCK_COUNT):
+    for layer in range(shape.block_count):
         block = f"blk.{layer}"
         tensors += [
             (f"{block}.attn_norm.weight", norm()),
             (f"{block}.attn_q.weight", weight(embd, embd)),
-            (f"{block}.attn_k.weight", weight(embd, embd)),
-            (f"{block}.attn_v.weight", weight(embd, embd)),
+            (f"{block}.attn_k.weight", weight(kv, embd)),
+            (f"{block}.attn_v.weight", weight(kv, embd)),
             (f"{block}.attn_output.weight", weight(embd, embd)),
             (f"{block}.ffn_norm.weight", norm()),
             (f"{block}.ffn_gate.weight", weight(ffn, embd)),
@@ -171,8 +186,9 @@ def main(argv: list[str] | None = None) -> None:
         "--vocab", type=Path, required=True, help="a vocabulary-only llama GGUF to take the tokenizer from"
     )
     parser.add_argument("--out", type=Path, required=True, help="the GGUF file to write")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny", help="the model's size (default tiny)")
     args = parser.parse_args(argv)
-    print(write_tiny_model(args.vocab, args.out))
+    print(write_tiny_model(args.vocab, args.out, SHAPES[args.shape]))
 
 
 if __name__ == "__main__":

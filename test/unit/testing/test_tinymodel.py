@@ -174,3 +174,17 @@ def test_a_file_without_tokens_or_of_another_architecture_is_refused(tmp_path: P
     with pytest.raises(ValueError, match="not a llama GGUF"):
         tinymodel.write_tiny_model(_synthetic_vocab(tmp_path / "gpt2.gguf", arch="gpt2"), tmp_path / "out.gguf")
     assert not (tmp_path / "out.gguf").exists()
+
+
+def test_the_prefill_heavy_shape_writes_its_context_width_and_layers(vocab: Path, tmp_path: Path) -> None:
+    shape = tinymodel.PREFILL_HEAVY
+    path = tinymodel.write_tiny_model(vocab, tmp_path / "heavy.gguf", shape)
+    reader = gguf.GGUFReader(path)
+    assert _field(reader, "llama.context_length") == shape.context_length == 4096
+    assert _field(reader, "llama.embedding_length") == shape.embedding_length
+    assert _field(reader, "llama.block_count") == shape.block_count
+    names = {t.name for t in reader.tensors}
+    assert f"blk.{shape.block_count - 1}.ffn_down.weight" in names
+    assert f"blk.{shape.block_count}.ffn_down.weight" not in names
+    ffn_down = next(t for t in reader.tensors if t.name == "blk.0.ffn_down.weight")
+    assert sorted(int(d) for d in ffn_down.shape) == [shape.embedding_length, shape.feed_forward_length]

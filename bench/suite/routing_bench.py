@@ -1,0 +1,502 @@
+"""Routing under real traffic: what each strategy makes the engines prefill again, on the real node.
+
+`make bench-serving` (`BENCH_SCENARIOS=routing`, needs root and the node tier: `make node-bins image-build`):
+one real node with llmaz installed by `make deploy`, 4 replicas of a prefill-heavy random llama
+(`llmaz.testing.tinymodel.PREFILL_HEAVY`: context 4,096, so a 1,000-token prompt takes about a second to prefill
+on this machine and a cached one a tenth of that), each llama.cpp server with 2 slots and its prompt cache on.
+
+Caches are sized like a GPU's, per workload, so that one replica holds about a quarter of the workload's
+prefixes: a slot keeps the KV of its last prompt, and `--cache-ram` (host memory for prompt states, 8 GiB by
+default) is bounded (`WORKLOADS`, `cache_ram_mib`; a state costs about 1 KiB per token with this model).
+
+Strategies, each over the same workloads (fresh random prompts per strategy, so no strategy finds another's
+prefixes in the caches):
+- `kube-proxy`: straight to the Playground's `<name>-lb` Service (kube-proxy picks a pod at random);
+- `least-outstanding`: through llmaz-gateway, fewest requests in flight (the gateway's default);
+- `prefix-aware`: through llmaz-gateway with the `llmaz.io/routing-strategy: prefix-aware` annotation;
+- `prefix-aware x2`: the same behind two gateway replicas (the gateway Service spreads the connections).
+
+Workloads: (a) `shared-prefix`: 8 groups of users, each group sharing a 1,000-token system prompt, asking unique
+short questions; (b) `multi-turn`: 16 chats of 6 turns with one application's 500-token system prompt, each turn
+resending the history with the engine's answers (the answers re-tokenise differently, so a turn reuses at most the
+system prompt and the previous turn's prompt: about 0.94 of the tokens sent at best); (c) `unique`: unique
+1,000-token prompts only, the control. A client keeps at most `IN_FLIGHT` requests in flight, streams each answer
+and reads the engine's own `usage.prompt_tokens_details.cached_tokens` and `timings.prompt_n` from its last chunk.
+
+Figures per strategy and workload: the cached-token ratio (prompt tokens the engine reused / prompt tokens sent)
+and the prefill tokens computed, which the machine's noise cannot move, and beside them TTFT p50/p90, end-to-end
+p50 and requests per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from llmaz.envtest.images import find_images
+from llmaz.envtest.node import NodeCluster
+from llmaz.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
+from llmaz.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore, tiny_model
+from suite.settings import REPO
+
+MODEL = "bench-llama"
+REPLICAS = 4
+SLOTS = 2
+CONTEXT = 4096
+IN_FLIGHT = 8
+REQUEST_TIMEOUT = 180.0
+READY_TIMEOUT = 300.0
+STRATEGIES = ("kube-proxy", "least-outstanding", "prefix-aware", "prefix-aware x2")
+ROUTING_ANNOTATION = "llmaz.io/routing-strategy"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+# Common English words: the SPM vocabulary has a token for each, so a prompt of N words is about N tokens.
+_WORD_TEXT = (
+    "the of and to in is you that it he was for on are as with his they at be this have from or one had by word but "
+    "not what all were we when your can said there use an each which she do how their if will up other about out "
+    "many then them these so some her would make like him into time has look two more write go see number no way "
+    "could people my than first water been call who oil its now find long down day did get come made may part over "
+    "new sound take only little work know place year live me back give most very after thing our just name good "
+    "sentence man think say great where help through much before line right too mean old any same tell boy follow "
+    "came want show also around form three small set put end does another well large must big even such because "
+    "turn here why ask went men read need land different home us move try kind hand picture again change off play "
+    "spell air away animal house point page letter mother answer found study still learn should world high every "
+    "near add food between own below country plant last school father keep tree never start city earth eye light"
+)
+_WORDS = tuple(_WORD_TEXT.split())
+_PROMPT_WORDS = 960  # about 1,000 tokens with the chat template
+_QUESTION_WORDS = 12
+_CHAT_SYSTEM_WORDS = 480  # about 500 tokens: one application's instructions and context
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    title: str
+    cache_ram_mib: int
+    """The host prompt cache per replica, in MiB (llama.cpp's `--cache-ram`; 0 turns it off)."""
+    max_tokens: int
+
+
+WORKLOADS = (
+    # 8 prefixes: the 2 slots of a replica hold 2 of them, a quarter; no host cache.
+    Workload("shared-prefix", "(a) 8 groups sharing a 1,000-token system prompt", cache_ram_mib=0, max_tokens=16),
+    # 16 chats of at most ~800 tokens: 2 in the slots and about 2 more in 2 MiB of host cache, a quarter.
+    Workload("multi-turn", "(b) 16 chats of 6 turns", cache_ram_mib=2, max_tokens=48),
+    Workload("unique", "(c) unique 1,000-token prompts (control)", cache_ram_mib=0, max_tokens=16),
+)
+GROUPS, QUESTIONS_PER_GROUP = 8, 8
+CHATS, TURNS = 16, 6
+UNIQUE_PROMPTS = 48
+
+
+@dataclass(slots=True)
+class Session:
+    """One user's requests, sent one after the other: a system prompt and the user turns, in order."""
+
+    system: str
+    turns: list[str]
+
+
+@dataclass(slots=True)
+class Sample:
+    ok: bool
+    ttft: float = 0.0
+    total: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefill_tokens: int = 0
+    error: str = ""
+
+
+@dataclass(slots=True)
+class Outcome:
+    samples: list[Sample] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words))
+
+
+def sessions(workload: str, seed: int) -> list[Session]:
+    """The sessions of `workload`, a function of the seed alone, in the order they start."""
+    rng = random.Random(f"{workload}/{seed}")
+    if workload == "shared-prefix":
+        prompts = [_text(rng, _PROMPT_WORDS) for _ in range(GROUPS)]
+        found = [Session(p, [_text(rng, _QUESTION_WORDS)]) for p in prompts for _ in range(QUESTIONS_PER_GROUP)]
+    elif workload == "multi-turn":
+        system = _text(rng, _CHAT_SYSTEM_WORDS)
+        found = [Session(system, [_text(rng, _QUESTION_WORDS) for _ in range(TURNS)]) for _ in range(CHATS)]
+    elif workload == "unique":
+        found = [Session(_text(rng, _PROMPT_WORDS), [_text(rng, _QUESTION_WORDS)]) for _ in range(UNIQUE_PROMPTS)]
+    else:
+        raise ValueError(f"unknown workload {workload!r}")
+    rng.shuffle(found)
+    return found
+
+
+async def _stream(
+    http: aiohttp.ClientSession, url: str, messages: list[dict[str, str]], max_tokens: int
+) -> tuple[Sample, str]:
+    body = {
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.monotonic()
+    sample = Sample(ok=False)
+    answer: list[str] = []
+    try:
+        async with http.post(f"{url}/v1/chat/completions", json=body) as resp:
+            if resp.status != 200:
+                sample.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                return sample, ""
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                if not sample.ttft:
+                    sample.ttft = time.monotonic() - started
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    sample.ok = True
+                    break
+                chunk = json.loads(data)
+                for choice in chunk.get("choices") or []:
+                    answer.append((choice.get("delta") or {}).get("content") or "")
+                usage = chunk.get("usage")
+                if usage:
+                    sample.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+                    details = usage.get("prompt_tokens_details") or {}
+                    sample.cached_tokens = int(details.get("cached_tokens") or 0)
+                    timings = chunk.get("timings") or {}
+                    prompt_n = timings.get("prompt_n")
+                    sample.prefill_tokens = (
+                        int(prompt_n) if isinstance(prompt_n, int) else sample.prompt_tokens - sample.cached_tokens
+                    )
+    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+        sample.error = f"{type(err).__name__}: {err}"[:300]
+    sample.total = time.monotonic() - started
+    if sample.ok and not sample.prompt_tokens:
+        sample.ok, sample.error = False, "no usage in the answer"
+    return sample, "".join(answer)
+
+
+async def drive(url: str, workload: Workload, seed: int) -> Outcome:
+    """Send every session of the workload to `url`, at most IN_FLIGHT requests at once."""
+    outcome = Outcome()
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+    # A connection per request: through the gateway Service, kube-proxy then spreads requests, not connections.
+    connector = aiohttp.TCPConnector(force_close=True, limit=0)
+
+    async def run(http: aiohttp.ClientSession, session: Session) -> None:
+        messages = [{"role": "system", "content": session.system}]
+        for turn in session.turns:
+            messages.append({"role": "user", "content": turn})
+            async with gate:
+                sample, answer = await _stream(http, url, messages, workload.max_tokens)
+            outcome.samples.append(sample)
+            if not sample.ok:
+                return
+            messages.append({"role": "assistant", "content": answer})
+
+    started = time.monotonic()
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector, trust_env=False) as http:
+        await asyncio.gather(*(run(http, s) for s in sessions(workload.name, seed)))
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def figures(outcome: Outcome) -> dict[str, Any]:
+    ok = [s for s in outcome.samples if s.ok]
+    sent = sum(s.prompt_tokens for s in ok)
+    return {
+        "requests": len(outcome.samples),
+        "failed": len(outcome.samples) - len(ok),
+        "errors": sorted({s.error for s in outcome.samples if s.error})[:5],
+        "prompt_tokens": sent,
+        "cached_tokens": sum(s.cached_tokens for s in ok),
+        "prefill_tokens": sum(s.prefill_tokens for s in ok),
+        "cached_ratio": sum(s.cached_tokens for s in ok) / sent if sent else None,
+        "ttft_p50": _percentile([s.ttft for s in ok], 0.5),
+        "ttft_p90": _percentile([s.ttft for s in ok], 0.9),
+        "total_p50": _percentile([s.total for s in ok], 0.5),
+        "requests_per_second": len(ok) / outcome.seconds if outcome.seconds else None,
+        "seconds": outcome.seconds,
+    }
+
+
+# The cluster side
+
+
+def _model_objects(uri: str, endpoint_url: str, workload: Workload) -> list[dict[str, Any]]:
+    args = ["--alias", MODEL, "-c", str(CONTEXT), "-np", str(SLOTS), "--cache-ram", str(workload.cache_ram_mib),
+            "-t", "1"]  # fmt: skip
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "aws-access-secret", "namespace": "default"},
+            "stringData": {"AWS_ACCESS_KEY_ID": ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY},
+        },
+        {
+            "apiVersion": "llmaz.io/v1alpha1",
+            "kind": "OpenModel",
+            "metadata": {"name": MODEL},
+            "spec": {"familyName": "llama", "source": {"uri": uri}},
+        },
+        {
+            "apiVersion": "inference.llmaz.io/v1alpha1",
+            "kind": "Playground",
+            "metadata": {"name": MODEL, "namespace": "default"},
+            "spec": {
+                "replicas": REPLICAS,
+                "modelClaim": {"modelName": MODEL},
+                "backendRuntimeConfig": {
+                    "backendName": "llamacpp",
+                    "args": args,
+                    "envs": [{"name": "AWS_ENDPOINT_URL", "value": endpoint_url}],
+                },
+            },
+        },
+    ]
+
+
+def _cluster_ip(cluster: NodeCluster, namespace: str, name: str) -> str:
+    service = json.loads(cluster.kubectl("get", "service", name, "-n", namespace, "-o", "json"))
+    return str(service["spec"]["clusterIP"])
+
+
+def _ready_pods(cluster: NodeCluster) -> int:
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", "default", "-l", f"{LWS_NAME_LABEL}={MODEL}", "-o", "json"))
+    ready = 0
+    for pod in pods["items"]:
+        conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
+        if not pod["metadata"].get("deletionTimestamp") and conditions.get("Ready") == "True":
+            ready += 1
+    return ready
+
+
+def _ready_endpoints(cluster: NodeCluster) -> int:
+    slices = json.loads(cluster.kubectl(
+        "get", "endpointslices", "-n", "default", "-l", f"kubernetes.io/service-name={MODEL}-lb", "-o", "json"
+    ))  # fmt: skip
+    return sum(
+        1
+        for s in slices["items"]
+        for e in s.get("endpoints") or []
+        if (e.get("conditions") or {}).get("ready") is not False
+    )
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float = READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached within {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+def serve(cluster: NodeCluster, uri: str, endpoint_url: str, workload: Workload) -> None:
+    """(Re)create the Playground with the workload's cache sizes and wait for its replicas behind `-lb`."""
+    cluster.kubectl("delete", "playground", MODEL, "-n", "default", "--ignore-not-found", "--wait=true")
+    _wait("the old replicas gone", lambda: not cluster.kubectl(
+        "get", "pods", "-n", "default", "-l", f"{LWS_NAME_LABEL}={MODEL}", "-o", "name").strip())  # fmt: skip
+    objects = _model_objects(uri, endpoint_url, workload)
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
+    _wait(f"{REPLICAS} Ready replicas", lambda: _ready_pods(cluster) == REPLICAS)
+    _wait(f"{REPLICAS} ready endpoints behind {MODEL}-lb", lambda: _ready_endpoints(cluster) == REPLICAS)
+
+
+def use_strategy(cluster: NodeCluster, strategy: str) -> str:
+    """Point the Playground and the gateway at `strategy`; the URL the client sends to."""
+    gateways = 2 if strategy.endswith("x2") else 1
+    cluster.kubectl("scale", f"deployment/{GATEWAY}", "-n", NAMESPACE, f"--replicas={gateways}")
+    cluster.kubectl("rollout", "status", f"deployment/{GATEWAY}", "-n", NAMESPACE, f"--timeout={READY_TIMEOUT:.0f}s")
+    if strategy == "kube-proxy":
+        return f"http://{_cluster_ip(cluster, 'default', f'{MODEL}-lb')}:8080"
+    name = strategy.removesuffix(" x2")
+    cluster.kubectl("annotate", "playground", MODEL, "-n", "default", f"{ROUTING_ANNOTATION}={name}", "--overwrite")
+    return f"http://{_cluster_ip(cluster, NAMESPACE, GATEWAY)}"
+
+
+def _wait_answering(url: str) -> None:
+    """One tiny request through `url`, retried until it is answered (the gateway follows the endpoints by a
+    moment); its prompt shares nothing with any workload's."""
+    probe = Workload("probe", "probe", 0, 1)
+
+    async def once() -> bool:
+        async with aiohttp.ClientSession(trust_env=False, timeout=aiohttp.ClientTimeout(total=30)) as http:
+            sample, _ = await _stream(http, url, [{"role": "user", "content": "ping"}], probe.max_tokens)
+            return sample.ok
+
+    _wait(f"an answer from {url}", lambda: asyncio.run(once()), timeout=120.0)
+
+
+def run_once(log_dir: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
+    images = find_images(["pause", "manager", "loader", "llama-server"])
+    results: dict[str, Any] = {
+        "replicas": REPLICAS, "slots": SLOTS, "context": CONTEXT, "in_flight": IN_FLIGHT,
+        "workloads": [asdict(w) for w in WORKLOADS], "strategies": list(STRATEGIES), "figures": {},
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="llmaz-bench-routing-") as scratch:
+        cluster = NodeCluster(
+            sandbox_image=images["pause"],
+            images=list(images.values()),
+            crd_paths=[REPO / "config" / "crd" / "bases"],
+            work_dir=Path(scratch) / "cluster",
+        )
+        with cluster:
+            install_llmaz(cluster, images["manager"].image)
+            layout = cluster.layout
+            with ObjectStore(layout.host_ip, layout.ports.object_store, log_dir / "routing-s3.log") as store:
+                uri = store.upload("models", f"{MODEL}/{MODEL}.gguf", tiny_model("prefill-heavy"))
+                endpoint_url = f"http://{layout.host_ip}:{layout.ports.object_store}"
+                for workload in WORKLOADS:
+                    say(
+                        f"[routing] {workload.title}: serving {REPLICAS} replicas, --cache-ram {workload.cache_ram_mib}"
+                    )
+                    serve(cluster, uri, endpoint_url, workload)
+                    for seed, strategy in enumerate(STRATEGIES):
+                        url = use_strategy(cluster, strategy)
+                        _wait_answering(url)
+                        found = figures(asyncio.run(drive(url, workload, seed)))
+                        results["figures"].setdefault(workload.name, {})[strategy] = found
+                        say(f"[routing]   {strategy:<18} {_line(found)}")
+                cluster.kubectl("delete", "playground", MODEL, "-n", "default", "--wait=true")
+    results["goals"] = goals(results["figures"])
+    return results
+
+
+def _line(f: dict[str, Any]) -> str:
+    def num(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    return (
+        f"cached {num(f['cached_ratio'], '.2f')}  prefill {f['prefill_tokens']:>7}  "
+        f"TTFT p50 {num(f['ttft_p50'], '.2f')}s p90 {num(f['ttft_p90'], '.2f')}s  "
+        f"e2e p50 {num(f['total_p50'], '.2f')}s  {num(f['requests_per_second'], '.2f')} req/s  failed {f['failed']}"
+    )
+
+
+# Goals
+
+
+def goals(figures_: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The issue's goals, each with what was measured and PASS or FAIL (None when a figure is missing)."""
+
+    def get(workload: str, strategy: str, key: str) -> float | None:
+        value = figures_.get(workload, {}).get(strategy, {}).get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    rows: list[tuple[str, float | None, Callable[[float], bool]]] = [
+        ("(a) cached-token ratio, prefix-aware >= 0.75", get("shared-prefix", "prefix-aware", "cached_ratio"),
+         lambda v: v >= 0.75),
+        ("(a) prefill tokens, prefix-aware / least-outstanding <= 0.4",
+         ratio(get("shared-prefix", "prefix-aware", "prefill_tokens"),
+               get("shared-prefix", "least-outstanding", "prefill_tokens")), lambda v: v <= 0.4),
+        ("(a) TTFT p50, prefix-aware / least-outstanding <= 0.6",
+         ratio(get("shared-prefix", "prefix-aware", "ttft_p50"), get("shared-prefix", "least-outstanding", "ttft_p50")),
+         lambda v: v <= 0.6),
+        ("(b) cached-token ratio, prefix-aware >= 0.8", get("multi-turn", "prefix-aware", "cached_ratio"),
+         lambda v: v >= 0.8),
+        ("(a) cached-token ratio, prefix-aware x2 >= 0.7", get("shared-prefix", "prefix-aware x2", "cached_ratio"),
+         lambda v: v >= 0.7),
+        ("(c) TTFT p50, prefix-aware / least-outstanding <= 1.05",
+         ratio(get("unique", "prefix-aware", "ttft_p50"), get("unique", "least-outstanding", "ttft_p50")),
+         lambda v: v <= 1.05),
+    ]  # fmt: skip
+    failed = sum(get(w.name, s, "failed") or 0 for w in WORKLOADS for s in STRATEGIES)
+    found = [{"goal": goal, "measured": value, "pass": None if value is None else passes(value)}
+             for goal, value, passes in rows]  # fmt: skip
+    found.append({"goal": "failed requests, every strategy and workload = 0", "measured": failed, "pass": failed == 0})
+    return found
+
+
+def report(result: dict[str, Any]) -> str:
+    """Markdown: a table per workload and the goals."""
+    lines: list[str] = []
+    for workload in result["workloads"]:
+        by_strategy = result["figures"].get(workload["name"], {})
+        if not by_strategy:
+            continue
+        lines += [
+            f"**{workload['title']}** (`--cache-ram {workload['cache_ram_mib']}`, {result['slots']} slots per replica)",
+            "",
+            "| strategy | cached-token ratio | prefill tokens | TTFT p50 | TTFT p90 | e2e p50 | requests/s | failed |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for strategy, f in by_strategy.items():
+            cells = [
+                _fmt(f["cached_ratio"], ".2f"), str(f["prefill_tokens"]), _fmt(f["ttft_p50"], ".2f", " s"),
+                _fmt(f["ttft_p90"], ".2f", " s"), _fmt(f["total_p50"], ".2f", " s"),
+                _fmt(f["requests_per_second"], ".2f"), str(f["failed"]),
+            ]  # fmt: skip
+            lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["| goal | measured | result |", "|---|---|---|"]
+    for row in result.get("goals", []):
+        verdict = "n/a" if row["pass"] is None else ("PASS" if row["pass"] else "FAIL")
+        lines.append(f"| {row['goal']} | {_fmt(row['measured'], '.2f')} | {verdict} |")
+    return "\n".join(lines)
+
+
+def _fmt(value: Any, spec: str, unit: str = "") -> str:
+    return "-" if value is None else f"{format(value, spec)}{unit}"
+
+
+def plot(result: dict[str, Any], out: Path) -> list[Path]:
+    """A figure per workload: cached-token ratio and TTFT p50/p90 per strategy, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for workload in result["workloads"]:
+        by_strategy = result["figures"].get(workload["name"], {})
+        if not by_strategy:
+            continue
+        names = list(by_strategy)
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+        left.bar(names, [by_strategy[n]["cached_ratio"] or 0 for n in names], color="tab:blue")
+        left.set(ylim=(0, 1), ylabel="cached-token ratio", title="prompt tokens reused by the engines")
+        xs = range(len(names))
+        right.bar([x - 0.2 for x in xs], [by_strategy[n]["ttft_p50"] or 0 for n in names], 0.4, label="p50")
+        right.bar([x + 0.2 for x in xs], [by_strategy[n]["ttft_p90"] or 0 for n in names], 0.4, label="p90")
+        right.set_xticks(list(xs), names)
+        right.set(ylabel="seconds", title="time to first token")
+        right.legend()
+        for ax in (left, right):
+            ax.tick_params(axis="x", labelsize=8)
+        fig.suptitle(workload["title"])
+        fig.tight_layout()
+        path = out / f"routing_{workload['name']}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
