@@ -14,7 +14,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from llmaz.gateway.routing.load import EngineLoad
+from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.server import Gateway
+from llmaz.gateway.routing.load import EngineLoad, NoSignals
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.signals import (
     ENGINE_METRICS,
@@ -444,3 +446,11 @@ def test_defaults_follow_the_interval() -> None:
     assert (quick.timeout, quick.stale_after) == (0.2, 1.0)
     slow = EngineSignals(catalog, interval=2.0)
     assert (slow.timeout, slow.stale_after) == (2.0, 8.0)
+
+
+def test_the_gateway_keeps_the_signals_it_is_given_and_none_by_default() -> None:
+    catalog = Cluster().catalog()
+    metrics = GatewayMetrics(process_collectors=False)
+    assert isinstance(Gateway(catalog, metrics=metrics).signals, NoSignals)
+    signals = EngineSignals(catalog)
+    assert Gateway(catalog, metrics=metrics, signals=signals).signals is signals
