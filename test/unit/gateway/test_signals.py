@@ -209,10 +209,14 @@ async def test_without_props_llamacpp_load_is_known_without_utilisation_and_prop
     async with engines(1) as (llama,), scraping(cluster, clock=clock) as signals:
         cluster.serve("a", llama.endpoint)
         serve_page(llama, pages.llamacpp(1, 0))
-        await signals.scrape()
-        await signals.scrape()
+        with capture_logs() as logs:
+            await signals.scrape()
+            await signals.scrape()
+            clock.step(10.0)
+            await signals.scrape()
         assert signals.load(llama.endpoint) == EngineLoad(1, 0, None)
-        assert paths(llama).count("/props") == 1
+        assert paths(llama).count("/props") == 2
+        assert [log["reason"] for log in logs if log["event"] == "llama.cpp slots unknown"] == ["HTTP 404 from /props"]
         clock.step(10.0)
         serve_page(llama, pages.llamacpp(1, 0), pages.llamacpp_props(4))
         await signals.scrape()

@@ -346,8 +346,9 @@ class EngineSignals:
         try:
             return total_slots(await self._get(base_url + "/props", MAX_PROPS_BYTES))
         except (ScrapeError, aiohttp.ClientError, OSError) as exc:
+            if known.props_due == -math.inf:  # the first failure since the endpoint was (re)found, not each retry
+                self._log.info("llama.cpp slots unknown", endpoint=str(endpoint), reason=bounded(str(exc)))
             known.props_due = self._clock.now() + PROPS_RETRY_SECONDS
-            self._log.info("llama.cpp slots unknown", endpoint=str(endpoint), reason=bounded(str(exc)))
             return None
 
     async def _get(self, url: str, limit: int) -> bytes:
