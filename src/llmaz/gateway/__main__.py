@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.proxy.forwarding import ProxyOptions
@@ -21,6 +23,7 @@ from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import DEFAULT_MAX_CONNECTIONS, Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.signals import DEFAULT_INTERVAL, MIN_DEFAULT_TIMEOUT, EngineSignals
 from llmaz.gateway.scaling.activator import DEFAULT_PORT, Activator, ActivatorOptions, activator_controller
 from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
 from llmaz.gateway.scaling.scale import PlaygroundScale
@@ -47,6 +50,13 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, got {text}")
     return value
 
 
@@ -116,6 +126,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(default: llmaz-gateway in the pod's namespace, else llmaz-system/llmaz-gateway)",
     )
     add(
+        "--engine-metrics-interval",
+        type=_non_negative_float,
+        default=DEFAULT_INTERVAL,
+        help="seconds between reads of every routed engine's /metrics, the load routing sees; 0 turns engine "
+        f"signals off (default {DEFAULT_INTERVAL})",
+    )
+    add(
+        "--engine-metrics-timeout",
+        type=_positive_float,
+        default=None,
+        help=f"seconds one engine's metrics read may take (default: the interval, at least {MIN_DEFAULT_TIMEOUT})",
+    )
+    add(
         "--resolve",
         type=_address_pair,
         action="append",
@@ -163,6 +186,19 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions:
     )
 
 
+def engine_signals(args: argparse.Namespace, catalog: Catalog, registry: CollectorRegistry) -> EngineSignals | None:
+    """The engine signals the flags ask for, or None when they are off (interval 0)."""
+    if args.engine_metrics_interval == 0:
+        return None
+    return EngineSignals(
+        catalog,
+        interval=args.engine_metrics_interval,
+        timeout=args.engine_metrics_timeout,
+        resolve=dict(args.resolve),
+        registry=registry,
+    )
+
+
 def load_api_keys(path: Path | None) -> ApiKeys | None:
     """The API keys, read once now so that a missing or unreadable file stops the start (OSError)."""
     if path is None:
@@ -187,8 +223,17 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
     # Runs when disabled too: it then removes the slices an earlier configuration left behind.
     options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
     manager.add(activator_controller(Activator(manager.client, catalog, recorder, options), catalog))
+    signals = engine_signals(args, catalog, metrics.registry)
+    if signals is not None:
+        manager.add(signals)
     gateway = Gateway(
-        catalog, gateway_options(args), api_keys=api_keys, metrics=metrics, in_flight=in_flight, waker=waker
+        catalog,
+        gateway_options(args),
+        api_keys=api_keys,
+        metrics=metrics,
+        in_flight=in_flight,
+        waker=waker,
+        signals=signals,
     )
     manager.add(gateway)
     manager.add_readyz_check("gateway", gateway.serving)
@@ -218,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         activator_port=activator_port(args),
         gateway_service=args.gateway_service,
         api_keys=api_keys is not None,
+        engine_metrics_interval=args.engine_metrics_interval,
     )
     return exit_status(run(args, api_keys), logger, "gateway")
 

@@ -51,6 +51,22 @@ def test_endpoints_follow_the_slices_without_any_event_handler() -> None:
     assert catalog.endpoints("m") == []
 
 
+def test_routed_endpoints_are_every_served_models_ready_endpoints_each_once() -> None:
+    cluster = Cluster()
+    catalog = cluster.catalog()
+    cluster.playgrounds.add(playground("p", "a"))
+    cluster.services.add(inference_service("p", "a"))  # the Service the Playground owns: the same backend
+    cluster.services.add(inference_service("s", "b"))
+    cluster.slices.add(endpoint_slice("p-lb-1", "p-lb", 8080, ("10.0.0.2", True, False), ("10.0.0.3", False, False)))
+    cluster.slices.add(endpoint_slice("s-lb-1", "s-lb", 8000, ("10.0.0.1", True, False), ("10.0.0.2", True, False)))
+    cluster.slices.add(endpoint_slice("x-lb-1", "x-lb", 8080, ("10.0.0.9", True, False)))  # nothing serves x-lb
+    assert catalog.routed_endpoints() == [
+        Endpoint("10.0.0.1", 8000),
+        Endpoint("10.0.0.2", 8000),
+        Endpoint("10.0.0.2", 8080),
+    ]
+
+
 def test_the_model_list_reads_the_open_models() -> None:
     cluster = Cluster()
     catalog = cluster.catalog()

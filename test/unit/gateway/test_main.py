@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 import structlog
+from prometheus_client import CollectorRegistry
 
-from llmaz.gateway.__main__ import activator_port, gateway_options, main, parse_args
+from llmaz.gateway.__main__ import activator_port, engine_signals, gateway_options, main, parse_args
+
+from .support import Cluster
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +75,20 @@ def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None
     assert activator_port(parse_args(["--scale-to-zero=false"])) == 0
 
 
+def test_engine_signals_follow_their_flags_and_interval_0_turns_them_off() -> None:
+    catalog = Cluster().catalog()
+    defaults = engine_signals(parse_args([]), catalog, CollectorRegistry())
+    assert defaults is not None
+    assert (defaults.interval, defaults.timeout, defaults.resolve) == (0.25, 0.25, {})
+    args = parse_args(["--engine-metrics-interval=2", "--engine-metrics-timeout=0.5", "--resolve=10.0.0.1=127.0.0.1"])
+    registry = CollectorRegistry()
+    chosen = engine_signals(args, catalog, registry)
+    assert chosen is not None
+    assert (chosen.interval, chosen.timeout, chosen.resolve) == (2.0, 0.5, {"10.0.0.1": "127.0.0.1"})
+    assert registry.get_sample_value("llmaz_gateway_stale_endpoints") == 0.0
+    assert engine_signals(parse_args(["--engine-metrics-interval=0"]), catalog, CollectorRegistry()) is None
+
+
 @pytest.mark.parametrize(
     "flag",
     [
@@ -87,6 +104,9 @@ def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None
         "--activator-port=-1",
         "--gateway-service=llmaz-gateway",
         "--gateway-service=ns/",
+        "--engine-metrics-interval=-1",
+        "--engine-metrics-interval=inf",
+        "--engine-metrics-timeout=0",
     ],
 )
 def test_nonsense_limits_are_refused_at_parse_time(flag: str) -> None:

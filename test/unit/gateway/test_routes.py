@@ -76,6 +76,13 @@ def test_ipv6_endpoints_get_a_bracketed_url() -> None:
     assert Endpoint("10.0.0.1", 8080).base_url == "http://10.0.0.1:8080"
 
 
+def test_the_connect_url_follows_the_resolve_map_and_keeps_the_port() -> None:
+    resolve = {"10.0.0.1": "127.0.0.1", "fd00::1": "::1"}
+    assert Endpoint("10.0.0.1", 8080).connect_url(resolve) == "http://127.0.0.1:8080"
+    assert Endpoint("fd00::1", 8080).connect_url(resolve) == "http://[::1]:8080"
+    assert Endpoint("10.0.0.2", 8080).connect_url(resolve) == "http://10.0.0.2:8080"
+
+
 def test_the_slice_transform_keeps_what_routing_reads_and_only_the_key_of_other_services_slices() -> None:
     full = endpoint_slice("s", "p-lb", 8080, ("10.0.0.1", True, False))
     full["metadata"] |= {"resourceVersion": "5", "ownerReferences": [{"name": "p-lb"}], "managedFields": [{}]}

@@ -54,6 +54,7 @@ from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.load import LoadSignals, NoSignals
 from llmaz.gateway.scaling.outlook import Coming
 from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, Waker
 from llmaz.runtime.address import split_host_port
@@ -115,10 +116,12 @@ class Gateway:
         metrics: GatewayMetrics | None = None,
         in_flight: InFlight | None = None,
         waker: Waker | None = None,
+        signals: LoadSignals | None = None,
     ) -> None:
         """`in_flight` is the replica's one count of requests in flight (shared with idle detection); without a
-        `waker`, one that never scales (scale to zero off)."""
+        `waker`, one that never scales (scale to zero off); `signals`, the engines' own load (default: none)."""
         self.catalog = catalog
+        self.signals: LoadSignals = NoSignals() if signals is None else signals
         self.waker = waker or Waker(catalog, None)
         self.options = opts = options or GatewayOptions()
         self.api_keys = api_keys

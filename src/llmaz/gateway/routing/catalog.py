@@ -235,6 +235,14 @@ class Catalog:
             found.update(routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)))
         return sorted(found)
 
+    def routed_endpoints(self) -> list[Endpoint]:
+        """Every ready endpoint of every served model, each once, sorted."""
+        backends = {backend for served in self._routes().values() for backend in served}
+        found: set[Endpoint] = set()
+        for backend in backends:
+            found.update(routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)))
+        return sorted(found)
+
     def model_list(self) -> dict[str, object]:
         # OpenModels are cluster-scoped: the cache key is the name.
         return routes.model_list(self._routes(), self._open_models.store.get)

@@ -61,6 +61,12 @@ class Endpoint:
         host = f"[{self.address}]" if ":" in self.address else self.address
         return f"http://{host}:{self.port}"
 
+    def connect_url(self, resolve: Mapping[str, str]) -> str:
+        """The base URL to connect to: at `resolve[address]` when the map names this address (curl's `--resolve`),
+        else the endpoint's own."""
+        target = resolve.get(self.address)
+        return self.base_url if target is None else Endpoint(target, self.port).base_url
+
     def __str__(self) -> str:
         return self.base_url.removeprefix("http://")
 
