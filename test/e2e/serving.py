@@ -14,6 +14,8 @@ from llmaz.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectSt
 
 from .support import Environment, ModelNames, chat_request, eventually, http_request, playground, wait_playground_ready
 
+GATEWAY = "llmaz-gateway"
+GATEWAY_NAMESPACE = "llmaz-system"
 BUCKET = "models"
 KEY = "tiny-llama/tiny-llama.gguf"
 
@@ -99,3 +101,47 @@ def assert_completion(status: int, body: bytes, model: str) -> dict[str, Any]:
     assert 0 < usage["completion_tokens"] <= 8, usage
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
     return answer
+
+
+# Through llmaz-gateway (installed by config/node)
+
+
+def gateway_url(e2e: Environment) -> str:
+    """The gateway's OpenAI API base URL, by its Service's ClusterIP."""
+    ip = e2e.must_get("services", GATEWAY, GATEWAY_NAMESPACE)["spec"]["clusterIP"]
+    return f"http://{ip}/v1"
+
+
+def api_chat(url: str, model: str, timeout: float, content: str = "Hello") -> tuple[int, bytes]:
+    """A short chat request for `model` to the OpenAI API at `url` (ending in /v1): the status and the body."""
+    return http_request(
+        f"{url}/chat/completions",
+        method="POST",
+        body=chat_request(model, content),
+        headers={"Content-Type": "application/json"},
+        timeout=timeout,
+    )
+
+
+def gateway_chat(e2e: Environment, model: str) -> tuple[int, bytes]:
+    """One short chat completion for `model` through the gateway: the status and the body."""
+    return api_chat(gateway_url(e2e), model, timeout=30)
+
+
+def routable(e2e: Environment, model: str) -> None:
+    """Wait until the gateway lists `model` and answers for it (it follows the EndpointSlices by a moment)."""
+
+    def answered() -> bool:
+        try:
+            status, _ = gateway_chat(e2e, model)
+        except OSError:
+            return False
+        return status == 200
+
+    eventually(answered, what=f"the gateway answering for {model}")
+
+
+def gateway_events(e2e: Environment, namespace: str, playground: str, reason: str) -> list[dict[str, Any]]:
+    """The Events of `reason` on Playground `playground` (the gateway's scaling Events among them)."""
+    events = e2e.items("events", namespace)
+    return [e for e in events if e.get("reason") == reason and e["involvedObject"].get("name") == playground]

@@ -15,14 +15,28 @@ import subprocess
 import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import openai
 import pytest
 
 from llmaz.envtest.objectstore import ObjectStore
 
-from .serving import BUCKET, KEY, credentials, lb_url, serve_chat, served, tiny_llama
+from .serving import (
+    BUCKET,
+    GATEWAY,
+    GATEWAY_NAMESPACE,
+    KEY,
+    api_chat,
+    credentials,
+    gateway_chat,
+    gateway_events,
+    gateway_url,
+    lb_url,
+    routable,
+    serve_chat,
+    served,
+    tiny_llama,
+)
 from .support import (
     Environment,
     ModelNames,
@@ -34,15 +48,8 @@ from .support import (
 )
 
 pytestmark = pytest.mark.tier("node")
-GATEWAY = "llmaz-gateway"
-GATEWAY_NAMESPACE = "llmaz-system"
 KEYS_SECRET = "llmaz-gateway-api-keys"
 KEYS_DIR = "/etc/llmaz-gateway/api-keys"
-
-
-def gateway_url(e2e: Environment) -> str:
-    ip = e2e.must_get("services", GATEWAY, GATEWAY_NAMESPACE)["spec"]["clusterIP"]
-    return f"http://{ip}/v1"
 
 
 def client(e2e: Environment, api_key: str = "unused") -> openai.OpenAI:
@@ -54,24 +61,6 @@ def client(e2e: Environment, api_key: str = "unused") -> openai.OpenAI:
 
 def _direct_http_client() -> openai.DefaultHttpxClient:
     return openai.DefaultHttpxClient(trust_env=False)
-
-
-def gateway_chat(e2e: Environment, model: str) -> tuple[int, bytes]:
-    """One short chat completion for `model` through the gateway: the status and the body."""
-    return chat(gateway_url(e2e), model, timeout=30)
-
-
-def routable(e2e: Environment, model: str) -> None:
-    """Wait until the gateway lists `model` and answers for it (it follows the EndpointSlices by a moment)."""
-
-    def answered() -> bool:
-        try:
-            status, _ = gateway_chat(e2e, model)
-        except OSError:
-            return False
-        return status == 200
-
-    eventually(answered, what=f"the gateway answering for {model}")
 
 
 @pytest.fixture
@@ -235,11 +224,6 @@ def test_with_api_keys_the_sdk_needs_one_of_them(e2e: Environment, served_model:
     assert reply.choices[0].message.role == "assistant"
 
 
-def gateway_events(e2e: Environment, namespace: str, playground: str, reason: str) -> list[dict[str, Any]]:
-    events = e2e.items("events", namespace)
-    return [e for e in events if e.get("reason") == reason and e["involvedObject"].get("name") == playground]
-
-
 def test_a_sleeping_model_wakes_once_for_ten_concurrent_first_requests_and_sleeps_again_when_idle(
     e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
 ) -> None:
@@ -305,20 +289,9 @@ def names_the_gateway_pods(e2e: Environment, namespace: str, playground: str) ->
     return bool(pods) and activator_addresses(e2e, namespace, playground) == pods
 
 
-def chat(url: str, model: str, timeout: float) -> tuple[int, bytes]:
-    """A short chat request for `model` to the OpenAI API at `url`: the status and the body."""
-    return http_request(
-        f"{url}/chat/completions",
-        method="POST",
-        body=chat_request(model),
-        headers={"Content-Type": "application/json"},
-        timeout=timeout,
-    )
-
-
 def held_chat(url: str, model: str) -> tuple[int, bytes]:
     """A chat request to the OpenAI API at `url`, given time to be held while its model wakes."""
-    return chat(url, model, timeout=240)
+    return api_chat(url, model, timeout=240)
 
 
 def asleep_behind_the_activator(

@@ -1,0 +1,129 @@
+"""llmaz-gateway under steady traffic on the real node: a model in use never sleeps, and a restart fails nothing.
+
+Each test drives a client at a fixed pace through the gateway (host -> gateway Service -> gateway pod -> engine
+pod) while something happens to the model, then checks every answer and the Events. The pace is the workload, not
+a wait: the checks themselves wait for positive signals.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+
+from llmaz.envtest.objectstore import ObjectStore
+
+from .serving import BUCKET, KEY, api_chat, credentials, gateway_events, gateway_url, routable, served, tiny_llama
+from .support import Environment, ModelNames, eventually, pod_ready, wait_playground_ready
+
+pytestmark = pytest.mark.tier("node")
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+
+
+@dataclass
+class Answer:
+    sent: float
+    """Seconds after the client started."""
+    seconds: float
+    status: int
+    body: bytes
+
+
+@dataclass
+class PacedClient:
+    """Sends one short chat for `model` to `url` every `period` seconds, on its own thread, until stopped."""
+
+    url: str
+    model: str
+    period: float
+    answers: list[Answer] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        tick = 0
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            try:
+                status, body = api_chat(self.url, self.model, timeout=60)
+            except OSError as err:
+                status, body = 0, repr(err).encode()
+            self.answers.append(Answer(sent - self.started, time.monotonic() - sent, status, body))
+            tick += 1
+            self._stop.wait(max(0.0, self.started + tick * self.period - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def timeline(self) -> str:
+        return "\n".join(f"  t={a.sent:6.2f}s  {a.status}  {a.seconds * 1000:7.1f} ms" for a in self.answers)
+
+
+@contextmanager
+def paced(url: str, model: str, period: float) -> Iterator[PacedClient]:
+    client = PacedClient(url, model, period)
+    thread = threading.Thread(target=client.run, name="paced-client", daemon=True)
+    thread.start()
+    try:
+        yield client
+    finally:
+        client.stop()
+        thread.join(timeout=90)
+        assert not thread.is_alive(), "the client did not stop"
+
+
+def serve(e2e: Environment, namespace: str, name: str, model: str, store: ObjectStore, idle: str | None) -> None:
+    e2e.apply([credentials()], namespace)
+    playground = served(name, model, store)
+    if idle is not None:
+        playground["metadata"]["annotations"] = {"llmaz.io/scale-to-zero-after": idle}
+    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), playground], namespace)
+    wait_playground_ready(e2e, namespace, name, replicas=1)
+    routable(e2e, model)
+
+
+def test_a_model_asked_every_3_seconds_never_sleeps_with_a_20_second_idle_time(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model = models.new("steady")
+    serve(e2e, namespace, "steady", model, object_store, idle="20s")
+    with paced(gateway_url(e2e), model, period=3.0) as client:
+        eventually(lambda: len(client.answers) >= 21, within=120, what="a minute of requests every 3 s")
+    print(f"\n{len(client.answers)} requests, one every 3 s:\n{client.timeline()}")
+    assert [a.status for a in client.answers] == [200] * len(client.answers), client.timeline()
+    slowest = max(a.seconds for a in client.answers)
+    assert slowest < 1.5, f"a request waited {slowest:.2f} s (a wake?):\n{client.timeline()}"
+    assert gateway_events(e2e, namespace, "steady", "ScaledToZero") == []
+    assert gateway_events(e2e, namespace, "steady", "ScaledFromZero") == []
+    assert e2e.must_get("playgrounds", "steady", namespace)["spec"]["replicas"] == 1
+
+
+def test_requests_sent_while_the_only_engine_pod_is_replaced_are_held_and_answered(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model = models.new("restart")
+    serve(e2e, namespace, "restart", model, object_store, idle=None)
+    (old,) = e2e.items("pods", namespace, f"{LWS_NAME_LABEL}=restart")
+    old_uid = old["metadata"]["uid"]
+
+    def replaced_and_ready() -> bool:
+        pods = e2e.items("pods", namespace, f"{LWS_NAME_LABEL}=restart")
+        return any(p["metadata"]["uid"] != old_uid and pod_ready(p) for p in pods)
+
+    with paced(gateway_url(e2e), model, period=0.5) as client:
+        eventually(lambda: len(client.answers) >= 4, what="the client answered before the deletion")
+        deleted_at = time.monotonic() - client.started
+        e2e.kubectl("delete", "pod", old["metadata"]["name"], "-n", namespace, "--wait=false")
+        eventually(replaced_and_ready, within=180, what="a new engine pod Ready")
+        ready_at = time.monotonic() - client.started
+        seen = len(client.answers)
+        eventually(lambda: len(client.answers) >= seen + 4, what="4 more answers from the new pod")
+    print(f"\npod deleted at t={deleted_at:.2f}s, its replacement Ready at t={ready_at:.2f}s:\n{client.timeline()}")
+    failed = [a for a in client.answers if a.status != 200]
+    assert failed == [], f"{len(failed)} failed: {[a.body[:200] for a in failed]}\n{client.timeline()}"
+    during = [a for a in client.answers if deleted_at <= a.sent <= ready_at]
+    assert during, "no request was sent while the pod was replaced"
