@@ -34,6 +34,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
+import sys
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -124,38 +125,54 @@ class PrefixIndex:
         """Blocks held, over every endpoint."""
         return sum(len(held) for held in self._held.values())
 
+    def footprint(self) -> int:
+        """Bytes the index holds: its tables and their block hashes (for tests and the benchmark)."""
+        tables = sys.getsizeof(self._held) + sum(sys.getsizeof(held) for held in self._held.values())
+        return tables + sum(sys.getsizeof(block) for held in self._held.values() for block in held)
+
 
 class Ring:
-    """The consistent-hashing ring of a set of endpoints, RING_POINTS points each."""
+    """The consistent-hashing ring of a set of endpoints, RING_POINTS points each.
 
-    def __init__(self, endpoints: Iterable[Endpoint], points: int = RING_POINTS) -> None:
-        self.endpoints = tuple(sorted(set(endpoints)))
+    Where an endpoint's points are depends only on its address and port, so every replica builds the same ring
+    from the same endpoints, in whatever order they come.
+    """
+
+    def __init__(self, endpoints: Sequence[Endpoint], points: int = RING_POINTS) -> None:
+        self.endpoints = tuple(endpoints)
         placed = sorted(
-            (stable_hash(f"{endpoint}#{i}".encode()), index)
+            (stable_hash(f"{endpoint}#{i}".encode()), str(endpoint), index)
             for index, endpoint in enumerate(self.endpoints)
             for i in range(points)
         )
-        self._points = [point for point, _ in placed]
-        self._owners = [index for _, index in placed]
+        self._points = [point for point, _, _ in placed]
+        self._owners = [index for _, _, index in placed]
+        self._distinct = len(set(self.endpoints))
 
-    def walk(self, key: int) -> Iterator[Endpoint]:
-        """Every endpoint once, in ring order from `key`'s position."""
-        count, size = len(self.endpoints), len(self._points)
-        if not count:
+    def walk_indices(self, key: int) -> Iterator[int]:
+        """The index in `endpoints` of every distinct endpoint once, in ring order from `key`'s position."""
+        distinct, size = self._distinct, len(self._points)
+        if not distinct:
             return
-        seen: set[int] = set()
+        seen = [False] * len(self.endpoints)
+        found = 0
         start = bisect.bisect_left(self._points, key)
         for step in range(size):
             owner = self._owners[(start + step) % size]
-            if owner not in seen:
-                seen.add(owner)
-                yield self.endpoints[owner]
-                if len(seen) == count:
+            if not seen[owner]:
+                seen[owner] = True
+                yield owner
+                found += 1
+                if found == distinct:
                     return
+
+    def walk(self, key: int) -> Iterator[Endpoint]:
+        """Every endpoint once, in ring order from `key`'s position."""
+        return (self.endpoints[index] for index in self.walk_indices(key))
 
 
 class Rings:
-    """Rings by candidate set, the last CACHED_RINGS built; the prefix index keeps only endpoints of a kept ring."""
+    """Rings by candidate list, the last CACHED_RINGS built; the prefix index keeps only endpoints of a kept ring."""
 
     def __init__(self, index: PrefixIndex, size: int = CACHED_RINGS) -> None:
         self._index = index
@@ -168,23 +185,19 @@ class Rings:
         if ring is not None:
             self._rings.move_to_end(key)
             return ring
-        ring = self._rings[key] = Ring(candidates)
+        ring = self._rings[key] = Ring(key)
         while len(self._rings) > self._size:
             self._rings.popitem(last=False)
         self._index.retain({endpoint for kept in self._rings.values() for endpoint in kept.endpoints})
         return ring
 
 
-@dataclass(slots=True)
-class _Loads:
-    """The loads of a pick's endpoints, read once."""
-
-    requests: dict[Endpoint, int] = field(default_factory=dict)
-    utilisation: dict[Endpoint, float | None] = field(default_factory=dict)
-
-
 class PrefixAware:
-    """The prefix-aware strategy (see the module docstring)."""
+    """The prefix-aware strategy (see the module docstring).
+
+    A pick works on positions in the candidate list: an Endpoint's hash is a Python call, and a pick over 8
+    endpoints would otherwise spend most of its time hashing them.
+    """
 
     needs_key = True
 
@@ -222,58 +235,59 @@ class PrefixAware:
             rng=self._rng,
         )
 
-    def _loads(self, endpoints: Sequence[Endpoint]) -> _Loads:
-        loads = _Loads()
-        for endpoint in endpoints:
-            own = self.in_flight.outstanding(endpoint)
-            engine = self.signals.load(endpoint)
-            loads.requests[endpoint] = own if engine is None else max(engine.requests, own)
-            loads.utilisation[endpoint] = None if engine is None else engine.utilisation
-        return loads
-
     def pick(
         self, candidates: Sequence[Endpoint], exclude: Collection[Endpoint] = (), key: RoutingKey | None = None
     ) -> Endpoint | None:
-        pool = [endpoint for endpoint in candidates if endpoint not in exclude]
+        pool = [i for i, endpoint in enumerate(candidates) if not exclude or endpoint not in exclude]
         if not pool:
             return None
-        loads = self._loads(pool)
-        total = sum(loads.requests.values())
+        requests: dict[int, int] = {}
+        utilisation: dict[int, float | None] = {}
+        for i in pool:
+            own = self.in_flight.outstanding(candidates[i])
+            engine = self.signals.load(candidates[i])
+            requests[i] = own if engine is None else max(engine.requests, own)
+            utilisation[i] = None if engine is None else engine.utilisation
+        total = sum(requests.values())
         bound = math.ceil(self.load_factor * (total + 1) / len(pool))
-        eligible = [e for e in pool if loads.requests[e] + 1 <= bound] or pool
+        eligible = [i for i in pool if requests[i] + 1 <= bound] or pool
         if key is None:
-            return self._least_loaded(eligible, loads, total)
+            scores = self._load_scores(eligible, requests, utilisation, total)
+            best = max(scores.values())
+            tied = [i for i in eligible if scores[i] == best]
+            return candidates[tied[0] if len(tied) == 1 else self._rng.choice(tied)]
         allowed = set(eligible)
-        in_order = [endpoint for endpoint in self.rings.of(candidates).walk(key.ring) if endpoint in allowed]
-        prefix = {endpoint: self._match(endpoint, key.blocks) for endpoint in in_order}
-        prefix[in_order[0]] = 1.0  # the home
-        scores = self._load_scores(in_order, loads, total)
-        chosen = max(in_order, key=lambda e: self.weights.prefix * prefix[e] + scores[e])  # the first of the best
+        in_order = [i for i in self.rings.of(candidates).walk_indices(key.ring) if i in allowed]
+        scores = self._load_scores(in_order, requests, utilisation, total)
+        best_score, best = -1.0, in_order[0]
+        for rank, i in enumerate(in_order):
+            # The home (the first on the ring within the bound) counts as a full prefix match.
+            prefix = 1.0 if rank == 0 else self._match(candidates[i], key.blocks)
+            score = self.weights.prefix * prefix + scores[i]
+            if score > best_score:  # strictly: ties go to the earlier on the ring
+                best_score, best = score, i
+        chosen = candidates[best]
         self.index.record(chosen, key.blocks)
         return chosen
 
     def _match(self, endpoint: Endpoint, blocks: Sequence[int]) -> float:
         return self.index.match(endpoint, blocks) / len(blocks) if blocks else 0.0
 
-    def _load_scores(self, endpoints: Sequence[Endpoint], loads: _Loads, total: int) -> dict[Endpoint, float]:
-        """Queue and utilisation, weighted, per endpoint."""
-        queues = [loads.requests[e] for e in endpoints]
-        most, least = max(queues), min(queues)
-        scores: dict[Endpoint, float] = {}
-        for endpoint in endpoints:
-            queue = 1.0 if most == least else (most - loads.requests[endpoint]) / (most - least)
-            utilisation = loads.utilisation[endpoint]
-            if utilisation is None:  # the engine does not say: its share of the load
-                utilisation = loads.requests[endpoint] / total if total else 0.0
-            free = 1.0 - min(1.0, max(0.0, utilisation))
-            scores[endpoint] = self.weights.queue * queue + self.weights.utilisation * free
+    def _load_scores(
+        self, indices: Sequence[int], requests: Mapping[int, int], utilisation: Mapping[int, float | None], total: int
+    ) -> dict[int, float]:
+        """Queue and utilisation, weighted, per candidate position."""
+        most = max(requests[i] for i in indices)
+        least = min(requests[i] for i in indices)
+        scores: dict[int, float] = {}
+        for i in indices:
+            queue = 1.0 if most == least else (most - requests[i]) / (most - least)
+            used = utilisation[i]
+            if used is None:  # the engine does not say: its share of the load
+                used = requests[i] / total if total else 0.0
+            free = 1.0 - min(1.0, max(0.0, used))
+            scores[i] = self.weights.queue * queue + self.weights.utilisation * free
         return scores
-
-    def _least_loaded(self, endpoints: Sequence[Endpoint], loads: _Loads, total: int) -> Endpoint:
-        scores = self._load_scores(endpoints, loads, total)
-        best = max(scores.values())
-        tied = [endpoint for endpoint in endpoints if scores[endpoint] == best]
-        return tied[0] if len(tied) == 1 else self._rng.choice(tied)
 
 
 @dataclass(frozen=True, slots=True)
