@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import structlog
 
+from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights
 from llmaz.gateway.__main__ import activator_port, gateway_options, main, parse_args
+from llmaz.gateway.routing.picker import RoutingOptions
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +62,19 @@ def test_flags_map_to_the_gateway_options() -> None:
     assert gateway_options(parse_args([])).proxy.resolve == {}
 
 
+def test_routing_flags_map_to_the_routing_options() -> None:
+    default = gateway_options(parse_args([])).routing
+    assert default == RoutingOptions(LEAST_OUTSTANDING, RoutingWeights(3.0, 2.0, 2.0), 1.25)
+    flags = [
+        "--routing-strategy=prefix-aware",
+        "--prefix-weight=5",
+        "--queue-weight=0",
+        "--utilisation-weight=1.5",
+        "--load-factor=2",
+    ]
+    assert gateway_options(parse_args(flags)).routing == RoutingOptions(PREFIX_AWARE, RoutingWeights(5, 0, 1.5), 2.0)
+
+
 def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None:
     default = parse_args([])
     assert default.activator_port == 8001
@@ -87,6 +102,12 @@ def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None
         "--activator-port=-1",
         "--gateway-service=llmaz-gateway",
         "--gateway-service=ns/",
+        "--routing-strategy=round-robin",
+        "--prefix-weight=-1",
+        "--queue-weight=many",
+        "--utilisation-weight=101",
+        "--load-factor=0.5",
+        "--load-factor=inf",
     ],
 )
 def test_nonsense_limits_are_refused_at_parse_time(flag: str) -> None:
