@@ -192,14 +192,13 @@ def routing_key(document: Mapping[str, Any], session_header: str | None = None) 
     session = _session(document, session_header)
     if not whole and session is None:
         return None
+    # One running hash over the text: its digest after block i is the hash of blocks 0..i (a digest does not end
+    # the hash), so a chain costs one pass over the text.
+    running = hashlib.blake2b(digest_size=_HASH_BYTES)
     blocks: list[int] = []
-    previous = b""
     for start in range(0, len(whole), BLOCK_CHARS):
-        digest = hashlib.blake2b(
-            whole[start : start + BLOCK_CHARS].encode("utf-8", "surrogatepass"), digest_size=_HASH_BYTES, key=previous
-        ).digest()
-        blocks.append(int.from_bytes(digest, "big"))
-        previous = digest
+        running.update(whole[start : start + BLOCK_CHARS].encode("utf-8", "surrogatepass"))
+        blocks.append(int.from_bytes(running.digest(), "big"))
     if session is not None:
         ring = stable_hash(b"session\x00" + session.encode("utf-8", "surrogatepass"))
     else:
