@@ -13,12 +13,12 @@ reads the prompt as text:
   (a chain), so one hash names a whole prefix: an endpoint holding block i's hash was sent this very prefix.
   The hash is blake2b (8 bytes), never Python's `hash`, which differs per process: gateway replicas must agree.
 - Bounded: only the first MAX_BLOCKS blocks are read or hashed, and at most MAX_CHARS items of any list are looked
-  at, so the time and memory a key costs do not grow
-  with the prompt (the body's own size is bounded by the server).
+  at, so the time and memory a key costs do not grow with the prompt (the body's own size is bounded by the
+  server).
 - The ring key (where the request's home is looked for) is the session when the client names one (header
   `x-session-id`, else the body's OpenAI `user`), else the hash of the prompt's start up to the end of the first
-  user message, at most RING_KEY_BLOCKS blocks: it is the same on every turn of a conversation, and different for
-  different system prompts or first questions.
+  user message, at most RING_KEY_BLOCKS blocks: it is the same on every turn of a conversation, differs between
+  short system prompts or first questions, and is shared by every request under one long system prompt.
 """
 
 from __future__ import annotations
