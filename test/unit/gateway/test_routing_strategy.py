@@ -12,7 +12,7 @@ from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.picker import RoutingOptions
 
-from .support import Cluster, FakeEngine, engines, running_gateway
+from .support import Cluster, FakeEngine, engines, refused_endpoint, running_gateway
 
 CHAT = "/v1/chat/completions"
 SYSTEM = "You are the support assistant of a bicycle shop. Answer briefly and politely. " * 8
@@ -79,3 +79,17 @@ async def test_a_session_keeps_different_prompts_on_one_engine() -> None:
         assert len(served_by(fleet)) == 1
         body = fleet[next(iter(served_by(fleet)))].requests[0].body
         assert body.startswith(b'{"model":"m","prompt":"Unrelated prompt number 0')  # forwarded as sent
+
+
+async def test_with_prefix_aware_a_refused_home_is_retried_on_another_endpoint_never_on_itself() -> None:
+    async with engines(1) as (engine,):
+        with refused_endpoint() as refused:
+            cluster = Cluster().synced()
+            cluster.serve("m", refused, engine.endpoint)
+            bodies = [chat("Is the shop open on Sunday?", user=f"customer-{i}") for i in range(8)]
+            async with running_gateway(cluster, PREFIX_AWARE_GATEWAY) as gw:
+                for body in bodies:
+                    assert (await gw.post(CHAT, body))[0] == 200  # answered, whichever its home
+                retried = gw.sample("llmaz_gateway_upstream_retries_total", model="m", reason="connect_error")
+            assert len(engine.requests) == len(bodies)
+            assert retried >= 1  # some sessions' home is the refused endpoint, and each went on to the other
