@@ -271,6 +271,10 @@ bench-serving: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Rout
 bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream.
 	BENCH_SCENARIOS=gateway $(PY) bench/run.py
 
+.PHONY: bench-picker
+bench-picker: install $(BENCH_STAMP) ## Prefix-aware picker: key + pick cost at 300 requests/s, memory for 100k prompts.
+	BENCH_SCENARIOS=picker $(PY) bench/run.py
+
 .PHONY: test
 test: debian-pins lint kustomize-build test-unit test-integration ## Everything CI runs: lint and every test tier.
 	@$(MAKE) --no-print-directory test-e2e E2E_CLUSTER=simulated

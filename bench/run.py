@@ -35,6 +35,7 @@ from suite import (
     growth_bench,
     limit_bench,
     memory_bench,
+    picker_bench,
     report,
     routing_bench,
     runtime_bench,
@@ -197,6 +198,14 @@ def gateway(suite: Suite) -> None:
         suite.record("gateway", {"subject": "python", "rep": rep}, run)
 
 
+def picker(suite: Suite) -> None:
+    s = suite.settings
+    for rep in range(s.repeats):
+        run = partial(picker_bench.run_once, s.picker_rate, s.picker_seconds, s.picker_conversations,
+                      s.picker_prompts)  # fmt: skip
+        suite.record("picker", {"subject": "python", "rep": rep}, run)
+
+
 def growth(suite: Suite, go: golang.GoLlmaz | None) -> None:
     s = suite.settings
     for n in s.growth_sizes:
@@ -240,6 +249,8 @@ def main() -> None:
             gateway(suite)
         if "growth" in settings.scenarios:
             growth(suite, go)
+        if "picker" in settings.scenarios:
+            picker(suite)
     finally:
         suite.save()
         if created_cert_dir:

@@ -260,6 +260,30 @@ def gateway_section(results: dict[str, Any]) -> list[str]:
             *memory]  # fmt: skip
 
 
+PICKER_ROWS: list[Row] = [
+    ("key + pick, wall p50 ms", lambda r: r["paced"]["pick_p50_ms"]),
+    ("key + pick, wall p99 ms", lambda r: r["paced"]["pick_p99_ms"]),
+    ("key + pick, CPU p50 ms", lambda r: r["paced"]["pick_cpu_p50_ms"]),
+    ("key + pick, CPU p99 ms", lambda r: r["paced"]["pick_cpu_p99_ms"]),
+    ("requests/s achieved", lambda r: r["paced"]["achieved_rate"]),
+    ("blocks per request (median)", lambda r: r["paced"]["blocks_median"]),
+    ("busiest / idlest endpoint's requests", lambda r: r["paced"]["busiest_over_idlest"] or 0.0),
+    ("prefix index after M distinct prompts MB", lambda r: r["memory"]["index_mb"]),
+    ("prefix index after M distinct prompts, blocks", lambda r: r["memory"]["index_blocks"]),
+]
+
+
+def picker_section(results: dict[str, Any]) -> list[str]:
+    rs = runs(results, "picker")
+    if not rs:
+        return []
+    rows = ["| reading | median (min-max) |", "|---|---|"]
+    rows += [f"| {label} | {cell(summary([get(r) for r in rs]))} |" for label, get in PICKER_ROWS]
+    paced, prompts = rs[0]["paced"]["requests"], rs[0]["memory"]["prompts"]
+    return ["", f"### Picker: prefix-aware, 8 endpoints, {paced} paced chat requests, M = {prompts} "
+            f"(runs: {len(rs)})", "", *rows]  # fmt: skip
+
+
 GROWTH_PER_OBJECT = (("wall ms", "wall_ms"), ("manager CPU ms", "cpu_ms"), ("API requests", "requests"),
                      ("API writes", "writes"), ("peak RSS above start-up KB", "rss_kb"))  # fmt: skip
 
@@ -326,8 +350,7 @@ def write(results: dict[str, Any], out: Path) -> str:
               *go_section(results)]  # fmt: skip
     body = [*controllers_section(results), *runtime_section(results), *admission_section(results),
             *limit_section(results), *loader_section(results), *serving_section(results), *routing_section(results),
-            *memory_section(results),
-            *gateway_section(results), *growth_section(results),
+            *memory_section(results), *gateway_section(results), *growth_section(results), *picker_section(results),
             *targets.section(results),
             *failures_section(results)]  # fmt: skip
     text = "\n".join([*header, *body]) + "\n"

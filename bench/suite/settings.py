@@ -15,6 +15,7 @@ BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO = BENCH_DIR.parent
 ALL_SCENARIOS = (
     "controllers", "runtime", "admission", "limit", "loader", "serving", "routing", "memory", "gateway", "growth",
+    "picker",
 )  # fmt: skip
 
 
@@ -53,7 +54,7 @@ class Settings:
     """BENCH_TIMEOUT: seconds a phase may take before the run is recorded as timed out (full: 900)."""
     scenarios: tuple[str, ...]
     """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, routing, memory, gateway,
-    growth (default: all; serving and routing need root and the node tier's binaries and images)."""
+    growth, picker (default: all; serving and routing need root and the node tier's binaries and images)."""
     subjects: tuple[str, ...]
     """BENCH_SUBJECTS: subset of python, go (default: both)."""
     loader_megabytes: int
@@ -77,6 +78,14 @@ class Settings:
     growth_subjects: tuple[str, ...]
     """BENCH_GROWTH_SUBJECTS: subset of python, go for the growth scenario (default: python; Go's run at 10,000
     takes about twice ours, and only ours has the cold start)."""
+    picker_rate: float
+    """BENCH_PICKER_RATE: requests per second fed to the picker (300)."""
+    picker_seconds: float
+    """BENCH_PICKER_SECONDS: seconds of paced picks (full: 10; quick: 3)."""
+    picker_conversations: int
+    """BENCH_PICKER_CONVERSATIONS: conversations the paced requests continue (300)."""
+    picker_prompts: int
+    """BENCH_PICKER_PROMPTS: distinct prompts for the picker's memory (100000)."""
     manager_args: tuple[str, ...]
     """BENCH_MANAGER_ARGS: extra flags for our manager in scenarios 1 and 9, e.g. `--kube-api-qps 0` (default:
     none, the defaults users get)."""
@@ -112,6 +121,10 @@ class Settings:
             gateway_streams=_int("BENCH_GATEWAY_STREAMS", 100 if quick else 500),
             growth_sizes=_ints("BENCH_GROWTH_SIZES", "20 200" if quick else "100 1000 10000"),
             growth_subjects=tuple(os.environ.get("BENCH_GROWTH_SUBJECTS", "python").replace(",", " ").split()),
+            picker_rate=_float("BENCH_PICKER_RATE", 300),
+            picker_seconds=_float("BENCH_PICKER_SECONDS", 3 if quick else 10),
+            picker_conversations=_int("BENCH_PICKER_CONVERSATIONS", 300),
+            picker_prompts=_int("BENCH_PICKER_PROMPTS", 100_000),
             manager_args=tuple(shlex.split(os.environ.get("BENCH_MANAGER_ARGS", ""))),
             max_concurrent_reconciles=_int("BENCH_MCR", 1),
             results_dir=Path(os.environ.get("BENCH_RESULTS", BENCH_DIR / "results")),

@@ -10,6 +10,7 @@ from suite.report import (
     CONTROLLER_ROWS,
     GATEWAY_ADDED,
     GROWTH_PER_OBJECT,
+    PICKER_ROWS,
     RUNTIME_ROWS,
     STEADY_ROWS,
     ceiling_seconds,
@@ -96,6 +97,21 @@ def _gateway_checks(results: dict[str, Any]) -> list[str]:
     return rows
 
 
+# The picker's goal: what prefix-aware routing adds per request (the key and the pick), at the 99th percentile.
+PICKER_P99_MS = 1.0
+
+
+def _picker_checks(results: dict[str, Any]) -> list[str]:
+    rs = runs(results, "picker")
+    if not rs:
+        return []
+    wall, cpu = PICKER_ROWS[1][1], PICKER_ROWS[3][1]
+    return [
+        _check("picker: key + pick p99, wall", _median([wall(r) for r in rs]), PICKER_P99_MS, " ms"),
+        _check("picker: key + pick p99, CPU", _median([cpu(r) for r in rs]), PICKER_P99_MS, " ms"),
+    ]
+
+
 def section(results: dict[str, Any]) -> list[str]:
     sizes = [e["n"] for e in results["runs"] if e["scenario"] == "controllers"]
     n = max(sizes) if sizes else 0
@@ -124,4 +140,5 @@ def section(results: dict[str, Any]) -> list[str]:
         _check("RSS with 3K unrelated objects / with none", _median(memory), 1.1),
         *_growth_checks(results),
         *_gateway_checks(results),
+        *_picker_checks(results),
     ]

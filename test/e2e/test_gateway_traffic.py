@@ -7,18 +7,20 @@ a wait: the checks themselves wait for positive signals.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
 
-from llmaz.envtest.objectstore import ObjectStore
+from llmaz.envtest.objectstore import ObjectStore, tiny_model
 
 from .serving import BUCKET, KEY, api_chat, credentials, gateway_events, gateway_url, routable, served, tiny_llama
-from .support import Environment, ModelNames, eventually, pod_ready, wait_playground_ready
+from .support import Environment, ModelNames, chat_request, eventually, pod_ready, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -127,3 +129,75 @@ def test_requests_sent_while_the_only_engine_pod_is_replaced_are_held_and_answer
     assert failed == [], f"{len(failed)} failed: {[a.body[:200] for a in failed]}\n{client.timeline()}"
     during = [a for a in client.answers if deleted_at <= a.sent <= ready_at]
     assert during, "no request was sent while the pod was replaced"
+
+
+@dataclass
+class Stream:
+    """A streamed chat read to its end on its own thread: when each part arrived, and how it ended."""
+
+    url: str
+    model: str
+    max_tokens: int
+    first_chunk: threading.Event = field(default_factory=threading.Event)
+    chunks: int = 0
+    done: bool = False
+    completion_tokens: int | None = None
+    error: str = ""
+    ended: float = 0.0
+
+    def run(self) -> None:
+        body = chat_request(self.model, stream=True, max_tokens=self.max_tokens)
+        request = urllib.request.Request(
+            f"{self.url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=120) as response:
+                for line in response:
+                    if not line.startswith(b"data:"):
+                        continue
+                    self.chunks += 1
+                    self.first_chunk.set()
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        self.done = True
+                        break
+                    usage = json.loads(data).get("usage")
+                    if usage:
+                        self.completion_tokens = usage["completion_tokens"]
+        except OSError as err:
+            self.error = repr(err)
+        finally:
+            self.ended = time.monotonic()
+            self.first_chunk.set()
+
+
+def test_a_stream_on_the_replica_a_scale_down_removes_finishes_before_its_engine_stops(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    # The prefill-heavy model decodes about a hundred tokens a second here: a long answer is a stream of seconds.
+    model = models.new("drain")
+    uri = object_store.upload(BUCKET, "prefill-heavy/prefill-heavy.gguf", tiny_model("prefill-heavy"))
+    e2e.apply([credentials()], namespace)
+    playground = served("drain", model, object_store, replicas=2)
+    playground["spec"]["backendRuntimeConfig"]["args"] += ["-c", "2048", "-np", "1"]
+    e2e.apply([tiny_llama(model, uri), playground], namespace)
+    wait_playground_ready(e2e, namespace, "drain", replicas=2)
+    # LeaderWorkerSet scales down from the highest group index: the pod `drain-1` goes.
+    leaving = e2e.must_get("pods", "drain-1", namespace)
+    stream = Stream(f"http://{leaving['status']['podIP']}:8080", model, max_tokens=1500)
+    thread = threading.Thread(target=stream.run, name="stream", daemon=True)
+    thread.start()
+    assert stream.first_chunk.wait(60), "the stream did not start"
+    assert not stream.error, stream.error
+    scaled = time.monotonic()
+    e2e.kubectl("scale", "playground", "drain", "-n", namespace, "--replicas=1")
+    eventually(lambda: (e2e.get("pods", "drain-1", namespace) or {}).get("metadata", {}).get("deletionTimestamp"),
+               what="drain-1 terminating")  # fmt: skip
+    thread.join(timeout=150)
+    assert not thread.is_alive(), "the stream never ended"
+    print(f"\nscaled down; the stream on drain-1 ended {stream.ended - scaled:.1f} s later, {stream.chunks} chunks")
+    assert stream.error == "", stream.error
+    assert stream.done, f"the stream was cut after {stream.chunks} chunks"
+    assert stream.completion_tokens == 1500, stream.completion_tokens
+    eventually(lambda: e2e.get("pods", "drain-1", namespace) is None, within=120, what="drain-1 gone")

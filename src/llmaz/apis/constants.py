@@ -34,6 +34,10 @@ LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
 # replicas share the time of the last request they saw on the Playground (RFC 3339, UTC).
 SCALE_TO_ZERO_AFTER_ANNOTATION: Final = "llmaz.io/scale-to-zero-after"
 LAST_REQUEST_TIME_ANNOTATION: Final = "llmaz.io/last-request-time"
+# How llmaz-gateway picks an endpoint for a Playground's model (llmaz had no gateway): the strategy, and the
+# weights of its scorers (`llmaz.apis.routing`).
+ROUTING_STRATEGY_ANNOTATION: Final = "llmaz.io/routing-strategy"
+ROUTING_WEIGHTS_ANNOTATION: Final = "llmaz.io/routing-weights"
 
 # Model hubs, roles, presets and defaults.
 HUGGING_FACE: Final = "Huggingface"

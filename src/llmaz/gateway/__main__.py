@@ -16,6 +16,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from llmaz.apis.routing import LEAST_OUTSTANDING, STRATEGIES, RoutingWeights, parse_weight
 from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.proxy.forwarding import ProxyOptions
@@ -23,6 +24,7 @@ from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import DEFAULT_MAX_CONNECTIONS, Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.picker import DEFAULT_LOAD_FACTOR, RoutingOptions
 from llmaz.gateway.routing.signals import DEFAULT_INTERVAL, MIN_DEFAULT_TIMEOUT, EngineSignals
 from llmaz.gateway.scaling.activator import DEFAULT_PORT, Activator, ActivatorOptions, activator_controller
 from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
@@ -57,6 +59,20 @@ def _non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, got {text}")
+    return value
+
+
+def _weight(text: str) -> float:
+    try:
+        return parse_weight(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _load_factor(text: str) -> float:
+    value = float(text)
+    if not 1 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of at least 1, got {text}")
     return value
 
 
@@ -110,6 +126,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="true",
         choices=["true", "false"],
         help="scale Playgrounds annotated llmaz.io/scale-to-zero-after from and to zero (default true)",
+    )
+    add(
+        "--routing-strategy",
+        default=LEAST_OUTSTANDING,
+        choices=STRATEGIES,
+        help="how an endpoint is picked; a Playground's llmaz.io/routing-strategy overrides it "
+        f"(default {LEAST_OUTSTANDING})",
+    )
+    weights = RoutingWeights()
+    add("--prefix-weight", type=_weight, default=weights.prefix, help="prefix-aware: prefix affinity's weight")
+    add("--queue-weight", type=_weight, default=weights.queue, help="prefix-aware: the queue length's weight")
+    add(
+        "--utilisation-weight",
+        type=_weight,
+        default=weights.utilisation,
+        help="prefix-aware: the free KV cache or slots' weight",
+    )
+    add(
+        "--load-factor",
+        type=_load_factor,
+        default=DEFAULT_LOAD_FACTOR,
+        help="prefix-aware: an endpoint takes a prefix's requests while its load stays within this factor of the "
+        f"average (default {DEFAULT_LOAD_FACTOR})",
     )
     add(
         "--activator-port",
@@ -183,6 +222,15 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions:
             retries=args.upstream_retries,
             resolve=dict(args.resolve),
         ),
+        routing=routing_options(args),
+    )
+
+
+def routing_options(args: argparse.Namespace) -> RoutingOptions:
+    return RoutingOptions(
+        strategy=args.routing_strategy,
+        weights=RoutingWeights(args.prefix_weight, args.queue_weight, args.utilisation_weight),
+        load_factor=args.load_factor,
     )
 
 

@@ -3,10 +3,12 @@ with the reconciler), the annotations only admission checks, and reference warni
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from llmaz.apis import Playground
 from llmaz.apis import constants as c
+from llmaz.apis.routing import STRATEGY_RULE, WEIGHTS_RULE, parse_strategy, parse_weights
 from llmaz.apis.scaletozero import IDLE_TIME_RULE, parse_idle_time
 from llmaz.apis.serving import is_main
 from llmaz.apis.validation.field import FieldError, invalid
@@ -50,7 +52,12 @@ def _main_model_name(spec: dict[str, Any]) -> str:
     return found
 
 
-SCALE_TO_ZERO_AFTER_PATH = f"metadata.annotations[{c.SCALE_TO_ZERO_AFTER_ANNOTATION}]"
+# Annotations only admission checks: each with its parser (ValueError when refused) and the rule a denial states.
+_CHECKED_ANNOTATIONS: tuple[tuple[str, Callable[[str], object], str], ...] = (
+    (c.SCALE_TO_ZERO_AFTER_ANNOTATION, parse_idle_time, IDLE_TIME_RULE),
+    (c.ROUTING_STRATEGY_ANNOTATION, parse_strategy, STRATEGY_RULE),
+    (c.ROUTING_WEIGHTS_ANNOTATION, parse_weights, WEIGHTS_RULE),
+)
 
 
 def _annotations(obj: dict[str, Any] | None) -> dict[str, Any]:
@@ -60,20 +67,24 @@ def _annotations(obj: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def validate_playground_annotations(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    """`llmaz.io/scale-to-zero-after`, when set, must be an idle time the gateway accepts (`llmaz.apis.scaletozero`).
+    """The gateway's annotations, when set, must be what it accepts: `llmaz.io/scale-to-zero-after` an idle time
+    (`llmaz.apis.scaletozero`), `llmaz.io/routing-strategy` and `llmaz.io/routing-weights` a strategy and weights
+    (`llmaz.apis.routing`).
 
-    Admission only: the reconcilers never read it, and the gateway turns scale to zero off for a bad value it finds
-    stored. On UPDATE (`old` given) only a changed value is checked, so a Playground stored with a bad value
-    before this check can still be updated, and deleted once its finalizers go.
+    Admission only: the reconcilers never read them, and the gateway ignores a bad value it finds stored (scale to
+    zero off, its own routing). On UPDATE (`old` given) only a changed value is checked, so a Playground stored with
+    a bad value before this check can still be updated, and deleted once its finalizers go.
     """
-    value = _annotations(obj).get(c.SCALE_TO_ZERO_AFTER_ANNOTATION)
-    if value is None or (old is not None and _annotations(old).get(c.SCALE_TO_ZERO_AFTER_ANNOTATION) == value):
-        return []
-    try:
-        parse_idle_time(str(value))
-    except ValueError:
-        return [invalid(SCALE_TO_ZERO_AFTER_PATH, value, IDLE_TIME_RULE)]
-    return []
+    errors: list[FieldError] = []
+    for annotation, parse, rule in _CHECKED_ANNOTATIONS:
+        value = _annotations(obj).get(annotation)
+        if value is None or (old is not None and _annotations(old).get(annotation) == value):
+            continue
+        try:
+            parse(str(value))
+        except ValueError:
+            errors.append(invalid(f"metadata.annotations[{annotation}]", value, rule))
+    return errors
 
 
 def playground_warnings(playground: Playground, lookup: ReferenceLookup | None) -> list[str]:

@@ -152,3 +152,33 @@ async def test_a_scale_to_zero_after_that_is_no_duration_is_denied_on_create_and
     )  # fmt: skip
     assert changed.returncode != 0
     assert 'Invalid value: "9s": must be a duration of at least 10s' in changed.stderr
+
+
+async def test_a_bad_routing_strategy_or_weights_is_denied_on_create_and_when_changed(
+    control_plane: Cluster, client: Client, namespace: str
+) -> None:
+    routed = yaml.safe_load(manifest("Playground", "routed", {"modelClaim": {"modelName": "m"}}, namespace))
+    routed["metadata"]["annotations"] = {"llmaz.io/routing-strategy": "round-robin"}
+    denied = await kubectl(control_plane, "create", "-f", "-", input=yaml.safe_dump(routed))
+    assert denied.returncode != 0
+    assert (
+        'admission webhook "vplayground.kb.io" denied the request: metadata.annotations[llmaz.io/routing-strategy]: '
+        'Invalid value: "round-robin": must be one of: least-outstanding, prefix-aware'
+    ) in denied.stderr
+
+    routed["metadata"]["annotations"] = {
+        "llmaz.io/routing-strategy": "prefix-aware",
+        "llmaz.io/routing-weights": "prefix=3,queue=2,utilisation=2",
+    }
+    created = await client.create(PLAYGROUNDS, routed)
+    assert created["metadata"]["annotations"]["llmaz.io/routing-strategy"] == "prefix-aware"
+    changed = await kubectl(
+        control_plane, "annotate", "--overwrite", "-n", namespace, "playground", "routed",
+        "llmaz.io/routing-weights=prefix=high",
+    )  # fmt: skip
+    assert changed.returncode != 0
+    assert (
+        'metadata.annotations[llmaz.io/routing-weights]: Invalid value: "prefix=high": must be NAME=WEIGHT pairs '
+        "separated by commas, NAME one of prefix, queue, utilisation, WEIGHT a number from 0 to 100, "
+        "e.g. prefix=3,queue=2,utilisation=2"
+    ) in changed.stderr

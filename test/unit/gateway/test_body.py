@@ -56,7 +56,8 @@ def test_bodies_that_are_not_a_json_object_with_a_printable_model_name_are_400(
 
 def test_the_model_and_stream_flag_are_read_and_the_body_is_kept_byte_for_byte() -> None:
     raw = b'{"model": "llama 3", "stream": true, "messages": []}'
-    assert body.parse(raw, None) == body.InferenceRequest(raw, "llama 3", True)
+    document = {"model": "llama 3", "stream": True, "messages": []}
+    assert body.parse(raw, None) == body.InferenceRequest(raw, "llama 3", True, document)
     assert body.parse(b'{"model": "m", "stream": "yes"}', None).stream is False
 
 

@@ -137,3 +137,6 @@ def test_a_speculative_playground_listing_its_draft_first_is_listed_and_routed_u
     assert catalog.models() == ["big"]
     assert catalog.endpoints("big") == [Endpoint("10.0.0.1", 8080)]
     assert not catalog.serves("small")
+    # Its routing annotations are found under the main model too, never under the draft.
+    assert catalog.playgrounds_serving("big") == [speculative]
+    assert catalog.playgrounds_serving("small") == []

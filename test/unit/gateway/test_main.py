@@ -11,7 +11,9 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
+from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights
 from llmaz.gateway.__main__ import activator_port, engine_signals, gateway_options, main, parse_args
+from llmaz.gateway.routing.picker import RoutingOptions
 
 from .support import Cluster
 
@@ -63,6 +65,19 @@ def test_flags_map_to_the_gateway_options() -> None:
     assert gateway_options(parse_args([])).proxy.resolve == {}
 
 
+def test_routing_flags_map_to_the_routing_options() -> None:
+    default = gateway_options(parse_args([])).routing
+    assert default == RoutingOptions(LEAST_OUTSTANDING, RoutingWeights(3.0, 2.0, 2.0), 1.25)
+    flags = [
+        "--routing-strategy=prefix-aware",
+        "--prefix-weight=5",
+        "--queue-weight=0",
+        "--utilisation-weight=1.5",
+        "--load-factor=2",
+    ]
+    assert gateway_options(parse_args(flags)).routing == RoutingOptions(PREFIX_AWARE, RoutingWeights(5, 0, 1.5), 2.0)
+
+
 def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None:
     default = parse_args([])
     assert default.activator_port == 8001
@@ -107,6 +122,12 @@ def test_engine_signals_follow_their_flags_and_interval_0_turns_them_off() -> No
         "--engine-metrics-interval=-1",
         "--engine-metrics-interval=inf",
         "--engine-metrics-timeout=0",
+        "--routing-strategy=round-robin",
+        "--prefix-weight=-1",
+        "--queue-weight=many",
+        "--utilisation-weight=101",
+        "--load-factor=0.5",
+        "--load-factor=inf",
     ],
 )
 def test_nonsense_limits_are_refused_at_parse_time(flag: str) -> None:

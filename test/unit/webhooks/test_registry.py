@@ -214,3 +214,45 @@ async def test_an_update_keeping_a_bad_value_stored_before_the_check_is_allowed_
     assert (await call("vplayground.kb.io", update(kept))).allowed
     assert not (await call("vplayground.kb.io", update(annotated("later")))).allowed
     assert (await call("vplayground.kb.io", update(annotated("5m")))).allowed
+
+
+def routed(**annotations: str) -> dict[str, Any]:
+    found: dict[str, Any] = copy.deepcopy(PLAYGROUND)
+    found["metadata"]["annotations"] = annotations
+    return found
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "rule"),
+    [
+        ("llmaz.io/routing-strategy", "round-robin", "must be one of: least-outstanding, prefix-aware"),
+        (
+            "llmaz.io/routing-weights",
+            "prefix:3",
+            "must be NAME=WEIGHT pairs separated by commas, NAME one of prefix, queue, utilisation, WEIGHT a number "
+            "from 0 to 100, e.g. prefix=3,queue=2,utilisation=2",
+        ),
+        (
+            "llmaz.io/routing-weights",
+            "prefix=1000",
+            "must be NAME=WEIGHT pairs separated by commas, NAME one of prefix, queue, utilisation, WEIGHT a number "
+            "from 0 to 100, e.g. prefix=3,queue=2,utilisation=2",
+        ),
+    ],
+)
+async def test_a_bad_routing_annotation_is_denied_naming_it_and_the_accepted_forms(
+    annotation: str, value: str, rule: str
+) -> None:
+    response = await call("vplayground.kb.io", request("Playground", routed(**{annotation: value})))
+    assert (response.allowed, response.code) == (False, 403)
+    assert response.message == f'metadata.annotations[{annotation}]: Invalid value: "{value}": {rule}'
+
+
+async def test_valid_routing_annotations_are_allowed_and_every_bad_one_is_named() -> None:
+    good = routed(**{"llmaz.io/routing-strategy": "prefix-aware", "llmaz.io/routing-weights": "prefix=5,queue=1"})
+    assert (await call("vplayground.kb.io", request("Playground", good))).allowed
+    bad = routed(**{"llmaz.io/routing-strategy": "random", "llmaz.io/routing-weights": "queue=-1"})
+    response = await call("vplayground.kb.io", request("Playground", bad))
+    assert not response.allowed
+    assert "metadata.annotations[llmaz.io/routing-strategy]" in response.message
+    assert "metadata.annotations[llmaz.io/routing-weights]" in response.message

@@ -36,6 +36,8 @@ class InferenceRequest:
     body: bytes
     model: str
     stream: bool
+    document: dict[str, Any]
+    """The parsed body, read-only: routing reads its prompt (`routing.prefix`) without parsing it again."""
 
 
 async def read_body(request: web.BaseRequest, limit: int, time_limit: float) -> bytes:
@@ -96,4 +98,4 @@ def parse(body: bytes, header_model: str | None) -> InferenceRequest:
     chosen = model if model is not None else header_model
     if chosen is None:
         raise errors.invalid_request("You must provide a model parameter.", "missing_model", "model")
-    return InferenceRequest(body, chosen, document.get("stream") is True)
+    return InferenceRequest(body, chosen, document.get("stream") is True, document)

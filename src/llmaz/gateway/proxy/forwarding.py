@@ -18,7 +18,7 @@ Invariants:
 - A client that goes away ends the request: the handler is cancelled (the server runs with handler
   cancellation) or its next write fails, and leaving the upstream response's context closes the engine
   connection, which is how the engine learns to stop generating.
-- An attempt counts for its endpoint in the `InFlight` tracker (which the balancer reads) until it ends, however it
+- An attempt counts for its endpoint in the `InFlight` tracker (which the pickers read) until it ends, however it
   ends (`try`/`finally`).
 - The request body is sent as received. Hop-by-hop headers, Host, Content-Length and Content-Encoding (aiohttp
   has decoded a compressed body) are not forwarded; Authorization is not forwarded when the gateway checks
@@ -41,7 +41,9 @@ from llmaz.gateway.proxy import errors
 from llmaz.gateway.proxy.body import InferenceRequest
 from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.proxy.usage import Usage, meter_for
-from llmaz.gateway.routing.balancer import LeastOutstanding
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.picker import Picker
+from llmaz.gateway.routing.prefix import RoutingKey
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.runtime.log import get_logger
 
@@ -128,8 +130,8 @@ def relayed_headers(headers: CIMultiDictProxy[str]) -> Iterable[tuple[str, str]]
 
 
 class Proxy:
-    def __init__(self, balancer: LeastOutstanding, metrics: GatewayMetrics, options: ProxyOptions) -> None:
-        self.balancer = balancer
+    def __init__(self, in_flight: InFlight, metrics: GatewayMetrics, options: ProxyOptions) -> None:
+        self.in_flight = in_flight
         self._metrics = metrics
         self._options = options
         self._session: aiohttp.ClientSession | None = None
@@ -154,24 +156,30 @@ class Proxy:
             self._session = None
 
     async def forward(
-        self, request: web.Request, inference: InferenceRequest, endpoints: Sequence[Endpoint], exchange: Exchange
+        self,
+        request: web.Request,
+        inference: InferenceRequest,
+        endpoints: Sequence[Endpoint],
+        exchange: Exchange,
+        picker: Picker,
+        key: RoutingKey | None = None,
     ) -> web.StreamResponse:
-        """Send `inference` to the least loaded of `endpoints`, retrying as the module invariants say."""
+        """Send `inference` to the endpoint `picker` picks for `key`, retrying as the module invariants say."""
         headers = upstream_headers(
             request.headers, request.remote, forward_authorization=self._options.forward_authorization
         )
         attempts = 1 + max(0, self._options.retries)
         tried: set[Endpoint] = set()
         failure: errors.OpenAIError | None = None
-        while len(tried) < attempts and (endpoint := self.balancer.pick(endpoints, tried)) is not None:
+        while len(tried) < attempts and (endpoint := picker.pick(endpoints, tried, key)) is not None:
             tried.add(endpoint)
             last = len(tried) == attempts or len(tried) == len(set(endpoints))
             exchange.endpoint, exchange.attempts = endpoint, len(tried)
-            self.balancer.in_flight.acquire(endpoint)
+            self.in_flight.acquire(endpoint)
             try:
                 outcome = await self._attempt(request, inference.body, headers, endpoint, exchange, last)
             finally:
-                self.balancer.in_flight.release(endpoint)
+                self.in_flight.release(endpoint)
             if isinstance(outcome, web.StreamResponse):
                 return outcome
             failure = outcome

@@ -51,10 +51,11 @@ from llmaz.gateway.proxy import body, errors
 from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.forwarding import Exchange, Proxy, ProxyOptions
 from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
-from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import LoadSignals, NoSignals
+from llmaz.gateway.routing.picker import Pickers, RoutingOptions
+from llmaz.gateway.routing.prefix import SESSION_HEADER, routing_key
 from llmaz.gateway.scaling.outlook import Coming
 from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, Waker
 from llmaz.runtime.address import split_host_port
@@ -100,6 +101,8 @@ class GatewayOptions:
     """A second address serving the same API, for the `-lb` activator's slices. Default: none."""
     proxy: ProxyOptions = field(default_factory=ProxyOptions)
     """How engines are called (timeouts, retries)."""
+    routing: RoutingOptions = field(default_factory=RoutingOptions)
+    """How an endpoint is picked (strategy, weights, load factor); a Playground's annotations may override it."""
 
 
 class Gateway:
@@ -119,7 +122,8 @@ class Gateway:
         signals: LoadSignals | None = None,
     ) -> None:
         """`in_flight` is the replica's one count of requests in flight (shared with idle detection); without a
-        `waker`, one that never scales (scale to zero off); `signals`, the engines' own load (default: none)."""
+        `waker`, one that never scales (scale to zero off); without `signals`, the engines' load is never known
+        and routing uses the in-flight counts alone."""
         self.catalog = catalog
         self.signals: LoadSignals = NoSignals() if signals is None else signals
         self.waker = waker or Waker(catalog, None)
@@ -131,7 +135,8 @@ class Gateway:
         proxy_options = opts.proxy
         if api_keys is not None:
             proxy_options = dataclasses.replace(proxy_options, forward_authorization=False)
-        self.proxy = Proxy(LeastOutstanding(self.in_flight), self.metrics, proxy_options)
+        self.pickers = Pickers(self.in_flight, self.signals, opts.routing)
+        self.proxy = Proxy(self.in_flight, self.metrics, proxy_options)
         self.port: int | None = None
         self.activator_port: int | None = None
         self._serving = asyncio.Event()
@@ -228,7 +233,9 @@ class Gateway:
                     raise errors.wake_timeout(model, bound)
                 if not endpoints:
                     raise errors.not_ready_in_time(model, bound)
-            return await self.proxy.forward(request, inference, endpoints, exchange)
+            picker = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(model))
+            key = routing_key(inference.document, request.headers.get(SESSION_HEADER)) if picker.needs_key else None
+            return await self.proxy.forward(request, inference, endpoints, exchange, picker, key)
 
     async def _replica_coming(self, model: str, deadline: float) -> Coming:
         """Ask scaling how a replica of `model` is coming; the 503 that says why when none is."""

@@ -18,15 +18,22 @@ import random
 from collections.abc import Collection, Sequence
 
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.prefix import RoutingKey
 from llmaz.gateway.routing.routes import Endpoint
 
 
 class LeastOutstanding:
+    """The `least-outstanding` strategy: it reads no routing key."""
+
+    needs_key = False
+
     def __init__(self, in_flight: InFlight, rng: random.Random | None = None) -> None:
         self.in_flight = in_flight
         self._rng = rng or random.Random()
 
-    def pick(self, candidates: Sequence[Endpoint], exclude: Collection[Endpoint] = ()) -> Endpoint | None:
+    def pick(
+        self, candidates: Sequence[Endpoint], exclude: Collection[Endpoint] = (), key: RoutingKey | None = None
+    ) -> Endpoint | None:
         """The least loaded candidate not in `exclude`, or None when none is left."""
         best: list[Endpoint] = []
         fewest = 0

@@ -1,0 +1,355 @@
+"""Which endpoint a request goes to: the pickers, and the one a model's Playground asks for.
+
+Two strategies (`llmaz.apis.routing`):
+- `least-outstanding` (`balancer.LeastOutstanding`): the fewest requests in flight through this replica.
+- `prefix-aware` (`PrefixAware`): requests that share a prompt prefix go where that prefix was sent before, so
+  the engine's prefix cache saves the prefill, without piling a hot prefix onto one engine:
+  - the load of an endpoint is the larger of the engine's running + waiting requests (`LoadSignals`, when fresh)
+    and this replica's own requests in flight to it; its utilisation is the engine's when it says, else its share
+    of the load;
+  - CHWBL, consistent hashing with bounded loads: each endpoint has RING_POINTS points on a ring (stable hashes
+    of "address:port#i"); the request's ring key (`prefix.RoutingKey.ring`: its session, or its prompt's start)
+    walks the ring to the first endpoint whose load stays within the bound, load + 1 <= ceil(load_factor x
+    (total load + 1) / endpoints): its home. The same conversation lands on the same engine while it has room,
+    and spills to the next endpoint on the ring, always the same one, when it has not;
+  - a prefix index: per endpoint, the block hashes this replica sent there (an LRU); an endpoint's prefix match
+    is the longest chain of the request's blocks it holds, over the request's blocks;
+  - each endpoint within the bound (every endpoint when none is) is scored: prefix (the match, 1 at the home) x
+    the prefix weight + queue ((most - its load) / (most - least), 1 when all are equal) x the queue weight +
+    (1 - utilisation) x the utilisation weight. The highest wins; ties go to ring order from the key;
+  - a request without a prompt or session has no ring key: it is scored by queue and utilisation only, ties at
+    random (least outstanding with the engines' load).
+
+Invariants:
+- A picker never returns an excluded endpoint, and nothing awaits in `pick`, so a pick and the
+  `InFlight.acquire` after it see the same counts.
+- Two pickers (two gateway replicas) fed the same keyed requests in the same order with the same loads pick the
+  same endpoints: hashes are stable, ties follow the ring, and nothing keyed depends on the random generator.
+- Memory is bounded whatever the traffic: PREFIX_BLOCKS blocks per endpoint for at most PREFIX_ENDPOINTS
+  endpoints, CACHED_RINGS rings, CACHED_PICKERS weight settings.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+import sys
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights, routing_override
+from llmaz.gateway.routing.balancer import LeastOutstanding
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.load import LoadSignals, NoSignals
+from llmaz.gateway.routing.prefix import RoutingKey, stable_hash
+from llmaz.gateway.routing.routes import Endpoint
+
+# Virtual points per endpoint: with 256 each, every endpoint's share of the ring is within a few percent of even.
+RING_POINTS: Final = 256
+DEFAULT_LOAD_FACTOR: Final = 1.25
+# An endpoint's index: 8,192 blocks of 64 characters, about 130,000 tokens, the order of an engine's KV cache.
+PREFIX_BLOCKS: Final = 8192
+PREFIX_ENDPOINTS: Final = 128
+# Rings of distinct candidate sets (models, and a model's set while its endpoints change) kept built.
+CACHED_RINGS: Final = 64
+CACHED_PICKERS: Final = 32
+
+
+class Picker(Protocol):
+    needs_key: bool
+    """Whether `pick` reads the request's routing key (the server computes it only then)."""
+
+    def pick(
+        self, candidates: Sequence[Endpoint], exclude: Collection[Endpoint] = (), key: RoutingKey | None = None
+    ) -> Endpoint | None:
+        """A candidate not in `exclude` for the request of `key`, or None when none is left."""
+        ...
+
+
+class PrefixIndex:
+    """Per endpoint, the block hashes recently sent there (an LRU of at most `blocks` each, `endpoints` endpoints).
+
+    A request's blocks are recorded last block first, so its first blocks are the most recent: an entry is evicted
+    only after every later block of its chain, and a held block i means blocks 0..i of its chain are held too. That
+    makes the matched length monotone, found by bisection.
+    """
+
+    def __init__(self, blocks: int = PREFIX_BLOCKS, endpoints: int = PREFIX_ENDPOINTS) -> None:
+        self.max_blocks = blocks
+        self.max_endpoints = endpoints
+        self._held: OrderedDict[Endpoint, OrderedDict[int, None]] = OrderedDict()
+
+    def match(self, endpoint: Endpoint, blocks: Sequence[int]) -> int:
+        """How many of `blocks`, from the first, the endpoint holds."""
+        held = self._held.get(endpoint)
+        if not held or not blocks or blocks[0] not in held:
+            return 0
+        low, high = 1, len(blocks)  # blocks[:low] held; the answer is in [low, high]
+        while low < high:
+            middle = (low + high + 1) // 2
+            if blocks[middle - 1] in held:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def record(self, endpoint: Endpoint, blocks: Sequence[int]) -> None:
+        held = self._held.get(endpoint)
+        if held is None:
+            held = self._held[endpoint] = OrderedDict()
+            while len(self._held) > self.max_endpoints:
+                self._held.popitem(last=False)
+        else:
+            self._held.move_to_end(endpoint)
+        for block in reversed(blocks[: self.max_blocks]):
+            held[block] = None
+            held.move_to_end(block)
+        while len(held) > self.max_blocks:
+            held.popitem(last=False)
+
+    def forget(self, endpoint: Endpoint) -> None:
+        self._held.pop(endpoint, None)
+
+    def retain(self, endpoints: Collection[Endpoint]) -> None:
+        """Drop every endpoint not in `endpoints` (those that left)."""
+        for endpoint in [e for e in self._held if e not in endpoints]:
+            del self._held[endpoint]
+
+    def endpoints(self) -> list[Endpoint]:
+        return list(self._held)
+
+    def size(self) -> int:
+        """Blocks held, over every endpoint."""
+        return sum(len(held) for held in self._held.values())
+
+    def footprint(self) -> int:
+        """Bytes the index holds: its tables and their block hashes (for tests and the benchmark)."""
+        tables = sys.getsizeof(self._held) + sum(sys.getsizeof(held) for held in self._held.values())
+        return tables + sum(sys.getsizeof(block) for held in self._held.values() for block in held)
+
+
+class Ring:
+    """The consistent-hashing ring of a set of endpoints, RING_POINTS points each.
+
+    Where an endpoint's points are depends only on its address and port, so every replica builds the same ring
+    from the same endpoints, in whatever order they come.
+    """
+
+    def __init__(self, endpoints: Sequence[Endpoint], points: int = RING_POINTS) -> None:
+        self.endpoints = tuple(endpoints)
+        placed = sorted(
+            (stable_hash(f"{endpoint}#{i}".encode()), str(endpoint), index)
+            for index, endpoint in enumerate(self.endpoints)
+            for i in range(points)
+        )
+        self._points = [point for point, _, _ in placed]
+        self._owners = [index for _, _, index in placed]
+        self._distinct = len(set(self.endpoints))
+
+    def walk_indices(self, key: int) -> Iterator[int]:
+        """The index in `endpoints` of every distinct endpoint once, in ring order from `key`'s position."""
+        distinct, size = self._distinct, len(self._points)
+        if not distinct:
+            return
+        seen = [False] * len(self.endpoints)
+        found = 0
+        start = bisect.bisect_left(self._points, key)
+        for step in range(size):
+            owner = self._owners[(start + step) % size]
+            if not seen[owner]:
+                seen[owner] = True
+                yield owner
+                found += 1
+                if found == distinct:
+                    return
+
+    def walk(self, key: int) -> Iterator[Endpoint]:
+        """Every endpoint once, in ring order from `key`'s position."""
+        return (self.endpoints[index] for index in self.walk_indices(key))
+
+
+class Rings:
+    """Rings by candidate list, the last CACHED_RINGS built; the prefix index keeps only endpoints of a kept ring."""
+
+    def __init__(self, index: PrefixIndex, size: int = CACHED_RINGS) -> None:
+        self._index = index
+        self._size = size
+        self._rings: OrderedDict[tuple[Endpoint, ...], Ring] = OrderedDict()
+
+    def of(self, candidates: Sequence[Endpoint]) -> Ring:
+        key = tuple(candidates)
+        ring = self._rings.get(key)
+        if ring is not None:
+            self._rings.move_to_end(key)
+            return ring
+        ring = self._rings[key] = Ring(key)
+        while len(self._rings) > self._size:
+            self._rings.popitem(last=False)
+        self._index.retain({endpoint for kept in self._rings.values() for endpoint in kept.endpoints})
+        return ring
+
+
+class PrefixAware:
+    """The prefix-aware strategy (see the module docstring).
+
+    A pick works on positions in the candidate list: an Endpoint's hash is a Python call, and a pick over 8
+    endpoints would otherwise spend most of its time hashing them.
+    """
+
+    needs_key = True
+
+    def __init__(
+        self,
+        in_flight: InFlight,
+        signals: LoadSignals | None = None,
+        weights: RoutingWeights | None = None,
+        load_factor: float = DEFAULT_LOAD_FACTOR,
+        *,
+        index: PrefixIndex | None = None,
+        rings: Rings | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """`index` and `rings` may be shared by pickers of different weights: they learn from the same traffic."""
+        if not load_factor >= 1:
+            raise ValueError(f"the load factor must be at least 1, got {load_factor}")
+        self.in_flight = in_flight
+        self.signals = signals or NoSignals()
+        self.weights = weights or RoutingWeights()
+        self.load_factor = load_factor
+        self.index = index or PrefixIndex()
+        self.rings = rings or Rings(self.index)
+        self._rng = rng or random.Random()
+
+    def with_weights(self, weights: RoutingWeights) -> PrefixAware:
+        """A picker of other weights on the same index, rings and counts."""
+        return PrefixAware(
+            self.in_flight,
+            self.signals,
+            weights,
+            self.load_factor,
+            index=self.index,
+            rings=self.rings,
+            rng=self._rng,
+        )
+
+    def pick(
+        self, candidates: Sequence[Endpoint], exclude: Collection[Endpoint] = (), key: RoutingKey | None = None
+    ) -> Endpoint | None:
+        pool = [i for i, endpoint in enumerate(candidates) if not exclude or endpoint not in exclude]
+        if not pool:
+            return None
+        requests: dict[int, int] = {}
+        utilisation: dict[int, float | None] = {}
+        for i in pool:
+            own = self.in_flight.outstanding(candidates[i])
+            engine = self.signals.load(candidates[i])
+            requests[i] = own if engine is None else max(engine.requests, own)
+            utilisation[i] = None if engine is None else engine.utilisation
+        total = sum(requests.values())
+        bound = math.ceil(self.load_factor * (total + 1) / len(pool))
+        eligible = [i for i in pool if requests[i] + 1 <= bound] or pool
+        if key is None:
+            scores = self._load_scores(eligible, requests, utilisation, total)
+            best = max(scores.values())
+            tied = [i for i in eligible if scores[i] == best]
+            return candidates[tied[0] if len(tied) == 1 else self._rng.choice(tied)]
+        allowed = set(eligible)
+        in_order = [i for i in self.rings.of(candidates).walk_indices(key.ring) if i in allowed]
+        scores = self._load_scores(in_order, requests, utilisation, total)
+        best_score, best = -1.0, in_order[0]
+        for rank, i in enumerate(in_order):
+            # The home (the first on the ring within the bound) counts as a full prefix match.
+            prefix = 1.0 if rank == 0 else self._match(candidates[i], key.blocks)
+            score = self.weights.prefix * prefix + scores[i]
+            if score > best_score:  # strictly: ties go to the earlier on the ring
+                best_score, best = score, i
+        chosen = candidates[best]
+        self.index.record(chosen, key.blocks)
+        return chosen
+
+    def _match(self, endpoint: Endpoint, blocks: Sequence[int]) -> float:
+        return self.index.match(endpoint, blocks) / len(blocks) if blocks else 0.0
+
+    def _load_scores(
+        self, indices: Sequence[int], requests: Mapping[int, int], utilisation: Mapping[int, float | None], total: int
+    ) -> dict[int, float]:
+        """Queue and utilisation, weighted, per candidate position."""
+        most = max(requests[i] for i in indices)
+        least = min(requests[i] for i in indices)
+        scores: dict[int, float] = {}
+        for i in indices:
+            queue = 1.0 if most == least else (most - requests[i]) / (most - least)
+            used = utilisation[i]
+            if used is None:  # the engine does not say: its share of the load
+                used = requests[i] / total if total else 0.0
+            free = 1.0 - min(1.0, max(0.0, used))
+            scores[i] = self.weights.queue * queue + self.weights.utilisation * free
+        return scores
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingOptions:
+    strategy: str = LEAST_OUTSTANDING
+    """The gateway's strategy (`llmaz.apis.routing.STRATEGIES`); a Playground may name another. Default
+    least-outstanding."""
+    weights: RoutingWeights = field(default_factory=RoutingWeights)
+    """The prefix-aware scorers' weights; a Playground may name others. Default prefix 3, queue 2, utilisation 2."""
+    load_factor: float = DEFAULT_LOAD_FACTOR
+    """CHWBL's bound on an endpoint's load over the average (at least 1). Default 1.25."""
+
+
+class Pickers:
+    """The pickers of one gateway replica, and which one a model's Playgrounds ask for.
+
+    The strategy and weights are the first of the model's Playgrounds (by namespace and name) that carries a routing
+    annotation, else the gateway's options; an annotation the rules of `llmaz.apis.routing` refuse is ignored
+    (admission denies it; only an object stored without admission can have one). Every prefix-aware picker shares
+    one prefix index and one set of rings.
+    """
+
+    def __init__(
+        self,
+        in_flight: InFlight,
+        signals: LoadSignals | None = None,
+        options: RoutingOptions | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.options = opts = options or RoutingOptions()
+        self.least_outstanding = LeastOutstanding(in_flight, rng)
+        self.prefix_aware = PrefixAware(in_flight, signals, opts.weights, opts.load_factor, rng=rng)
+        self._weighted: OrderedDict[RoutingWeights, PrefixAware] = OrderedDict()
+
+    def strategy(self, name: str, weights: RoutingWeights | None = None) -> Picker:
+        if name != PREFIX_AWARE:
+            return self.least_outstanding
+        if weights is None or weights == self.prefix_aware.weights:
+            return self.prefix_aware
+        picker = self._weighted.get(weights)
+        if picker is None:
+            picker = self._weighted[weights] = self.prefix_aware.with_weights(weights)
+            while len(self._weighted) > CACHED_PICKERS:
+                self._weighted.popitem(last=False)
+        else:
+            self._weighted.move_to_end(weights)
+        return picker
+
+    def for_playgrounds(self, playgrounds: Iterable[Mapping[str, Any]]) -> Picker:
+        """The picker for a model served by `playgrounds` (see the class docstring)."""
+        for playground in sorted(playgrounds, key=_namespaced_name):
+            try:
+                override = routing_override(playground)
+            except ValueError:
+                continue
+            if override is not None:
+                weights = override.weights_over(self.options.weights)
+                return self.strategy(override.strategy or self.options.strategy, weights)
+        return self.strategy(self.options.strategy)
+
+
+def _namespaced_name(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
