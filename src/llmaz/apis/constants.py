@@ -34,6 +34,11 @@ LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
 # replicas share the time of the last request they saw on the Playground (RFC 3339, UTC).
 SCALE_TO_ZERO_AFTER_ANNOTATION: Final = "llmaz.io/scale-to-zero-after"
 LAST_REQUEST_TIME_ANNOTATION: Final = "llmaz.io/last-request-time"
+# Defaults of a Playground's `elasticConfig.scaleTrigger.requests` (llmaz-gateway's autoscaler; llmaz had none).
+AUTOSCALE_STABLE_WINDOW: Final = "60s"
+AUTOSCALE_PANIC_WINDOW: Final = "6s"
+AUTOSCALE_PANIC_THRESHOLD: Final = 2.0
+AUTOSCALE_SCALE_DOWN_DELAY: Final = "5m"
 
 # Model hubs, roles, presets and defaults.
 HUGGING_FACE: Final = "Huggingface"
