@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from llmaz.gateway.__main__ import activator_port, gateway_options, main, parse_args
+from llmaz.gateway.__main__ import activator_port, autoscaler_options, gateway_options, main, parse_args
 
 
 @pytest.fixture(autouse=True)
@@ -72,9 +72,20 @@ def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None
     assert activator_port(parse_args(["--scale-to-zero=false"])) == 0
 
 
+def test_the_autoscaler_is_on_by_default_with_its_lease_beside_the_gateway_service() -> None:
+    options = autoscaler_options(parse_args(["--gateway-service=gw/llmaz-gateway"]))
+    assert options is not None
+    assert (options.lease_namespace, options.interval, options.scale_to_zero) == ("gw", 2.0, True)
+    tuned = autoscaler_options(parse_args(["--autoscaler-interval=5", "--scale-to-zero=false"]))
+    assert tuned is not None
+    assert (tuned.lease_namespace, tuned.interval, tuned.scale_to_zero) == ("llmaz-system", 5.0, False)
+    assert autoscaler_options(parse_args(["--autoscaler=false"])) is None
+
+
 @pytest.mark.parametrize(
     "flag",
     [
+        "--autoscaler-interval=0",
         "--max-request-bytes=0",
         "--max-connections=0",
         "--hold-timeout=0",
