@@ -25,7 +25,7 @@ from llmaz import __main__ as manager
 from llmaz.certs import rotator
 from llmaz.controllers import legacy, playground, readiness, service, setup
 from llmaz.gateway.routing import catalog
-from llmaz.gateway.scaling import activator, scale
+from llmaz.gateway.scaling import activator, autoscaler, scale
 from llmaz.runtime import authn, events, leaderelection, metrics_server
 from llmaz.runtime.rbac import PolicyRule, role_manifests
 from llmaz.webhooks import cachelookup
@@ -77,8 +77,8 @@ ROLE_FILES = (
     RoleFile(
         "role.yaml",
         "gateway-role",
-        "What llmaz-gateway reads to route, and writes to scale opted-in Playgrounds from and to zero.",
-        (catalog, scale, activator, events),
+        "What llmaz-gateway reads to route, writes to scale Playgrounds, and its autoscaler's Lease.",
+        (catalog, scale, activator, autoscaler, events),
         directory="../gateway",
     ),
 )

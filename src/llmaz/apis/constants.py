@@ -39,6 +39,12 @@ LAST_REQUEST_TIME_ANNOTATION: Final = "llmaz.io/last-request-time"
 ROUTING_STRATEGY_ANNOTATION: Final = "llmaz.io/routing-strategy"
 ROUTING_WEIGHTS_ANNOTATION: Final = "llmaz.io/routing-weights"
 
+# Defaults of a Playground's `elasticConfig.scaleTrigger.requests` (llmaz-gateway's autoscaler; llmaz had none).
+AUTOSCALE_STABLE_WINDOW: Final = "60s"
+AUTOSCALE_PANIC_WINDOW: Final = "6s"
+AUTOSCALE_PANIC_THRESHOLD: Final = 2.0
+AUTOSCALE_SCALE_DOWN_DELAY: Final = "5m"
+
 # Model hubs, roles, presets and defaults.
 HUGGING_FACE: Final = "Huggingface"
 MODEL_SCOPE: Final = "ModelScope"

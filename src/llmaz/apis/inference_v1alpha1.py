@@ -49,6 +49,49 @@ class ScaleTrigger(ApiModel):
     hpa: HPATrigger | None = Field(default=None, description="Scale with a HorizontalPodAutoscaler.")
 
 
+class RequestsTrigger(ApiModel):
+    """Scaling by llmaz-gateway's autoscaler on the requests the model's engines hold (running plus waiting)."""
+
+    target_per_replica: float = Field(
+        description=(
+            "Requests (running plus waiting) one replica should carry; the autoscaler keeps\n"
+            "ceil(load / targetPerReplica) replicas. Must be greater than 0."
+        )
+    )
+    stable_window: Annotated[str | None, Crd(default=c.AUTOSCALE_STABLE_WINDOW)] = Field(
+        default=None,
+        description="Duration the load is averaged over for ordinary decisions (e.g. 60s, 2m). Defaults to 60s.",
+    )
+    panic_window: Annotated[str | None, Crd(default=c.AUTOSCALE_PANIC_WINDOW)] = Field(
+        default=None,
+        description=("Duration of the short average that detects bursts; shorter than stableWindow. Defaults to 6s."),
+    )
+    panic_threshold: Annotated[float | None, Crd(default=c.AUTOSCALE_PANIC_THRESHOLD)] = Field(
+        default=None,
+        description=(
+            "Panic when the panicWindow load reaches this multiple of the current replicas' capacity\n"
+            "(replicas x targetPerReplica): scale up at once and not down while panicking. Greater than 1;\n"
+            "defaults to 2.0."
+        ),
+    )
+    scale_down_delay: Annotated[str | None, Crd(default=c.AUTOSCALE_SCALE_DOWN_DELAY)] = Field(
+        default=None,
+        description=("Duration fewer replicas must have been enough before one is removed (e.g. 5m). Defaults to 5m."),
+    )
+
+
+class PlaygroundScaleTrigger(ScaleTrigger):
+    """What triggers scaling a Playground: an HPA, or llmaz-gateway's autoscaler; at most one."""
+
+    requests: RequestsTrigger | None = Field(
+        default=None,
+        description=(
+            "Scale with llmaz-gateway's autoscaler on the requests the engines hold; no HPA is created.\n"
+            "Needs llmaz-gateway with --autoscaler on (the default)."
+        ),
+    )
+
+
 class RecommendedConfig(ApiModel):
     """A named preset of arguments, resources and scaling for a backend."""
 
@@ -144,7 +187,7 @@ class ElasticConfig(ApiModel):
         default=None, description="Lower bound of replicas. Defaults to 1; must be less than maxReplicas."
     )
     max_replicas: Annotated[Int32, Crd(minimum=1)] = Field(description="Upper bound of replicas.")
-    scale_trigger: ScaleTrigger | None = Field(
+    scale_trigger: PlaygroundScaleTrigger | None = Field(
         default=None, description="What triggers scaling; overrides the recommended config's scaleTrigger."
     )
 

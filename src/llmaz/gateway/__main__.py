@@ -2,9 +2,10 @@
 
 Nothing imports this module. The runtime's Manager runs it all: probes (`--health-probe-bind-address`), the
 metrics endpoint and the API first, then the informers (readiness waits for their first list), with no
-leader election (every replica serves). On SIGTERM or SIGINT the API stops accepting at once, readiness
-fails, and requests in flight get `--drain-timeout` seconds to finish (streams included) before the process
-exits; the Manager's own shutdown bound leaves a margin above that.
+leader election (every replica serves; the autoscaler holds a Lease of its own, so that one replica decides).
+On SIGTERM or SIGINT the API stops accepting at once, readiness fails, and requests in flight get `--drain-timeout`
+seconds to finish (streams included) before the process exits; the Manager's own shutdown bound leaves a margin
+above that.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import DEFAULT_MAX_CONNECTIONS, Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.load import LoadSignals, NoSignals
 from llmaz.gateway.routing.picker import DEFAULT_LOAD_FACTOR, RoutingOptions
 from llmaz.gateway.routing.signals import DEFAULT_INTERVAL, MIN_DEFAULT_TIMEOUT, EngineSignals
 from llmaz.gateway.scaling.activator import DEFAULT_PORT, Activator, ActivatorOptions, activator_controller
+from llmaz.gateway.scaling.autoscaler import DEFAULT_INTERVAL as AUTOSCALER_INTERVAL
+from llmaz.gateway.scaling.autoscaler import Autoscaler, AutoscalerMetrics, AutoscalerOptions
 from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
 from llmaz.gateway.scaling.scale import PlaygroundScale
 from llmaz.gateway.scaling.waker import Waker
@@ -178,6 +182,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"seconds one engine's metrics read may take (default: the interval, at least {MIN_DEFAULT_TIMEOUT})",
     )
     add(
+        "--autoscaler",
+        default="true",
+        choices=["true", "false"],
+        help="scale Playgrounds whose elasticConfig.scaleTrigger is requests on their engines' load, from the one "
+        "replica holding the Lease llmaz-gateway-autoscaler (default true)",
+    )
+    add(
+        "--autoscaler-interval",
+        type=_positive_float,
+        default=AUTOSCALER_INTERVAL,
+        help=f"seconds between the autoscaler's decisions (default {AUTOSCALER_INTERVAL:g})",
+    )
+    add(
         "--resolve",
         type=_address_pair,
         action="append",
@@ -247,6 +264,16 @@ def engine_signals(args: argparse.Namespace, catalog: Catalog, registry: Collect
     )
 
 
+def autoscaler_options(args: argparse.Namespace) -> AutoscalerOptions | None:
+    """The autoscaler's options, None when it is off; its Lease is in the gateway Service's namespace."""
+    if args.autoscaler != "true":
+        return None
+    namespace, _, _ = args.gateway_service.partition("/")
+    return AutoscalerOptions(
+        lease_namespace=namespace, interval=args.autoscaler_interval, scale_to_zero=args.scale_to_zero == "true"
+    )
+
+
 def load_api_keys(path: Path | None) -> ApiKeys | None:
     """The API keys, read once now so that a missing or unreadable file stops the start (OSError)."""
     if path is None:
@@ -285,6 +312,13 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
     )
     manager.add(gateway)
     manager.add_readyz_check("gateway", gateway.serving)
+    autoscaling = autoscaler_options(args)
+    if autoscaling is not None:
+        engine_load: LoadSignals = signals or NoSignals()
+        metrics_of_autoscaler = AutoscalerMetrics(metrics.registry)
+        manager.add(
+            Autoscaler(catalog, manager.client, recorder, engine_load, in_flight, autoscaling, metrics_of_autoscaler)
+        )
     if args.metrics_bind_address != "0":
         manager.add(MetricsServer(args.metrics_bind_address, secure=False, registry=metrics.registry))
 
@@ -312,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gateway_service=args.gateway_service,
         api_keys=api_keys is not None,
         engine_metrics_interval=args.engine_metrics_interval,
+        autoscaler=args.autoscaler == "true",
     )
     return exit_status(run(args, api_keys), logger, "gateway")
 

@@ -72,18 +72,41 @@ async def engine() -> AsyncIterator[Engine]:
         await runner.cleanup()
 
 
-def _gateway_rbac(namespace: str) -> list[dict[str, Any]]:
-    """The generated ClusterRole (renamed per test) and a binding of it to the test's ServiceAccount."""
-    (role,) = [d for d in yaml.safe_load_all((REPO / "config" / "gateway" / "role.yaml").read_text()) if d]
-    role["metadata"]["name"] = f"gateway-role-{namespace}"
-    binding = {
+def _gateway_rbac(namespace: str) -> list[tuple[str, dict[str, Any]]]:
+    """The generated roles and bindings of them to the test's ServiceAccount, as (collection path, object): the
+    ClusterRole (renamed per test), and the Role of the autoscaler's Lease in the test's namespace, which stands
+    for the gateway's own."""
+    documents = [d for d in yaml.safe_load_all((REPO / "config" / "gateway" / "role.yaml").read_text()) if d]
+    (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole"]
+    (role,) = [d for d in documents if d["kind"] == "Role"]
+    cluster_role["metadata"]["name"] = f"gateway-role-{namespace}"
+    role["metadata"] = {"name": "gateway-role", "namespace": namespace}
+    subjects = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    cluster_binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
         "metadata": {"name": f"gateway-rolebinding-{namespace}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]},
-        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": f"gateway-role-{namespace}",
+        },
+        "subjects": subjects,
     }
-    return [role, binding]
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "gateway-rolebinding", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gateway-role"},
+        "subjects": subjects,
+    }
+    return [
+        (f"{rbac}/clusterroles", cluster_role),
+        (f"{rbac}/clusterrolebindings", cluster_binding),
+        (f"{rbac}/namespaces/{namespace}/roles", role),
+        (f"{rbac}/namespaces/{namespace}/rolebindings", binding),
+    ]
 
 
 @dataclass(frozen=True)
@@ -111,15 +134,14 @@ def gateway_kubeconfig(control_plane: Cluster, namespace: str, tmp_path: Path) -
     """A kubeconfig with a token of the test's `gateway` ServiceAccount, which has the gateway's role only."""
     admin = control_plane.admin_client()
     rbac = _gateway_rbac(namespace)
-    role, binding = rbac
-    admin.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    admin.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    for collection, obj in rbac:
+        admin.request("POST", collection, obj)
     token = control_plane.service_account_token(namespace, SERVICE_ACCOUNT)
     try:
         yield control_plane.write_kubeconfig(tmp_path / "kubeconfig", {"token": token})
     finally:
-        admin.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding['metadata']['name']}")
-        admin.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}")
+        for collection, obj in reversed(rbac):
+            admin.request("DELETE", f"{collection}/{obj['metadata']['name']}")
 
 
 # The gateway's own Service, as the activator is told (its slices are written by the test, in its namespace).

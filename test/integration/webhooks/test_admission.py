@@ -65,6 +65,35 @@ DENIALS = [
         "limit (5) for cpu must be greater than or equal to request (10)",
     ),
     (
+        "Playground",
+        "two-scalers",
+        {
+            "modelClaim": {"modelName": "qwen2-0-5b"},
+            "elasticConfig": {
+                "maxReplicas": 3,
+                "scaleTrigger": {"hpa": {}, "requests": {"targetPerReplica": 4}},
+            },
+        },
+        'admission webhook "vplayground.kb.io" denied the request: spec.elasticConfig.scaleTrigger: Forbidden: '
+        "hpa and requests cannot be set together: an HPA and the autoscaler on the same Playground would both set "
+        "its replicas, each undoing the other; keep one",
+    ),
+    (
+        "Playground",
+        "autoscaler-windows",
+        {
+            "modelClaim": {"modelName": "qwen2-0-5b"},
+            "elasticConfig": {
+                "maxReplicas": 3,
+                "scaleTrigger": {"requests": {"targetPerReplica": 0, "stableWindow": "30s", "panicWindow": "1m"}},
+            },
+        },
+        'admission webhook "vplayground.kb.io" denied the request: '
+        "[spec.elasticConfig.scaleTrigger.requests.targetPerReplica: Invalid value: 0.0: must be a number greater "
+        "than 0 (requests running plus waiting per replica), "
+        'spec.elasticConfig.scaleTrigger.requests.panicWindow: Invalid value: "1m": must be shorter than stableWindow]',
+    ),
+    (
         "Service",
         "no-runner",
         {
@@ -182,3 +211,20 @@ async def test_a_bad_routing_strategy_or_weights_is_denied_on_create_and_when_ch
         "separated by commas, NAME one of prefix, queue, utilisation, WEIGHT a number from 0 to 100, "
         "e.g. prefix=3,queue=2,utilisation=2"
     ) in changed.stderr
+
+
+async def test_a_playground_for_the_autoscaler_is_stored_with_the_trigger_defaults(
+    client: Client, namespace: str
+) -> None:
+    body = yaml.safe_load(manifest("Playground", "autoscaled", {"modelClaim": {"modelName": "m"}}, namespace))
+    body["spec"]["elasticConfig"] = {"maxReplicas": 4, "scaleTrigger": {"requests": {"targetPerReplica": 8}}}
+    created = await client.create(PLAYGROUNDS, body)
+    elastic = created["spec"]["elasticConfig"]
+    assert elastic["minReplicas"] == 1
+    assert elastic["scaleTrigger"]["requests"] == {
+        "targetPerReplica": 8,
+        "stableWindow": "60s",
+        "panicWindow": "6s",
+        "panicThreshold": 2.0,
+        "scaleDownDelay": "5m",
+    }

@@ -367,6 +367,13 @@ def test_no_hpa_is_wanted_without_a_trigger(spec: dict[str, Any], vllm: str) -> 
     assert build_hpa(playground(spec), runtime) is None
 
 
+def test_no_hpa_for_the_autoscalers_trigger_even_with_a_recommended_one() -> None:
+    # The recommended config of the detected name has an HPA trigger (scaled_backend): a `requests` trigger wins,
+    # and no HPA would fight llmaz-gateway's autoscaler.
+    pg = playground(elastic(scaleTrigger={"requests": {"targetPerReplica": 8}}))
+    assert build_hpa(pg, scaled_backend()) is None
+
+
 def test_hpa_min_replicas_default_to_one() -> None:
     pg = playground({"modelClaim": {"modelName": "m"}, "elasticConfig": {"maxReplicas": 5}})
     hpa = build_hpa(pg, scaled_backend())

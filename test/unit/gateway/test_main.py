@@ -12,7 +12,14 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights
-from llmaz.gateway.__main__ import activator_port, engine_signals, gateway_options, main, parse_args
+from llmaz.gateway.__main__ import (
+    activator_port,
+    autoscaler_options,
+    engine_signals,
+    gateway_options,
+    main,
+    parse_args,
+)
 from llmaz.gateway.routing.picker import RoutingOptions
 
 from .support import Cluster
@@ -104,9 +111,20 @@ def test_engine_signals_follow_their_flags_and_interval_0_turns_them_off() -> No
     assert engine_signals(parse_args(["--engine-metrics-interval=0"]), catalog, CollectorRegistry()) is None
 
 
+def test_the_autoscaler_is_on_by_default_with_its_lease_beside_the_gateway_service() -> None:
+    options = autoscaler_options(parse_args(["--gateway-service=gw/llmaz-gateway"]))
+    assert options is not None
+    assert (options.lease_namespace, options.interval, options.scale_to_zero) == ("gw", 2.0, True)
+    tuned = autoscaler_options(parse_args(["--autoscaler-interval=5", "--scale-to-zero=false"]))
+    assert tuned is not None
+    assert (tuned.lease_namespace, tuned.interval, tuned.scale_to_zero) == ("llmaz-system", 5.0, False)
+    assert autoscaler_options(parse_args(["--autoscaler=false"])) is None
+
+
 @pytest.mark.parametrize(
     "flag",
     [
+        "--autoscaler-interval=0",
         "--max-request-bytes=0",
         "--max-connections=0",
         "--hold-timeout=0",

@@ -11,6 +11,7 @@ from llmaz.gateway.scaling import scaletozero as z
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 CREATED = "2027-01-15T07:00:00Z"  # an hour before NOW
+AUTOSCALED = {"maxReplicas": 3, "scaleTrigger": {"requests": {"targetPerReplica": 4}}}
 
 
 def pg(replicas: int = 1, after: str | None = "5m", last: str | None = None, **spec: Any) -> dict[str, Any]:
@@ -35,6 +36,7 @@ def pg(replicas: int = 1, after: str | None = "5m", last: str | None = None, **s
         (pg(last="2027-01-15T07:54:00Z"), 1, False),  # a request in flight here
         (pg(replicas=0, last="2027-01-15T07:00:00Z"), 0, False),  # asleep already
         (pg(last="2027-01-15T07:00:00Z", elasticConfig={"maxReplicas": 3}), 0, False),  # an HPA scales it
+        (pg(last="2027-01-15T07:00:00Z", elasticConfig=AUTOSCALED), 0, True),  # the gateway's autoscaler lets it
         (pg(last="not a time"), 0, True),  # an unreadable time counts as none: the creation time
     ],
 )

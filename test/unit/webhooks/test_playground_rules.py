@@ -8,6 +8,7 @@ import pytest
 
 from llmaz.apis import Playground
 from llmaz.apis.validation import validate_playground
+from llmaz.apis.validation.autoscale import BOTH_TRIGGERS, DELAY_RULE, TARGET_RULE, THRESHOLD_RULE, WINDOW_RULE
 from llmaz.apis.validation.names import LABEL_FORMAT_MESSAGE
 from llmaz.webhooks.lookup import StaticLookup
 from llmaz.webhooks.playground import default_playground, playground_warnings
@@ -23,6 +24,14 @@ def playground(spec: dict[str, Any], name: str = "qwen", **meta: Any) -> dict[st
 
 
 CLAIM = {"modelClaim": {"modelName": "qwen2-0-5b"}}
+REQUESTS = "spec.elasticConfig.scaleTrigger.requests"
+
+
+def requests_spec(trigger: dict[str, Any], **bounds: int) -> dict[str, Any]:
+    elastic = {"minReplicas": 1, "maxReplicas": 4, **bounds, "scaleTrigger": {"requests": trigger}}
+    return {**CLAIM, "elasticConfig": elastic}
+
+
 SPECULATIVE = {"modelClaims": {"models": [{"name": "llama-7b", "role": "main"}, {"name": "llama-1b", "role": "draft"}]}}
 
 
@@ -137,6 +146,72 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.elasticConfig.scaleTrigger.hpa: Forbidden: hpa couldn't be nil"],
     ),
     ("scaleTrigger with hpa", {**CLAIM, "elasticConfig": {"maxReplicas": 3, "scaleTrigger": {"hpa": {}}}}, []),
+    # The autoscaler's trigger (llmaz has none): a `requests` trigger stands in for `hpa`.
+    ("requests trigger, defaults", requests_spec({"targetPerReplica": 4}), []),
+    (
+        "requests trigger, every field",
+        requests_spec(
+            {
+                "targetPerReplica": 2.5,
+                "stableWindow": "2m",
+                "panicWindow": "10s",
+                "panicThreshold": 3,
+                "scaleDownDelay": "0s",
+            }
+        ),
+        [],
+    ),
+    (
+        "requests trigger, target not above 0",
+        requests_spec({"targetPerReplica": 0}),
+        [f"{REQUESTS}.targetPerReplica: Invalid value: 0.0: {TARGET_RULE}"],
+    ),
+    (
+        "requests trigger, negative target",
+        requests_spec({"targetPerReplica": -1}),
+        [f"{REQUESTS}.targetPerReplica: Invalid value: -1.0: {TARGET_RULE}"],
+    ),
+    (
+        "requests trigger, windows that are not durations",
+        requests_spec({"targetPerReplica": 4, "stableWindow": "a minute", "panicWindow": "0s"}),
+        [
+            f'{REQUESTS}.stableWindow: Invalid value: "a minute": {WINDOW_RULE}',
+            f'{REQUESTS}.panicWindow: Invalid value: "0s": {WINDOW_RULE}',
+        ],
+    ),
+    (
+        "requests trigger, panic window not shorter than the stable window",
+        requests_spec({"targetPerReplica": 4, "stableWindow": "30s", "panicWindow": "30s"}),
+        [f'{REQUESTS}.panicWindow: Invalid value: "30s": must be shorter than stableWindow'],
+    ),
+    (
+        "requests trigger, default panic window against a short stable window",
+        requests_spec({"targetPerReplica": 4, "stableWindow": "5s"}),
+        [f'{REQUESTS}.panicWindow: Invalid value: "6s": must be shorter than stableWindow'],
+    ),
+    (
+        "requests trigger, panic threshold not above 1",
+        requests_spec({"targetPerReplica": 4, "panicThreshold": 1}),
+        [f"{REQUESTS}.panicThreshold: Invalid value: 1.0: {THRESHOLD_RULE}"],
+    ),
+    (
+        "requests trigger, scale-down delay not a duration",
+        requests_spec({"targetPerReplica": 4, "scaleDownDelay": "-5m"}),
+        [f'{REQUESTS}.scaleDownDelay: Invalid value: "-5m": {DELAY_RULE}'],
+    ),
+    (
+        "requests trigger, minReplicas above maxReplicas",
+        requests_spec({"targetPerReplica": 4}, minReplicas=5, maxReplicas=2),
+        ["spec.elasticConfig.minReplicas: Invalid value: 5: minReplicas must be less than maxReplicas"],
+    ),
+    (
+        "hpa and requests together",
+        {
+            **CLAIM,
+            "elasticConfig": {"maxReplicas": 3, "scaleTrigger": {"hpa": {}, "requests": {"targetPerReplica": 4}}},
+        },
+        [f"spec.elasticConfig.scaleTrigger: Forbidden: {BOTH_TRIGGERS}"],
+    ),
 ]
 
 

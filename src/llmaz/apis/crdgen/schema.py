@@ -98,6 +98,8 @@ def _scalar_or_model(annotation: Any, upstream: UpstreamResolver) -> dict[str, A
         return {"type": "boolean"}
     if annotation is int:
         return {"type": "integer"}
+    if annotation is float:
+        return {"type": "number"}
     if annotation is datetime:
         return {"type": "string", "format": "date-time"}
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):

@@ -3,6 +3,8 @@
 Deliberate differences from llmaz (docs/compatibility.md):
 - The main-model rule counts models by role (unset or `main`), not by name, and also requires one main model
   (llmaz counted models *named* `main`, so the rule never fired).
+- A `requests` scale trigger (llmaz-gateway's autoscaler, which llmaz lacks) satisfies the "hpa couldn't be nil"
+  rule as `hpa` does, and is checked by `llmaz.apis.validation.autoscale`.
 - Elastic errors are reported on the fields they concern: `spec.elasticConfig.minReplicas` (llmaz:
   `spec.elasticConfig.scaleTrigger.hpa`) and `spec.elasticConfig.scaleTrigger.hpa` (llmaz:
   `spec.backendRuntime.scaleTrigger.hpa`). The detail texts are llmaz's.
@@ -18,6 +20,7 @@ from llmaz.apis.core_v1alpha1 import ModelClaims
 from llmaz.apis.inference_v1alpha1 import Playground
 from llmaz.apis.quantity import QuantityError, canonical_quantity, parse_quantity
 from llmaz.apis.serving import is_main
+from llmaz.apis.validation.autoscale import policy_errors
 from llmaz.apis.validation.field import FieldError, forbidden, invalid
 from llmaz.apis.validation.names import validate_name
 
@@ -107,6 +110,7 @@ def _validate_elastic(playground: Playground) -> list[FieldError]:
             errors.append(forbidden(MIN_REPLICAS_PATH, MIN_REPLICAS_ZERO))
         if elastic.min_replicas >= elastic.max_replicas:
             errors.append(invalid(MIN_REPLICAS_PATH, elastic.min_replicas, MIN_BELOW_MAX))
-    if elastic.scale_trigger is not None and elastic.scale_trigger.hpa is None:
+    trigger = elastic.scale_trigger
+    if trigger is not None and trigger.hpa is None and trigger.requests is None:
         errors.append(forbidden(HPA_PATH, HPA_NIL))
-    return errors
+    return errors + policy_errors(elastic.to_dict())

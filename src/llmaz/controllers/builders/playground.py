@@ -142,6 +142,8 @@ def _hpa_trigger(playground: Playground, backend: BackendRuntime) -> dict[str, A
     elastic = playground.spec.elastic_config
     if elastic is not None and elastic.scale_trigger is not None and elastic.scale_trigger.hpa is not None:
         return elastic.scale_trigger.hpa.to_dict()
+    if elastic is not None and elastic.scale_trigger is not None and elastic.scale_trigger.requests is not None:
+        return None  # llmaz-gateway's autoscaler scales it; the recommended config's HPA would fight it
     name = effective_config_name(playground)
     for config in backend.spec.recommended_configs or ():
         if config.name == name and config.scale_trigger is not None and config.scale_trigger.hpa is not None:
@@ -153,7 +155,8 @@ def build_hpa(playground: Playground, backend: BackendRuntime) -> dict[str, Any]
     """The desired HPA scaling the Playground, or None when it has no elasticConfig or no scale trigger applies.
 
     The trigger is the Playground's own `elasticConfig.scaleTrigger.hpa`, else that of the recommended config with
-    the effective configName. None means "no HPA should exist": the caller removes a previously applied one.
+    the effective configName; a Playground whose trigger is `requests` (llmaz-gateway's autoscaler) has none.
+    None means "no HPA should exist": the caller removes a previously applied one.
     """
     elastic = playground.spec.elastic_config
     if elastic is None:

@@ -12,7 +12,8 @@ replica that sees no traffic does not put to sleep a model that another one is s
 a replica's by up to that interval.
 
 A Playground with an `elasticConfig` (an HPA scales it, and llmaz's HPA has `minReplicas` >= 1) is woken but never
-put to sleep: the two would fight.
+put to sleep: the two would fight. One scaled by llmaz-gateway's autoscaler (`scaleTrigger.requests`) is put to
+sleep all the same: the autoscaler leaves an opted-in Playground at zero until a request wakes it.
 
 Nothing here does I/O or reads a clock: `now` is passed in, in seconds since the epoch.
 """
@@ -38,7 +39,9 @@ def replicas(playground: Obj) -> int:
 
 
 def autoscaled(playground: Obj) -> bool:
-    return bool(_mapping(playground.get("spec")).get("elasticConfig"))
+    """Scaled by an HPA: it has an `elasticConfig` whose trigger is not llmaz-gateway's autoscaler."""
+    elastic = _mapping(_mapping(playground.get("spec")).get("elasticConfig"))
+    return bool(elastic) and _mapping(elastic.get("scaleTrigger")).get("requests") is None
 
 
 def _timestamp(value: Any) -> float | None:
@@ -76,7 +79,7 @@ def needs_touch(playground: Obj, seen: float, idle: float) -> bool:
 
 
 def should_sleep(playground: Obj, now: float, idle: float, in_flight: int, seen: float | None = None) -> bool:
-    """Scale to zero: running, not autoscaled, nothing in flight here, and idle for `idle` seconds everywhere (the
+    """Scale to zero: running, not scaled by an HPA, nothing in flight here, and idle for `idle` seconds everywhere (the
     shared time, and `seen`, the last request this replica saw start or end)."""
     if in_flight > 0 or replicas(playground) == 0 or autoscaled(playground):
         return False
