@@ -200,19 +200,23 @@ def test_a_new_ring_prunes_endpoints_no_ring_has() -> None:
     assert set(picker.index.endpoints()) <= set(others)
 
 
-def test_a_prefix_sent_before_draws_its_requests_when_their_own_home_is_busy() -> None:
+def test_a_prefix_held_on_one_engine_draws_requests_from_their_own_idle_home_until_that_engine_is_busy() -> None:
     in_flight = InFlight()
-    picker = PrefixAware(in_flight, load_factor=8)
+    picker = PrefixAware(in_flight, load_factor=8)  # bound = total load + 1: nothing is excluded by it here
     system = "You answer questions about the 2026 tax code, citing sections. " * 16
     holder = picker.pick(ENDPOINTS, key=chat_key(system, "What changed for freelancers?"))
     # The same system prompt in another session: another ring key, and (for one of these) another home.
     others = [chat_key(system, "And for retirees?", f"session-{i}") for i in range(20)]
     other = next(k for k in others if next(Ring(ENDPOINTS).walk(k.ring)) != holder)
     home = next(Ring(ENDPOINTS).walk(other.ring))
-    assert picker.pick(ENDPOINTS, key=other) == home  # idle: home (3 + 2 + 2) beats the prefix (~2.8 + 2 + 2)
-    in_flight.acquire(home)
-    # Busy home: 3 + 0 + 0; the prefix's holder: ~2.8 + 2 + 2; any other idle endpoint: 0 + 2 + 2.
-    assert picker.pick(ENDPOINTS, key=other) == holder
+    assert picker.pick(ENDPOINTS, key=other) == holder  # ~0.9 x 3 + 2 + 2 beats the home's 0 + 2 + 2
+    for _ in range(2):
+        in_flight.acquire(holder)
+    assert picker.pick(ENDPOINTS, key=other) == holder  # 2 of bound 3: ~2.7 + 0.67 + 0.67 > 4
+    in_flight.acquire(holder)
+    assert picker.pick(ENDPOINTS, key=other) == home  # 3 of bound 4: ~2.7 + 0.5 + 0.5 < 4, ties go to the ring
+    fresh = chat_key("A different application entirely. " * 16, "Hello")
+    assert picker.pick(ENDPOINTS, key=fresh) == next(Ring(ENDPOINTS).walk(fresh.ring))  # held nowhere: its home
 
 
 # Scorers and weights
@@ -223,12 +227,19 @@ def test_with_equal_loads_the_prefix_decides_and_with_unequal_ones_the_weights_d
     shared = keyed(5, (1, 2, 3, 4))
     order = list(Ring(ENDPOINTS).walk(shared.ring))
     home = order[0]
-    assert PrefixAware(in_flight).pick(ENDPOINTS, key=shared) == home
-    in_flight.acquire(home)  # one in flight: queue 0 and busy share 1 at home, 1 and 0 elsewhere
-    assert PrefixAware(in_flight).pick(ENDPOINTS, key=shared) == order[1]  # 3 + 0 + 0 < 0 + 2 + 2
-    heavy_prefix = RoutingWeights(prefix=5, queue=2, utilisation=2)
-    in_flight.acquire(order[1])  # under the bound (ceil(1.25 x 3 / 8) = 1) only the idle ones are eligible
-    assert PrefixAware(in_flight, weights=heavy_prefix, load_factor=4).pick(ENDPOINTS, key=shared) == home
+    picker = PrefixAware(in_flight, load_factor=8)
+    assert picker.pick(ENDPOINTS, key=shared) == home  # a new prefix starts at its home
+    for in_home, bound in ((1, 2), (2, 3), (3, 4)):
+        in_flight.acquire(home)
+        # home: 3 x 1 + (2 + 2) x (1 - in_home / bound); an idle endpoint: 0 + 2 + 2 (ties go to the home)
+        assert picker.pick(ENDPOINTS, key=shared) == home, (in_home, bound)
+    in_flight.acquire(home)
+    assert picker.pick(ENDPOINTS, key=shared) == order[1]  # 4 of bound 5: 3 + 0.8 < 4
+    light_prefix = RoutingWeights(prefix=1, queue=2, utilisation=2)
+    light = PrefixAware(InFlight(), weights=light_prefix, load_factor=8)
+    assert light.pick(ENDPOINTS, key=shared) == home
+    light.in_flight.acquire(home)
+    assert light.pick(ENDPOINTS, key=shared) == order[1]  # 1 + 1 + 1 < 0 + 2 + 2
 
 
 def test_the_queue_and_utilisation_scores_read_the_engines_load() -> None:

@@ -14,9 +14,14 @@ Two strategies (`llmaz.apis.routing`):
     and spills to the next endpoint on the ring, always the same one, when it has not;
   - a prefix index: per endpoint, the block hashes this replica sent there (an LRU); an endpoint's prefix match
     is the longest chain of the request's blocks it holds, over the request's blocks;
-  - each endpoint within the bound (every endpoint when none is) is scored: prefix (the match, 1 at the home) x
-    the prefix weight + queue ((most - its load) / (most - least), 1 when all are equal) x the queue weight +
-    (1 - utilisation) x the utilisation weight. The highest wins; ties go to ring order from the key;
+  - each endpoint within the bound (every endpoint when none is) is scored: prefix (its match) x the prefix
+    weight + queue (1 - load / bound) x the queue weight + (1 - utilisation) x the utilisation weight, where an
+    engine that says nothing of its utilisation counts load / bound. When no endpoint holds any of the prompt (a
+    prefix this replica has not seen), the home counts as a full match: every replica then starts a prefix on the
+    same engine. The highest score wins; ties go to ring order from the key. Load is scored against the bound, not
+    against the least loaded endpoint, so one request more or less moves a score by a fraction: a prompt stays
+    where most of it is cached until the bound moves it on, and the load scorers decide between endpoints that
+    hold it equally;
   - a request without a prompt or session has no ring key: it is scored by queue and utilisation only, ties at
     random (least outstanding with the engines' load).
 
@@ -252,17 +257,18 @@ class PrefixAware:
         bound = math.ceil(self.load_factor * (total + 1) / len(pool))
         eligible = [i for i in pool if requests[i] + 1 <= bound] or pool
         if key is None:
-            scores = self._load_scores(eligible, requests, utilisation, total)
+            scores = self._load_scores(eligible, requests, utilisation, bound)
             best = max(scores.values())
             tied = [i for i in eligible if scores[i] == best]
             return candidates[tied[0] if len(tied) == 1 else self._rng.choice(tied)]
         allowed = set(eligible)
         in_order = [i for i in self.rings.of(candidates).walk_indices(key.ring) if i in allowed]
-        scores = self._load_scores(in_order, requests, utilisation, total)
+        scores = self._load_scores(in_order, requests, utilisation, bound)
+        matches = [self._match(candidates[i], key.blocks) for i in in_order]
+        if not any(matches):  # a prefix new here: the home (first on the ring within the bound) starts it
+            matches[0] = 1.0
         best_score, best = -1.0, in_order[0]
-        for rank, i in enumerate(in_order):
-            # The home (the first on the ring within the bound) counts as a full prefix match.
-            prefix = 1.0 if rank == 0 else self._match(candidates[i], key.blocks)
+        for i, prefix in zip(in_order, matches, strict=True):
             score = self.weights.prefix * prefix + scores[i]
             if score > best_score:  # strictly: ties go to the earlier on the ring
                 best_score, best = score, i
@@ -274,17 +280,15 @@ class PrefixAware:
         return self.index.match(endpoint, blocks) / len(blocks) if blocks else 0.0
 
     def _load_scores(
-        self, indices: Sequence[int], requests: Mapping[int, int], utilisation: Mapping[int, float | None], total: int
+        self, indices: Sequence[int], requests: Mapping[int, int], utilisation: Mapping[int, float | None], bound: int
     ) -> dict[int, float]:
-        """Queue and utilisation, weighted, per candidate position."""
-        most = max(requests[i] for i in indices)
-        least = min(requests[i] for i in indices)
+        """Queue and utilisation, weighted, per candidate position; load counts against the bound."""
         scores: dict[int, float] = {}
         for i in indices:
-            queue = 1.0 if most == least else (most - requests[i]) / (most - least)
+            queue = max(0.0, 1.0 - requests[i] / bound)
             used = utilisation[i]
-            if used is None:  # the engine does not say: its share of the load
-                used = requests[i] / total if total else 0.0
+            if used is None:  # the engine does not say: its load against the bound
+                used = requests[i] / bound
             free = 1.0 - min(1.0, max(0.0, used))
             scores[i] = self.weights.queue * queue + self.weights.utilisation * free
         return scores
