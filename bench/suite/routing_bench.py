@@ -5,9 +5,10 @@ one real node with llmaz installed by `make deploy`, 4 replicas of a prefill-hea
 (`llmaz.testing.tinymodel.PREFILL_HEAVY`: context 4,096, so a 1,000-token prompt takes about a second to prefill
 on this machine and a cached one a tenth of that), each llama.cpp server with 2 slots and its prompt cache on.
 
-Caches are sized like a GPU's, per workload, so that one replica holds about a quarter of the workload's
-prefixes: a slot keeps the KV of its last prompt, and `--cache-ram` (host memory for prompt states, 8 GiB by
-default) is bounded (`WORKLOADS`, `cache_ram_mib`; a state costs about 1 KiB per token with this model).
+Caches are sized like a GPU's, per workload, so that one replica holds a quarter to three eighths of the
+workload's prefixes: a slot keeps the KV of its last prompt, and `--cache-ram` (host memory for prompt states, 8 GiB
+by default) is bounded (`WORKLOADS`, `cache_ram_mib`; a state costs about 1 KiB per token with this model). With
+unbounded caches every strategy would hit after a few rounds, and the bench would measure nothing.
 
 Strategies, each over the same workloads (fresh random prompts per strategy, so no strategy finds another's
 prefixes in the caches):
@@ -53,7 +54,7 @@ MODEL = "bench-llama"
 REPLICAS = 4
 SLOTS = 2
 CONTEXT = 4096
-IN_FLIGHT = 8
+IN_FLIGHT = 4
 REQUEST_TIMEOUT = 180.0
 READY_TIMEOUT = 300.0
 STRATEGIES = ("kube-proxy", "least-outstanding", "prefix-aware", "prefix-aware x2")
@@ -88,11 +89,12 @@ class Workload:
 
 
 WORKLOADS = (
-    # 8 prefixes: the 2 slots of a replica hold 2 of them, a quarter; no host cache.
-    Workload("shared-prefix", "(a) 8 groups sharing a 1,000-token system prompt", cache_ram_mib=0, max_tokens=16),
+    # 8 prefixes of ~1 MiB of state: a replica holds 3 of them, 2 in its slots and 1 in host memory. A quarter would
+    # be 2, but 8 prefixes never hash evenly onto 4 replicas: one of them gets 3.
+    Workload("shared-prefix", "(a) 8 groups sharing a 1,000-token system prompt", cache_ram_mib=1, max_tokens=16),
     # 16 chats of at most ~800 tokens: 2 in the slots and about 2 more in 2 MiB of host cache, a quarter.
     Workload("multi-turn", "(b) 16 chats of 6 turns", cache_ram_mib=2, max_tokens=48),
-    Workload("unique", "(c) unique 1,000-token prompts (control)", cache_ram_mib=0, max_tokens=16),
+    Workload("unique", "(c) unique 1,000-token prompts (control)", cache_ram_mib=1, max_tokens=16),
 )
 GROUPS, QUESTIONS_PER_GROUP = 8, 8
 CHATS, TURNS = 16, 6
