@@ -89,12 +89,13 @@ class Workload:
 
 
 WORKLOADS = (
-    # 8 prefixes of ~1 MiB of state: a replica holds 3 of them, 2 in its slots and 1 in host memory. A quarter would
-    # be 2, but 8 prefixes never hash evenly onto 4 replicas: one of them gets 3.
-    Workload("shared-prefix", "(a) 8 groups sharing a 1,000-token system prompt", cache_ram_mib=1, max_tokens=16),
-    # 16 chats of at most ~800 tokens: 2 in the slots and about 2 more in 2 MiB of host cache, a quarter.
-    Workload("multi-turn", "(b) 16 chats of 6 turns", cache_ram_mib=2, max_tokens=48),
-    Workload("unique", "(c) unique 1,000-token prompts (control)", cache_ram_mib=1, max_tokens=16),
+    # 8 prefixes of ~1 MiB of state each: 2 MiB of host cache holds 2 of them, a quarter. A slot serves one request
+    # at a time, so two requests of one prefix at once need the host cache: the second restores the prefix from it
+    # into the other slot.
+    Workload("shared-prefix", "(a) 8 groups sharing a 1,000-token system prompt", cache_ram_mib=2, max_tokens=16),
+    # 16 chats of 0.5-0.9 MiB of state: 3 MiB holds about 4 of them, a quarter.
+    Workload("multi-turn", "(b) 16 chats of 6 turns", cache_ram_mib=3, max_tokens=48),
+    Workload("unique", "(c) unique 1,000-token prompts (control)", cache_ram_mib=2, max_tokens=16),
 )
 GROUPS, QUESTIONS_PER_GROUP = 8, 8
 CHATS, TURNS = 16, 6
