@@ -264,7 +264,7 @@ bench-growth: install $(BENCH_STAMP) cluster-bins ## Cost per Playground at N = 
 	BENCH_SCENARIOS=growth $(PY) bench/run.py
 
 .PHONY: bench-gateway
-bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream.
+bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream, 200 paced streams.
 	BENCH_SCENARIOS=gateway $(PY) bench/run.py
 
 .PHONY: test

@@ -23,12 +23,13 @@
 // With -mode stream, every request is a chat completion stream of -tokens tokens (its max_tokens) from an engine
 // that paces its tokens and stamps each chunk with the time it wrote it (go-enginesim -stamp):
 //
-//	go-gwload -mode stream -direct ... -gateway ... -model m -concurrency 200 -tokens 64 -stagger 33ms \
+//	go-gwload -mode stream -direct ... -gateway ... -model m -concurrency 200 -tokens 64 -stagger 2.15s \
 //	    -blocks 4 -block-seconds 15
 //
-// The workers start -stagger / concurrency apart (so that, with -stagger one token interval, the streams' chunks
-// are spread evenly in time rather than written in bursts), then each sends streams back to back until
-// -block-seconds have passed; the streams in progress then finish and count. Per stream: TTFB (to the first
+// The workers start -stagger / concurrency apart, then each sends streams back to back until -block-seconds have
+// passed; the streams in progress then finish and count. With -stagger one stream's duration, streams begin at an
+// even rate and their chunks are spread in time, as independent users' are; with no stagger, every round of
+// streams begins in the same instant. Per stream: TTFB (to the first
 // token's event) and total time; per token chunk, its delay: the time it was read here minus the time the engine
 // wrote it ("sent_unix_ns", the same machine's clock). A stream that fails, answers other than 200, lacks a chunk
 // or a stamp, or does not end with `data: [DONE]` is an error. Blocks also carry "streams", "chunk_delay_us": [...]

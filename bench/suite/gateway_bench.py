@@ -20,7 +20,8 @@ open, and again after they are closed. KiB per stream = (RSS with K - RSS with n
 
 Phase 3, paced streams, at production concurrency: the engine is `bench/go-enginesim` (Go, one core), whose
 tokens come at a fixed pace (30 a second) and whose every chunk carries the time it was written; a fresh gateway
-points at it. go-gwload (`-mode stream`) keeps `concurrency` streams open (200: ~6,000 chunks a second), in ABBA
+points at it. go-gwload (`-mode stream`) keeps `concurrency` streams open (200: ~6,000 chunks a second), their
+starts spread evenly over one stream's duration, in ABBA
 blocks of a fixed duration, and records per stream its TTFB and total time and per chunk its delay (read minus
 written). "Added" is again gateway minus direct, per percentile. The gateway's CPU over the phase (idle in the
 direct blocks) gives chunks relayed per second of its CPU, and its share of a core while relaying; its RSS and
@@ -223,7 +224,7 @@ class StreamLoad:
 
 # The simulator's time to first token. It is the same for both subjects, so it drops out of the added figures;
 # it only keeps a stream's first chunk apart from its response headers, as an engine's prefill does.
-SIMULATOR_TTFT = "20ms"
+SIMULATOR_TTFT_SECONDS = 0.02
 PERCENTILES = (("p50", 499), ("p99", 989), ("p999", 998))  # indices into 999 cut points
 
 
@@ -273,15 +274,17 @@ def stream_phase(
     sim_port, gateway_port = free_loopback_ports(2)
     urls = {"direct": f"http://127.0.0.1:{sim_port}", "gateway": f"http://127.0.0.1:{gateway_port}"}
     sim_argv = [str(simulator), "-listen", f"127.0.0.1:{sim_port}", "-model", MODEL, "-tokens-per-second",
-                str(load.tps), "-tokens", str(load.tokens), "-ttft", SIMULATOR_TTFT, "-slots", str(load.concurrency),
-                "-stamp"]  # fmt: skip
+                str(load.tps), "-tokens", str(load.tokens), "-ttft", f"{SIMULATOR_TTFT_SECONDS}s", "-slots",
+                str(load.concurrency), "-stamp"]  # fmt: skip
     sim = Subject("gateway-enginesim", sim_argv, {"GOMAXPROCS": "1"}, log_dir / "gateway-enginesim.log")
     gateway = _gateway("gateway-streams", gateway_port, sim_port, flags, log_dir)
-    stagger = 1 / load.tps if load.tps > 0 else 0.0  # one token interval: the streams' chunks spread evenly
+    stream_seconds = SIMULATOR_TTFT_SECONDS + (load.tokens / load.tps if load.tps > 0 else 0.0)
+    # Workers start one stream's duration apart in all: streams then begin at an even rate, as independent users'
+    # do, and their chunks are spread in time. Started within one token interval, every stream would begin (and
+    # end) in the same few milliseconds, a burst of new requests at each round.
     argv = [str(loader), "-mode", "stream", "-direct", urls["direct"], "-gateway", urls["gateway"], "-model", MODEL,
-            "-concurrency", str(load.concurrency), "-tokens", str(load.tokens), "-stagger", f"{stagger:.6f}s",
+            "-concurrency", str(load.concurrency), "-tokens", str(load.tokens), "-stagger", f"{stream_seconds:.6f}s",
             "-blocks", str(load.blocks), "-block-seconds", str(load.seconds)]  # fmt: skip
-    stream_seconds = load.tokens / load.tps if load.tps > 0 else 0.0
     try:
         sim.start()
         _wait_http(sim, urls["direct"] + "/health")
