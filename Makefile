@@ -268,7 +268,7 @@ bench-serving: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Rout
 	BENCH_SCENARIOS=routing $(PY) bench/run.py
 
 .PHONY: bench-gateway
-bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream.
+bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream, 200 paced streams.
 	BENCH_SCENARIOS=gateway $(PY) bench/run.py
 
 .PHONY: bench-picker

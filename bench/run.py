@@ -192,9 +192,21 @@ def gateway(suite: Suite) -> None:
         suite.results.setdefault("go", {})["gwload_error"] = str(err)
         print(f"[bench] gateway: no load generator: {err}", flush=True)
         return
+    simulator: Path | None = None
+    if s.gateway_stream_concurrency > 0:
+        try:
+            simulator = golang.go_enginesim(s.cache_dir)
+        except golang.GoUnavailableError as err:
+            suite.results.setdefault("go", {})["enginesim_error"] = str(err)
+            print(f"[bench] gateway: no engine simulator, no paced streams: {err}", flush=True)
+    stream_load = gateway_bench.StreamLoad(
+        s.gateway_stream_concurrency, s.gateway_stream_tps, s.gateway_stream_tokens, s.gateway_stream_seconds,
+        s.gateway_blocks,
+    )  # fmt: skip
     for rep in range(s.repeats):
         run = partial(gateway_bench.run_once, loader, s.gateway_concurrency, s.gateway_requests, s.gateway_blocks,
-                      s.gateway_streams, suite.log_dir, s.gateway_block_seconds)  # fmt: skip
+                      s.gateway_streams, suite.log_dir, s.gateway_block_seconds, s.gateway_flags, simulator,
+                      stream_load)  # fmt: skip
         suite.record("gateway", {"subject": "python", "rep": rep}, run)
 
 

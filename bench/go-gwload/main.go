@@ -19,9 +19,25 @@
 //
 // Output on stdout, one JSON object: {"blocks": [{"subject", "seconds", "errors", "kind": [0 stream | 1 plain],
 // "ttfb_us": [...], "total_us": [...]}]}. Progress goes to stderr, one line per block.
+//
+// With -mode stream, every request is a chat completion stream of -tokens tokens (its max_tokens) from an engine
+// that paces its tokens and stamps each chunk with the time it wrote it (go-enginesim -stamp):
+//
+//	go-gwload -mode stream -direct ... -gateway ... -model m -concurrency 200 -tokens 64 -stagger 2.15s \
+//	    -blocks 4 -block-seconds 15
+//
+// The workers start -stagger / concurrency apart, then each sends streams back to back until -block-seconds have
+// passed; the streams in progress then finish and count. With -stagger one stream's duration, streams begin at an
+// even rate and their chunks are spread in time, as independent users' are; with no stagger, every round of
+// streams begins in the same instant. Per stream: TTFB (to the first
+// token's event) and total time; per token chunk, its delay: the time it was read here minus the time the engine
+// wrote it ("sent_unix_ns", the same machine's clock). A stream that fails, answers other than 200, lacks a chunk
+// or a stamp, or does not end with `data: [DONE]` is an error. Blocks also carry "streams", "chunk_delay_us": [...]
+// and "cpu_seconds", this process's own CPU time during the block.
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"flag"
@@ -33,6 +49,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -48,6 +65,10 @@ type block struct {
 	Kind    []int   `json:"kind"`
 	TTFBus  []int64 `json:"ttfb_us"`
 	TotalUs []int64 `json:"total_us"`
+	// -mode stream only
+	Streams      int     `json:"streams,omitempty"`
+	ChunkDelayUs []int64 `json:"chunk_delay_us,omitempty"`
+	CPUSeconds   float64 `json:"cpu_seconds,omitempty"`
 }
 
 type sample struct {
@@ -68,10 +89,17 @@ func main() {
 	concurrency := flag.Int("concurrency", 1, "requests in flight (workers sending back to back)")
 	requests := flag.Int("requests", 1000, "timed requests per block")
 	blocks := flag.Int("blocks", 4, "blocks per subject")
-	blockSeconds := flag.Float64("block-seconds", 60, "longest a block may run")
+	blockSeconds := flag.Float64("block-seconds", 60, "longest a block may run (-mode stream: how long it runs)")
+	mode := flag.String("mode", "mixed", "mixed: streams and plain answers from a fast engine; stream: paced streams")
+	tokens := flag.Int("tokens", 64, "-mode stream: tokens per stream (its max_tokens)")
+	stagger := flag.Duration("stagger", 0, "-mode stream: the workers' starts are spread over this time")
 	flag.Parse()
-	if *direct == "" || *gateway == "" || *model == "" || *concurrency < 1 || *requests < 1 || *blocks < 1 {
-		fail(fmt.Errorf("-direct, -gateway and -model are required; -concurrency, -requests, -blocks >= 1"))
+	if *direct == "" || *gateway == "" || *model == "" || *concurrency < 1 || *requests < 1 || *blocks < 1 ||
+		*tokens < 1 || *stagger < 0 {
+		fail(fmt.Errorf("-direct, -gateway and -model are required; -concurrency, -requests, -blocks, -tokens >= 1"))
+	}
+	if *mode != "mixed" && *mode != "stream" {
+		fail(fmt.Errorf("-mode is mixed or stream, not %q", *mode))
 	}
 
 	bodies := [2][]byte{
@@ -97,8 +125,17 @@ func main() {
 	}{}
 	for b := 0; b < 2**blocks; b++ {
 		s := subjects[((b+1)/2)%2] // direct, gateway, gateway, direct, direct, gateway, ...
-		res := run(client, s.url+"/v1/chat/completions", bodies, *concurrency, *requests,
-			time.Duration(*blockSeconds*float64(time.Second)))
+		limit := time.Duration(*blockSeconds * float64(time.Second))
+		if *mode == "stream" {
+			res := runStreams(client, s.url+"/v1/chat/completions", *model, *tokens, *concurrency, limit, *stagger)
+			res.Subject = s.name
+			out.Blocks = append(out.Blocks, res)
+			fmt.Fprintf(os.Stderr, "[gwload] c=%d block %d/%d %-7s %5d streams in %5.1fs, errors %d, p50 ttfb %.2f ms, "+
+				"chunk delay p50 %.2f ms, CPU %.2fs\n", *concurrency, b+1, 2**blocks, s.name, res.Streams, res.Seconds,
+				res.Errors, median(res.TTFBus)/1000, median(res.ChunkDelayUs)/1000, res.CPUSeconds)
+			continue
+		}
+		res := run(client, s.url+"/v1/chat/completions", bodies, *concurrency, *requests, limit)
 		res.Subject = s.name
 		out.Blocks = append(out.Blocks, res)
 		fmt.Fprintf(os.Stderr, "[gwload] c=%d block %d/%d %-7s %5d requests in %5.1fs, errors %d, p50 ttfb %.2f ms, total %.2f ms\n",
@@ -196,6 +233,133 @@ func send(client *http.Client, url string, body []byte, kind int) sample {
 		s.ok = resp.StatusCode == http.StatusOK && bytes.Contains(data, completion)
 	}
 	return s
+}
+
+// runStreams is one block of -mode stream against one subject: a warm-up stream per worker (not timed), then
+// streams back to back for `limit`.
+func runStreams(client *http.Client, url, model string, tokens, workers int, limit, stagger time.Duration) block {
+	warmUp := streamBody(model, 1)
+	var warm sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			sendStream(client, url, warmUp, 1, nil)
+		}()
+	}
+	warm.Wait()
+
+	body := streamBody(model, tokens)
+	results := make([]block, workers)
+	var wg sync.WaitGroup
+	cpu := cpuSeconds()
+	start := time.Now()
+	deadline := start.Add(limit)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(res *block, offset time.Duration) {
+			defer wg.Done()
+			time.Sleep(offset)
+			for time.Now().Before(deadline) {
+				delays := res.ChunkDelayUs
+				s := sendStream(client, url, body, tokens, &delays)
+				if !s.ok {
+					res.Errors++
+					continue
+				}
+				res.ChunkDelayUs = delays
+				res.TTFBus = append(res.TTFBus, s.ttfb.Microseconds())
+				res.TotalUs = append(res.TotalUs, s.total.Microseconds())
+			}
+		}(&results[w], stagger*time.Duration(w)/time.Duration(workers))
+	}
+	wg.Wait()
+	res := block{Seconds: time.Since(start).Seconds(), CPUSeconds: cpuSeconds() - cpu}
+	for _, r := range results {
+		res.Errors += r.Errors
+		res.TTFBus = append(res.TTFBus, r.TTFBus...)
+		res.TotalUs = append(res.TotalUs, r.TotalUs...)
+		res.ChunkDelayUs = append(res.ChunkDelayUs, r.ChunkDelayUs...)
+	}
+	res.Streams = len(res.TTFBus)
+	res.Kind = make([]int, res.Streams) // all streams
+	return res
+}
+
+func streamBody(model string, tokens int) []byte {
+	return mustJSON(map[string]any{"model": model, "stream": true, "max_tokens": tokens,
+		"stream_options": map[string]any{"include_usage": true},
+		"messages":       []any{map[string]any{"role": "user", "content": "Tell me a story."}}})
+}
+
+var stampField = []byte(`"sent_unix_ns":`)
+
+// sendStream sends one stream and reads it event by event; each token chunk's delay (read here minus written by
+// the engine) is appended to *delays when delays is not nil. The stream is ok with `tokens` stamped chunks and
+// `data: [DONE]` at its end.
+func sendStream(client *http.Client, url string, body []byte, tokens int, delays *[]int64) sample {
+	s := sample{kind: stream, recorded: true}
+	began := time.Now()
+	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return s
+	}
+	defer resp.Body.Close()
+	reader := bufio.NewReaderSize(resp.Body, 16*1024)
+	chunks, done := 0, false
+	for {
+		line, err := reader.ReadSlice('\n')
+		if len(line) > 0 {
+			now := time.Now()
+			if bytes.HasPrefix(line, []byte("data: ")) {
+				if done { // nothing may follow [DONE]
+					return s
+				}
+				if bytes.Equal(line, []byte("data: [DONE]\n")) {
+					done = true
+				} else if at := bytes.Index(line, stampField); at >= 0 {
+					sent, ok := leadingInt(line[at+len(stampField):])
+					if !ok {
+						return s
+					}
+					if chunks == 0 {
+						s.ttfb = now.Sub(began)
+					}
+					chunks++
+					if delays != nil {
+						*delays = append(*delays, (now.UnixNano()-sent)/1000)
+					}
+				}
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil { // bufio.ErrBufferFull included: no event of ours is that long
+			return s
+		}
+	}
+	s.total = time.Since(began)
+	s.ok = resp.StatusCode == http.StatusOK && done && chunks == tokens
+	return s
+}
+
+func leadingInt(b []byte) (int64, bool) {
+	var n int64
+	i := 0
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		n = n*10 + int64(b[i]-'0')
+	}
+	return n, i > 0
+}
+
+// cpuSeconds is this process's user and system CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func median(values []int64) float64 {

@@ -17,6 +17,17 @@ divided by the requests it served is its CPU per request.
 Phase 2, memory, on a freshly started gateway: after a few warm-up requests, K streams are opened through it and
 held open by the engine (one event sent, then it waits); the gateway's RSS (VmRSS) is read with none, K/2 and K
 open, and again after they are closed. KiB per stream = (RSS with K - RSS with none) / K.
+
+Phase 3, paced streams, at production concurrency: the engine is `bench/go-enginesim` (Go, one core), whose
+tokens come at a fixed pace (30 a second) and whose every chunk carries the time it was written; a fresh gateway
+points at it. go-gwload (`-mode stream`) keeps `concurrency` streams open (200: ~6,000 chunks a second), their
+starts spread evenly over one stream's duration, in ABBA
+blocks of a fixed duration, and records per stream its TTFB and total time and per chunk its delay (read minus
+written). "Added" is again gateway minus direct, per percentile. The gateway's CPU over the phase (idle in the
+direct blocks) gives chunks relayed per second of its CPU, and its share of a core while relaying; its RSS and
+peak RSS are read at the end; the simulator's and the load generator's own CPU show that neither is the limit.
+
+Every gateway gets BENCH_GATEWAY_FLAGS (`gateway_launcher.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +40,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +68,10 @@ MB = 1024 * 1024
 def _subject(name: str, script: Path, args: list[str], log_dir: Path) -> Subject:
     return Subject(name, [sys.executable, str(script), *args], {"PYTHONPATH": str(REPO / "src")},
                    log_dir / f"{name}.log")  # fmt: skip
+
+
+def _gateway(name: str, port: int, engine_port: int, flags: Sequence[str], log_dir: Path) -> Subject:
+    return _subject(name, LAUNCHER, ["--port", str(port), "--engine-port", str(engine_port), "--", *flags], log_dir)
 
 
 def _wait_http(subject: Subject, url: str, timeout: float = 60.0) -> None:
@@ -193,26 +210,152 @@ async def hold_streams(url: str, pid: int, streams: int) -> dict[str, Any]:
             "fds_before": none["fds"], "fds_open": full["fds"]}  # fmt: skip
 
 
-def run_once(
+@dataclass(frozen=True, slots=True)
+class StreamLoad:
+    """The paced-stream phase: `concurrency` streams of `tokens` tokens at `tps` tokens a second, in `blocks` blocks
+    per subject that start streams for `seconds` each."""
+
+    concurrency: int
+    tps: float
+    tokens: int
+    seconds: float
+    blocks: int
+
+
+# The simulator's time to first token. It is the same for both subjects, so it drops out of the added figures;
+# it only keeps a stream's first chunk apart from its response headers, as an engine's prefill does.
+SIMULATOR_TTFT_SECONDS = 0.02
+PERCENTILES = (("p50", 499), ("p99", 989), ("p999", 998))  # indices into 999 cut points
+
+
+def _pcts(values: list[int]) -> dict[str, float]:
+    """p50, p99 and p99.9 in milliseconds of microsecond samples."""
+    if len(values) < 2:
+        only = values[0] / 1e3 if values else float("nan")
+        return {name: only for name, _ in PERCENTILES}
+    cuts = statistics.quantiles(values, n=1000)
+    return {name: cuts[index] / 1e3 for name, index in PERCENTILES}
+
+
+def _stream_percentiles(blocks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    return {reading: _pcts([v for b in blocks for v in b[f"{reading}_us"]])
+            for reading in ("ttfb", "total", "chunk_delay")}  # fmt: skip
+
+
+def _stream_added(direct: dict[str, dict[str, float]], gateway: dict[str, dict[str, float]]) -> dict[str, Any]:
+    return {reading: {p: gateway[reading][p] - direct[reading][p] for p in direct[reading]} for reading in direct}
+
+
+def analyse_streams(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per subject, the percentiles of TTFB, total time per stream and chunk delay over every block; the added
+    figures, also per ABBA pair; streams, errors, chunks a second and the load generator's own share of a core."""
+    by_subject = {s: [b for b in blocks if b["subject"] == s] for s in SUBJECTS}
+    result: dict[str, Any] = {s: _stream_percentiles(by_subject[s]) for s in SUBJECTS}
+    result["added"] = _stream_added(result["direct"], result["gateway"])
+    result["pairs"] = [_stream_added(_stream_percentiles([d]), _stream_percentiles([g]))
+                       for d, g in zip(by_subject["direct"], by_subject["gateway"], strict=True)]  # fmt: skip
+    for s in SUBJECTS:
+        seconds = sum(b["seconds"] for b in by_subject[s])
+        chunks = sum(len(b["chunk_delay_us"]) for b in by_subject[s])
+        result.setdefault("streams", {})[s] = sum(b["streams"] for b in by_subject[s])
+        result.setdefault("errors", {})[s] = sum(b["errors"] for b in by_subject[s])
+        result.setdefault("chunks", {})[s] = chunks
+        result.setdefault("block_seconds", {})[s] = seconds
+        result.setdefault("chunks_per_second", {})[s] = chunks / seconds if seconds else 0.0
+    loader_seconds = sum(b["seconds"] for b in blocks)
+    result["loader_core"] = sum(b["cpu_seconds"] for b in blocks) / loader_seconds if loader_seconds else 0.0
+    return result
+
+
+def stream_phase(
+    loader: Path, simulator: Path, load: StreamLoad, flags: Sequence[str], log_dir: Path
+) -> dict[str, Any]:
+    """Paced streams from go-enginesim (one core: GOMAXPROCS=1), direct and through a fresh gateway."""
+    sim_port, gateway_port = free_loopback_ports(2)
+    urls = {"direct": f"http://127.0.0.1:{sim_port}", "gateway": f"http://127.0.0.1:{gateway_port}"}
+    sim_argv = [str(simulator), "-listen", f"127.0.0.1:{sim_port}", "-model", MODEL, "-tokens-per-second",
+                str(load.tps), "-tokens", str(load.tokens), "-ttft", f"{SIMULATOR_TTFT_SECONDS}s", "-slots",
+                str(load.concurrency), "-stamp"]  # fmt: skip
+    sim = Subject("gateway-enginesim", sim_argv, {"GOMAXPROCS": "1"}, log_dir / "gateway-enginesim.log")
+    gateway = _gateway("gateway-streams", gateway_port, sim_port, flags, log_dir)
+    stream_seconds = SIMULATOR_TTFT_SECONDS + (load.tokens / load.tps if load.tps > 0 else 0.0)
+    # Workers start one stream's duration apart in all: streams then begin at an even rate, as independent users'
+    # do, and their chunks are spread in time. Started within one token interval, every stream would begin (and
+    # end) in the same few milliseconds, a burst of new requests at each round.
+    argv = [str(loader), "-mode", "stream", "-direct", urls["direct"], "-gateway", urls["gateway"], "-model", MODEL,
+            "-concurrency", str(load.concurrency), "-tokens", str(load.tokens), "-stagger", f"{stream_seconds:.6f}s",
+            "-blocks", str(load.blocks), "-block-seconds", str(load.seconds)]  # fmt: skip
+    try:
+        sim.start()
+        _wait_http(sim, urls["direct"] + "/health")
+        gateway.start()
+        _wait_http(gateway, urls["gateway"] + "/v1/models")
+        machine_load = os.getloadavg()[0]
+        before = {"gateway": gateway.usage().cpu_seconds, "simulator": sim.usage().cpu_seconds}
+        started = time.monotonic()
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False,
+                              timeout=2 * load.blocks * (load.seconds + stream_seconds + 60) + 60)  # fmt: skip
+        wall = time.monotonic() - started
+        gateway.check_running()
+        gateway_usage, sim_cpu = gateway.usage(), sim.usage().cpu_seconds
+    finally:
+        gateway.stop()
+        sim.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"go-gwload -mode stream failed ({proc.returncode})")
+    result = analyse_streams(json.loads(proc.stdout)["blocks"])
+    cpu = {"gateway": gateway_usage.cpu_seconds - before["gateway"], "simulator": sim_cpu - before["simulator"]}
+    result.update(
+        concurrency=load.concurrency, tokens_per_second=load.tps, tokens=load.tokens, seconds=load.seconds,
+        blocks_per_subject=load.blocks, load_1m=machine_load, cpu_seconds=cpu, wall_seconds=wall,
+        gateway_core_while_relaying=cpu["gateway"] / result["block_seconds"]["gateway"],
+        chunks_per_gateway_cpu_second=result["chunks"]["gateway"] / cpu["gateway"] if cpu["gateway"] else 0.0,
+        simulator_core=cpu["simulator"] / wall, gateway_rss_mb=gateway_usage.rss_bytes / MB,
+        gateway_peak_rss_mb=gateway_usage.peak_rss_bytes / MB,
+    )  # fmt: skip
+    return result
+
+
+def fast_engine_phases(
     loader: Path, levels: tuple[int, ...], requests: int, blocks: int, streams: int, log_dir: Path,
-    block_seconds: float,
+    block_seconds: float, flags: Sequence[str],
 ) -> dict[str, Any]:  # fmt: skip
+    """Phases 1 and 2, against the Python engine that answers at once; a phase with no levels or no streams is
+    skipped."""
     engine_port, gateway_port = free_loopback_ports(2)
     urls = {"direct": f"http://127.0.0.1:{engine_port}", "gateway": f"http://127.0.0.1:{gateway_port}"}
     engine = _subject("gateway-engine", ENGINE, ["--port", str(engine_port)], log_dir)
-    gateway = _subject("gateway", LAUNCHER, ["--port", str(gateway_port), "--engine-port", str(engine_port)], log_dir)
+    gateway = _gateway("gateway", gateway_port, engine_port, flags, log_dir)
+    result: dict[str, Any] = {"levels": []}
     try:
         engine.start()
         _wait_http(engine, urls["direct"] + "/healthz")
-        gateway.start()
-        _wait_http(gateway, urls["gateway"] + "/v1/models")
-        latency = [latency_level(loader, engine, gateway, urls, c, requests, blocks, block_seconds) for c in levels]
-        gateway.stop()  # a fresh gateway for the memory phase: no heap grown by the latency phase
-        gateway.start()
-        _wait_http(gateway, urls["gateway"] + "/v1/models")
-        memory = asyncio.run(hold_streams(urls["gateway"] + CHAT, gateway.process.pid, streams))
-        gateway.check_running()
+        if levels:
+            gateway.start()
+            _wait_http(gateway, urls["gateway"] + "/v1/models")
+            result["levels"] = [latency_level(loader, engine, gateway, urls, c, requests, blocks, block_seconds)
+                                for c in levels]  # fmt: skip
+            gateway.stop()  # a fresh gateway for the memory phase: no heap grown by the latency phase
+        if streams:
+            gateway.start()
+            _wait_http(gateway, urls["gateway"] + "/v1/models")
+            result["memory"] = asyncio.run(hold_streams(urls["gateway"] + CHAT, gateway.process.pid, streams))
+            gateway.check_running()
     finally:
         gateway.stop()
         engine.stop()
-    return {"levels": latency, "memory": memory, "requests_per_block": requests, "blocks_per_subject": blocks}
+    return result
+
+
+def run_once(
+    loader: Path, levels: tuple[int, ...], requests: int, blocks: int, streams: int, log_dir: Path,
+    block_seconds: float, flags: Sequence[str] = (), simulator: Path | None = None,
+    stream_load: StreamLoad | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    result: dict[str, Any] = {"requests_per_block": requests, "blocks_per_subject": blocks,
+                              "gateway_flags": list(flags)}  # fmt: skip
+    if levels or streams:
+        result |= fast_engine_phases(loader, levels, requests, blocks, streams, log_dir, block_seconds, flags)
+    if simulator is not None and stream_load is not None and stream_load.concurrency > 0:
+        result["paced_streams"] = stream_phase(loader, simulator, stream_load, flags, log_dir)
+    return result

@@ -1,16 +1,22 @@
 """llmaz-gateway for the gateway benchmark, without an API server: run as its own process
-(`python bench/suite/gateway_launcher.py --port P --engine-port E`) until SIGTERM.
+(`python bench/suite/gateway_launcher.py --port P --engine-port E [-- GATEWAY FLAGS...]`) until SIGTERM.
 
 It builds what `python -m llmaz.gateway` builds, minus the parts that need an API server: the same `Catalog`,
-`Gateway`, `GatewayMetrics` (process collectors included), `InFlight`, `Waker`, idle detection and proxy options
-(the defaults of the command's flags), JSON logs at info level. The four informers are replaced by static ones
-holding one OpenModel, one Playground serving it and one EndpointSlice of its `-lb` Service with a single ready
-endpoint, the engine on 127.0.0.1; the slice goes through the production informer transform
-(`routes.compact_endpoint_slice`) and every object sits in the production `IndexedStore`, so lookups on the
-request path run the same code as in a cluster. The Playground does not opt in to scale to zero, so the scaling
-client (pointed at an address where nothing listens) is never called; idle detection runs as it does in
-production. Not run: the Manager's probe and metrics servers (other ports, off the request path) and the
-informers' watches (nothing changes during the benchmark).
+`Gateway`, `GatewayMetrics` (process collectors included), `InFlight`, `Waker` and idle detection, JSON logs at
+info level (as in the Deployment). Its options are the command's own: its flag parser and `gateway_options`, with
+the command's defaults, then the flags given after `--` (the benchmark's BENCH_GATEWAY_FLAGS), so a run can try
+another setting of the request path exactly as a user sets it. The launcher sets `--bind-address` (the port
+given), `--activator-port 0` (one listener) and `--log-format json`; flags for parts it does not run (probes,
+the metrics server, the activator, API keys, the kubeconfig) are parsed and have no effect.
+
+The four informers are replaced by static ones holding one OpenModel, one Playground serving it and one
+EndpointSlice of its `-lb` Service with a single ready endpoint, the engine on 127.0.0.1; the slice goes through
+the production informer transform (`routes.compact_endpoint_slice`) and every object sits in the production
+`IndexedStore`, so lookups on the request path run the same code as in a cluster. The Playground does not opt in
+to scale to zero, so the scaling client (pointed at an address where nothing listens) is never called; idle
+detection runs as it does in production (unless `--scale-to-zero false`). Not run: the Manager's probe and
+metrics servers (other ports, off the request path) and the informers' watches (nothing changes during the
+benchmark).
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ import asyncio
 import builtins
 import resource
 import signal
+from collections.abc import Sequence
 
-from llmaz.gateway.proxy.forwarding import ProxyOptions
+from llmaz.gateway.__main__ import gateway_options, parse_args
 from llmaz.gateway.proxy.metrics import GatewayMetrics
-from llmaz.gateway.proxy.server import Gateway, GatewayOptions
+from llmaz.gateway.proxy.server import Gateway
 from llmaz.gateway.routing import routes
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
@@ -112,7 +119,14 @@ def objects(engine_port: int) -> tuple[Obj, Obj, Obj]:
     return open_model, playground, endpoint_slice
 
 
-async def serve(port: int, engine_port: int) -> None:
+def gateway_args(port: int, flags: Sequence[str]) -> argparse.Namespace:
+    """The command's flags as `llmaz-gateway` parses them, serving on 127.0.0.1:`port` with no activator, logging
+    JSON (a `--log-*` flag in `flags` wins)."""
+    return parse_args(["--bind-address", f"127.0.0.1:{port}", "--activator-port", "0", "--log-format", "json",
+                       *flags])  # fmt: skip
+
+
+async def serve(args: argparse.Namespace, engine_port: int) -> None:
     open_model, playground, endpoint_slice = objects(engine_port)
     catalog = Catalog(
         StaticInformer([playground]),
@@ -122,12 +136,15 @@ async def serve(port: int, engine_port: int) -> None:
     )
     client = Client(RestConfig(host=NO_API_SERVER))
     recorder = EventBroadcaster(client).recorder("llmaz-gateway")
-    in_flight, scale = InFlight(), PlaygroundScale(client, recorder)
-    idle = idle_controller(IdleDetector(catalog, scale, in_flight), catalog, in_flight)
-    options = GatewayOptions(bind_address=f"127.0.0.1:{port}", proxy=ProxyOptions())
-    gateway = Gateway(catalog, options, metrics=GatewayMetrics(), in_flight=in_flight, waker=Waker(catalog, scale))
+    in_flight = InFlight()
+    scale = PlaygroundScale(client, recorder) if args.scale_to_zero == "true" else None
+    waker = Waker(catalog, scale)
+    gateway = Gateway(catalog, gateway_options(args), metrics=GatewayMetrics(), in_flight=in_flight, waker=waker)
     # Stopped as the manager stops runnables: by cancelling them (see llmaz.runtime.runnable).
-    tasks = [asyncio.create_task(run_until_cancelled(gateway)), asyncio.create_task(idle.run())]
+    tasks = [asyncio.create_task(run_until_cancelled(gateway))]
+    if scale is not None:
+        idle = idle_controller(IdleDetector(catalog, scale, in_flight), catalog, in_flight)
+        tasks.append(asyncio.create_task(idle.run()))
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, lambda: [task.cancel() for task in tasks])
@@ -143,12 +160,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--engine-port", type=int, required=True)
+    parser.add_argument("gateway_flags", nargs=argparse.REMAINDER, help="-- then llmaz-gateway flags")
     args = parser.parse_args()
+    flags = args.gateway_flags[1:] if args.gateway_flags[:1] == ["--"] else args.gateway_flags
+    command = gateway_args(args.port, flags)  # exits with the parser's message on a bad flag
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # every open stream is two sockets
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    log.configure("info", "json")
-    asyncio.run(serve(args.port, args.engine_port))
+    log.configure(command.log_level, command.log_format)
+    asyncio.run(serve(command, args.engine_port))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@
   directory of llmaz, with BENCH_GO_REF, default v0.1.4) builds it from that source instead, with
   hack/llmaz-go/build.sh, for releases the proxy does not serve. LLMAZ_GO_BINARY (with LLMAZ_GO_CRDS) uses a
   binary built elsewhere.
-- bench/go-noop, the controller-runtime no-op controller, bench/go-load, the admission load generator, and
-  bench/go-gwload, the gateway load generator, each keyed by a hash of its sources.
+- bench/go-noop, the controller-runtime no-op controller, bench/go-load, the admission load generator,
+  bench/go-gwload, the gateway load generator, and bench/go-enginesim, the paced engine the gateway scenario's
+  streams come from, each keyed by a hash of its sources.
 """
 
 from __future__ import annotations
@@ -118,6 +119,10 @@ def go_load(cache: Path) -> Path:
 
 def go_gwload(cache: Path) -> Path:
     return _local_program(cache, "go-gwload", ("go.mod", "main.go"))
+
+
+def go_enginesim(cache: Path) -> Path:
+    return _local_program(cache, "go-enginesim", ("go.mod", "main.go"))
 
 
 def _local_program(cache: Path, name: str, files: tuple[str, ...]) -> Path:

@@ -216,7 +216,7 @@ def gateway_levels(results: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
     """Every run's reading of each concurrency level of the gateway scenario, by concurrency."""
     levels: dict[int, list[dict[str, Any]]] = {}
     for r in runs(results, "gateway"):
-        for level in r["levels"]:
+        for level in r.get("levels", []):
             levels.setdefault(level["concurrency"], []).append(level)
     return levels
 
@@ -225,39 +225,97 @@ def gateway_section(results: dict[str, Any]) -> list[str]:
     rs = runs(results, "gateway")
     if not rs:
         return []
-    levels = gateway_levels(results)
-    columns = [f"{label} added ms" for label, _ in GATEWAY_ADDED]
-    columns += ["direct TTFB p50 / p99 ms", "gateway TTFB p50 / p99 ms"]
-    added = ["| concurrency | answer | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
-    load = ["| concurrency | requests/s direct | requests/s gateway | gateway CPU us per request | errors | load 1m |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
-    for c, ls in sorted(levels.items()):
-        for kind in ("stream", "plain"):
-            cells = [cell(summary([lv[kind]["added"][key] for lv in ls])) for _, key in GATEWAY_ADDED]
-            absolute = [" / ".join(cell(summary([lv[kind][s][key] for lv in ls])) for key in GATEWAY_TTFB)
-                        for s in ("direct", "gateway")]  # fmt: skip
-            added.append(f"| {c} | {kind} | " + " | ".join([*cells, *absolute]) + " |")
-        rates = [cell(summary([lv["requests_per_second"][s] for lv in ls])) for s in ("direct", "gateway")]
-        cpu = cell(summary([lv["gateway_cpu_us_per_request"] for lv in ls]))
-        errors = sum(lv["errors"][s] for lv in ls for s in ("direct", "gateway"))
-        load.append(
-            f"| {c} | {rates[0]} | {rates[1]} | {cpu} | {errors} | {cell(summary([lv['load_1m'] for lv in ls]))} |"
-        )
-    memory_rows: list[Row] = [
-        ("gateway RSS, no stream open MB", lambda r: r["memory"]["rss_before_mb"]),
-        ("gateway RSS, K streams open MB", lambda r: r["memory"]["rss_open_mb"]),
-        ("KiB per open stream", lambda r: r["memory"]["kib_per_stream"]),
-        ("KiB per open stream, second half (K/2 -> K)", lambda r: r["memory"]["kib_per_stream_second_half"]),
-        ("gateway RSS after closing them MB", lambda r: r["memory"]["rss_closed_mb"]),
-        ("gateway open files added by the K streams", lambda r: r["memory"]["fds_open"] - r["memory"]["fds_before"]),
-    ]
-    memory = ["| reading | median (min-max) |", "|---|---|"]
-    memory += [f"| {label} | {cell(summary([get(r) for r in rs]))} |" for label, get in memory_rows]
-    blocks = f"{rs[0]['blocks_per_subject']} blocks x {rs[0]['requests_per_block']} requests per subject and level"
-    return ["", f"### Gateway: latency added to a fast fake engine, closed loop (runs: {len(rs)}; {blocks})", "",
-            *added, "", *load, "",
-            f"### Gateway: memory per open stream, K = {rs[0]['memory']['streams']} (runs: {len(rs)})", "",
-            *memory]  # fmt: skip
+    lines = [*_gateway_fast_engine(rs, gateway_levels(results)), *_gateway_paced_streams(results)]
+    flags = {" ".join(r.get("gateway_flags", [])) for r in rs}
+    if flags != {""}:
+        lines += ["", "Gateway flags (BENCH_GATEWAY_FLAGS): " + "; ".join(f"`{f}`" if f else "none" for f in flags)]
+    return lines
+
+
+def _gateway_fast_engine(rs: list[dict[str, Any]], levels: dict[int, list[dict[str, Any]]]) -> list[str]:
+    lines: list[str] = []
+    if levels:
+        columns = [f"{label} added ms" for label, _ in GATEWAY_ADDED]
+        columns += ["direct TTFB p50 / p99 ms", "gateway TTFB p50 / p99 ms"]
+        added = ["| concurrency | answer | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+        load = ["| concurrency | requests/s direct | requests/s gateway | gateway CPU us per request | errors | "
+                "load 1m |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for c, ls in sorted(levels.items()):
+            for kind in ("stream", "plain"):
+                cells = [cell(summary([lv[kind]["added"][key] for lv in ls])) for _, key in GATEWAY_ADDED]
+                absolute = [" / ".join(cell(summary([lv[kind][s][key] for lv in ls])) for key in GATEWAY_TTFB)
+                            for s in ("direct", "gateway")]  # fmt: skip
+                added.append(f"| {c} | {kind} | " + " | ".join([*cells, *absolute]) + " |")
+            rates = [cell(summary([lv["requests_per_second"][s] for lv in ls])) for s in ("direct", "gateway")]
+            cpu = cell(summary([lv["gateway_cpu_us_per_request"] for lv in ls]))
+            errors = sum(lv["errors"][s] for lv in ls for s in ("direct", "gateway"))
+            load.append(
+                f"| {c} | {rates[0]} | {rates[1]} | {cpu} | {errors} | {cell(summary([lv['load_1m'] for lv in ls]))} |"
+            )
+        blocks = f"{rs[0]['blocks_per_subject']} blocks x {rs[0]['requests_per_block']} requests per subject and level"
+        lines += ["", f"### Gateway: latency added to a fast fake engine, closed loop (runs: {len(rs)}; {blocks})", "",
+                  *added, "", *load]  # fmt: skip
+    with_memory = [r for r in rs if "memory" in r]
+    if with_memory:
+        memory_rows: list[Row] = [
+            ("gateway RSS, no stream open MB", lambda r: r["memory"]["rss_before_mb"]),
+            ("gateway RSS, K streams open MB", lambda r: r["memory"]["rss_open_mb"]),
+            ("KiB per open stream", lambda r: r["memory"]["kib_per_stream"]),
+            ("KiB per open stream, second half (K/2 -> K)", lambda r: r["memory"]["kib_per_stream_second_half"]),
+            ("gateway RSS after closing them MB", lambda r: r["memory"]["rss_closed_mb"]),
+            ("gateway open files added by the K streams",
+             lambda r: r["memory"]["fds_open"] - r["memory"]["fds_before"]),
+        ]  # fmt: skip
+        memory = ["| reading | median (min-max) |", "|---|---|"]
+        memory += [f"| {label} | {cell(summary([get(r) for r in with_memory]))} |" for label, get in memory_rows]
+        lines += ["", f"### Gateway: memory per open stream, K = {with_memory[0]['memory']['streams']} "
+                  f"(runs: {len(with_memory)})", "", *memory]  # fmt: skip
+    return lines
+
+
+# The paced-stream phase's readings: (label, key in the phase's per-subject percentiles).
+GATEWAY_STREAM_READINGS = (("chunk delay", "chunk_delay"), ("TTFB", "ttfb"), ("time per stream", "total"))
+
+
+def paced_streams(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every run's paced-stream phase of the gateway scenario."""
+    return [r["paced_streams"] for r in runs(results, "gateway") if "paced_streams" in r]
+
+
+def _gateway_paced_streams(results: dict[str, Any]) -> list[str]:
+    ps = paced_streams(results)
+    if not ps:
+        return []
+    first = ps[0]
+
+    def row(label: str, get: Callable[[dict[str, Any]], float]) -> str:
+        return f"| {label} | {cell(summary([get(p) for p in ps]))} |"
+
+    percentiles = ["| reading | direct p50 / p99 / p99.9 ms | gateway p50 / p99 / p99.9 ms | added p50 ms | "
+                   "added p99 ms | added p99.9 ms |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for label, key in GATEWAY_STREAM_READINGS:
+        absolute = [" / ".join(cell(summary([p[s][key][pct] for p in ps])) for pct in ("p50", "p99", "p999"))
+                    for s in ("direct", "gateway")]  # fmt: skip
+        added = [cell(summary([p["added"][key][pct] for p in ps])) for pct in ("p50", "p99", "p999")]
+        percentiles.append(f"| {label} | " + " | ".join([*absolute, *added]) + " |")
+    costs = ["| reading | median (min-max) |", "|---|---|",
+             row("chunks relayed per second (gateway blocks)", lambda p: p["chunks_per_second"]["gateway"]),
+             row("chunks relayed per second of gateway CPU", lambda p: p["chunks_per_gateway_cpu_second"]),
+             row("gateway CPU while relaying, % of a core", lambda p: 100 * p["gateway_core_while_relaying"]),
+             row("gateway RSS at the end MB", lambda p: p["gateway_rss_mb"]),
+             row("gateway peak RSS MB", lambda p: p["gateway_peak_rss_mb"]),
+             row("go-enginesim CPU, % of a core (GOMAXPROCS=1)", lambda p: 100 * p["simulator_core"]),
+             row("go-gwload CPU, % of a core", lambda p: 100 * p["loader_core"]),
+             row("streams direct", lambda p: p["streams"]["direct"]),
+             row("streams through the gateway", lambda p: p["streams"]["gateway"]),
+             row("errors", lambda p: p["errors"]["direct"] + p["errors"]["gateway"]),
+             row("load 1m before", lambda p: p["load_1m"])]  # fmt: skip
+    title = (
+        f"### Gateway: paced streams from go-enginesim, {first['concurrency']} in flight x "
+        f"{first['tokens_per_second']:g} tokens/s, {first['tokens']} tokens each (runs: {len(ps)}; "
+        f"{first['blocks_per_subject']} blocks x {first['seconds']:g} s per subject)"
+    )
+    return ["", title, "", *percentiles, "", *costs]
 
 
 PICKER_ROWS: list[Row] = [

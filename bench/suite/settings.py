@@ -73,6 +73,19 @@ class Settings:
     gateway_streams: int
     """BENCH_GATEWAY_STREAMS: streams held open through the gateway for its memory per stream (full: 500; quick:
     100)."""
+    gateway_stream_concurrency: int
+    """BENCH_GATEWAY_STREAM_CONCURRENCY: streams in flight for the gateway's paced-stream phase, against
+    go-enginesim (200; 0 skips the phase)."""
+    gateway_stream_tps: float
+    """BENCH_GATEWAY_STREAM_TPS: tokens per second of each simulated stream (30)."""
+    gateway_stream_tokens: int
+    """BENCH_GATEWAY_STREAM_TOKENS: tokens per simulated stream (64)."""
+    gateway_stream_seconds: float
+    """BENCH_GATEWAY_STREAM_SECONDS: how long each block of the paced-stream phase starts streams (full: 15;
+    quick: 6)."""
+    gateway_flags: tuple[str, ...]
+    """BENCH_GATEWAY_FLAGS: extra llmaz-gateway flags for every gateway the scenario starts, split as a shell
+    would, e.g. `--upstream-retries 0` (default: none, the command's defaults)."""
     growth_sizes: tuple[int, ...]
     """BENCH_GROWTH_SIZES: Playground counts for the growth scenario (full: 100 1000 10000; quick: 20 200)."""
     growth_subjects: tuple[str, ...]
@@ -119,6 +132,11 @@ class Settings:
             gateway_blocks=_int("BENCH_GATEWAY_BLOCKS", 2 if quick else 4),
             gateway_block_seconds=_float("BENCH_GATEWAY_BLOCK_SECONDS", 60),
             gateway_streams=_int("BENCH_GATEWAY_STREAMS", 100 if quick else 500),
+            gateway_stream_concurrency=_int("BENCH_GATEWAY_STREAM_CONCURRENCY", 200),
+            gateway_stream_tps=_float("BENCH_GATEWAY_STREAM_TPS", 30),
+            gateway_stream_tokens=_int("BENCH_GATEWAY_STREAM_TOKENS", 64),
+            gateway_stream_seconds=_float("BENCH_GATEWAY_STREAM_SECONDS", 6 if quick else 15),
+            gateway_flags=tuple(shlex.split(os.environ.get("BENCH_GATEWAY_FLAGS", ""))),
             growth_sizes=_ints("BENCH_GROWTH_SIZES", "20 200" if quick else "100 1000 10000"),
             growth_subjects=tuple(os.environ.get("BENCH_GROWTH_SUBJECTS", "python").replace(",", " ").split()),
             picker_rate=_float("BENCH_PICKER_RATE", 300),

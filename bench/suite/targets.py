@@ -17,6 +17,7 @@ from suite.report import (
     gateway_levels,
     growth_runs,
     has_reading,
+    paced_streams,
     runs,
 )
 
@@ -112,6 +113,17 @@ def _picker_checks(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _paced_stream_checks(results: dict[str, Any]) -> list[str]:
+    """The added p99 of each chunk's delay and of TTFB with production's concurrency of paced streams."""
+    ps = paced_streams(results)
+    if not ps:
+        return []
+    load = f"{ps[0]['concurrency']} streams x {ps[0]['tokens_per_second']:g} tokens/s"
+    return [_check(f"gateway added p99, {label}, {load}", statistics.median([p["added"][key]["p99"] for p in ps]),
+                   GATEWAY_ADDED_P99_MS, " ms")
+            for label, key in (("chunk delay", "chunk_delay"), ("TTFB", "ttfb"))]  # fmt: skip
+
+
 def section(results: dict[str, Any]) -> list[str]:
     sizes = [e["n"] for e in results["runs"] if e["scenario"] == "controllers"]
     n = max(sizes) if sizes else 0
@@ -141,4 +153,5 @@ def section(results: dict[str, Any]) -> list[str]:
         *_growth_checks(results),
         *_gateway_checks(results),
         *_picker_checks(results),
+        *_paced_stream_checks(results),
     ]

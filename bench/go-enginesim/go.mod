@@ -1,0 +1,3 @@
+module llmaz.local/bench/go-enginesim
+
+go 1.25.0
