@@ -86,8 +86,12 @@ async def test_with_prefix_aware_a_refused_home_is_retried_on_another_endpoint_n
         with refused_endpoint() as refused:
             cluster = Cluster().synced()
             cluster.serve("m", refused, engine.endpoint)
-            # Prompts held nowhere yet: each starts at its session's home, and some homes are the refused endpoint.
-            bodies = [chat(f"Is the shop open on Sunday? I am customer {i}.", user=f"customer-{i}") for i in range(8)]
+            # Prompts that share nothing: each starts at its session's home, and about half of 16 homes (all but
+            # once in 65,536 runs at least one) are the refused endpoint.
+            bodies = [
+                {"model": "m", "prompt": f"Is the shop open on Sunday? I am customer {i}.", "user": f"customer-{i}"}
+                for i in range(16)
+            ]
             async with running_gateway(cluster, PREFIX_AWARE_GATEWAY) as gw:
                 for body in bodies:
                     assert (await gw.post(CHAT, body))[0] == 200  # answered, whichever its home
