@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -45,12 +44,9 @@ import aiohttp
 import yaml
 
 from llmaz.envtest._rest import RestClient
-from llmaz.envtest.images import find_images
-from llmaz.envtest.node import NodeCluster
-from llmaz.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
-from llmaz.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore, tiny_model
+from llmaz.envtest.node.install import GATEWAY, NAMESPACE
 from llmaz.testing.waiting import eventually_sync
-from suite.settings import REPO
+from suite.routing_bench import model_node, model_source, ready_count
 
 MODEL = "bench-autoscale"
 PLAYGROUND_NAMESPACE = "default"
@@ -290,18 +286,7 @@ async def hold_streams(url: str, traffic: Traffic, phase: str, streams: int, sec
 def model_objects(uri: str, endpoint_url: str, policy: Policy) -> list[dict[str, Any]]:
     args = ["--alias", MODEL, "-c", str(CONTEXT), "-np", str(SLOTS), "-t", "1"]
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "aws-access-secret", "namespace": PLAYGROUND_NAMESPACE},
-            "stringData": {"AWS_ACCESS_KEY_ID": ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY},
-        },
-        {
-            "apiVersion": "llmaz.io/v1alpha1",
-            "kind": "OpenModel",
-            "metadata": {"name": MODEL},
-            "spec": {"familyName": "llama", "source": {"uri": uri}},
-        },
+        *model_source(MODEL, uri, PLAYGROUND_NAMESPACE),
         {
             "apiVersion": "inference.llmaz.io/v1alpha1",
             "kind": "Playground",
@@ -328,12 +313,7 @@ def _spec_replicas(api: RestClient) -> int:
 def _ready_pods(api: RestClient) -> int:
     pods = api.request("GET", f"/api/v1/namespaces/{PLAYGROUND_NAMESPACE}/pods",
                        query={"labelSelector": f"{LWS_NAME_LABEL}={MODEL}"})["items"]  # fmt: skip
-    ready = 0
-    for pod in pods:
-        conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
-        if not pod["metadata"].get("deletionTimestamp") and conditions.get("Ready") == "True":
-            ready += 1
-    return ready
+    return ready_count(pods)
 
 
 class Sampler:
@@ -407,31 +387,18 @@ class Staircase:
 
 
 def run_once(staircase: Staircase, log_dir: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
-    images = find_images(["pause", "manager", "loader", "llama-server"])
     policy = POLICY
-    with tempfile.TemporaryDirectory(prefix="llmaz-bench-autoscale-") as scratch:
-        cluster = NodeCluster(
-            sandbox_image=images["pause"],
-            images=list(images.values()),
-            crd_paths=[REPO / "config" / "crd" / "bases"],
-            work_dir=Path(scratch) / "cluster",
-        )
-        with cluster:
-            install_llmaz(cluster, images["manager"].image)
-            layout = cluster.layout
-            api = cluster.admin_client()
-            with ObjectStore(layout.host_ip, layout.ports.object_store, log_dir / "autoscale-s3.log") as store:
-                uri = store.upload("models", f"{MODEL}/{MODEL}.gguf", tiny_model("prefill-heavy"))
-                endpoint_url = f"http://{layout.host_ip}:{layout.ports.object_store}"
-                objects = model_objects(uri, endpoint_url, policy)
-                cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
-                eventually_sync(lambda: _ready_pods(api) == policy.min_replicas, within=READY_TIMEOUT,
-                                what=f"{policy.min_replicas} Ready replica", interval=0.5)  # fmt: skip
-                service = json.loads(cluster.kubectl("get", "service", GATEWAY, "-n", NAMESPACE, "-o", "json"))
-                url = f"http://{service['spec']['clusterIP']}"
-                _wait_answering(url, Traffic(time.monotonic()))
-                result = _staircase(api, url, staircase, policy, say)
-                cluster.kubectl("delete", "playground", MODEL, "-n", PLAYGROUND_NAMESPACE, "--wait=true")
+    with model_node("autoscale", MODEL, log_dir) as node:
+        cluster, api = node.cluster, node.cluster.admin_client()
+        objects = model_objects(node.uri, node.endpoint_url, policy)
+        cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
+        eventually_sync(lambda: _ready_pods(api) == policy.min_replicas, within=READY_TIMEOUT,
+                        what=f"{policy.min_replicas} Ready replica", interval=0.5)  # fmt: skip
+        service = json.loads(cluster.kubectl("get", "service", GATEWAY, "-n", NAMESPACE, "-o", "json"))
+        url = f"http://{service['spec']['clusterIP']}"
+        _wait_answering(url, Traffic(time.monotonic()))
+        result = _staircase(api, url, staircase, policy, say)
+        cluster.kubectl("delete", "playground", MODEL, "-n", PLAYGROUND_NAMESPACE, "--wait=true")
     return result
 
 

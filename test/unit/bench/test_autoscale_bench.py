@@ -19,6 +19,7 @@ from suite.autoscale_bench import (
     report,
     scale_figures,
 )
+from suite.routing_bench import ready_count
 
 from llmaz.apis.validation.autoscale import autoscale_policy
 
@@ -185,3 +186,12 @@ def test_the_report_shows_the_figures_goals_phases_and_the_autoscalers_events() 
     assert "| step | 1 | 0 | 0.40 s | 0.40 s |" in text
     assert "| 64.2 | ScaledUp | Scaled from 1 to 3 replicas" in text
     assert "Pulled" not in text
+
+
+def test_ready_pods_are_those_ready_and_not_being_deleted() -> None:
+    def pod(ready: str, deleting: bool = False) -> dict[str, Any]:
+        metadata = {"deletionTimestamp": "2027-01-15T08:00:00Z"} if deleting else {}
+        return {"metadata": metadata, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+    pods = [pod("True"), pod("False"), pod("True", deleting=True), {"metadata": {}, "status": {}}, pod("True")]
+    assert ready_count(pods) == 2
