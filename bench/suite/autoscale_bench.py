@@ -359,7 +359,8 @@ def _playground_events(api: RestClient, wall_zero: float) -> list[dict[str, Any]
         {"at": event_at(e, wall_zero), "type": e.get("type"), "reason": e.get("reason"), "message": e.get("message"),
          "count": (e.get("series") or {}).get("count", e.get("count") or 1)}
         for e in events
-        if e["involvedObject"].get("kind") == "Playground" and e["involvedObject"].get("name") == MODEL
+        if (e.get("involvedObject") or {}).get("kind") == "Playground"
+        and (e.get("involvedObject") or {}).get("name") == MODEL
     ]  # fmt: skip
     return sorted(found, key=lambda e: e["at"] if e["at"] is not None else math.inf)
 

@@ -175,6 +175,8 @@ def test_streams_through_the_gateway_scale_a_playground_up_to_its_max_and_it_com
     assert failed == [], f"{len(failed)} of {len(load.streams)} streams failed: {[s.error for s in failed][:3]}"
     assert len(load.streams) >= CLIENTS
     assert max(r.replicas for r in timeline.readings) <= MAX_REPLICAS, timeline.text()
+    loaded = [r.replicas for r in timeline.readings if scaled_up <= r.at <= stopped]
+    assert set(loaded) <= {MAX_REPLICAS}, f"the count moved under steady streams:\n{timeline.text()}"
     up = eventually(lambda: gateway_events(e2e, namespace, NAME, "ScaledUp"), what="the ScaledUp Event")
     down = eventually(lambda: gateway_events(e2e, namespace, NAME, "ScaledDown"), what="the ScaledDown Event")
     print("\n".join(f"  {e['reason']}: {e['message']}" for e in up + down))
