@@ -1,9 +1,10 @@
 """The gateway's autoscaler under a staircase of real traffic, on the real node.
 
 `make bench-autoscale` (`BENCH_SCENARIOS=autoscale`, needs root and the node tier: `make node-bins image-build`):
-one real node with llmaz installed by `make deploy` (llmaz-gateway's autoscaler on, engine signals every second),
-the prefill-heavy random llama (`llmaz.testing.tinymodel.PREFILL_HEAVY`, about 10 ms per decoded token here)
-served by one Playground whose llama.cpp servers have 2 slots each (`-np 2 -t 1`), scaled by the autoscaler:
+one real node with llmaz installed by `make deploy` (llmaz-gateway's autoscaler on, engine signals every 0.25 s,
+the defaults), the prefill-heavy random llama (`llmaz.testing.tinymodel.PREFILL_HEAVY`, about 10 ms per decoded
+token here) served by one Playground whose llama.cpp servers have 2 slots each (`-np 2 -t 1`), scaled by the
+autoscaler:
 
     elasticConfig: {minReplicas: 1, maxReplicas: 4,
                     scaleTrigger: {requests: {targetPerReplica: 2, stableWindow: 30s, panicWindow: 6s,
