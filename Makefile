@@ -267,6 +267,10 @@ bench-growth: install $(BENCH_STAMP) cluster-bins ## Cost per Playground at N = 
 bench-serving: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Routing strategies side by side on the real node: cached tokens, prefill, TTFT (~15 min).
 	BENCH_SCENARIOS=routing $(PY) bench/run.py
 
+.PHONY: bench-autoscale
+bench-autoscale: install $(BENCH_STAMP) cluster-bins node-bins image-build ## The gateway's autoscaler on the real node: a staircase of 1, 8, 0 streams; scale-up and scale-down times (~10 min).
+	BENCH_SCENARIOS=autoscale $(PY) bench/run.py
+
 .PHONY: bench-gateway
 bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream, 200 paced streams.
 	BENCH_SCENARIOS=gateway $(PY) bench/run.py

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from suite import (
     admission_bench,
+    autoscale_bench,
     controllers_bench,
     gateway_bench,
     golang,
@@ -177,6 +178,14 @@ def routing(suite: Suite) -> None:
     suite.record("routing", {"subject": "python"}, partial(routing_bench.run_once, suite.log_dir))
 
 
+def autoscale(suite: Suite) -> None:
+    s = suite.settings
+    staircase = autoscale_bench.Staircase(
+        s.autoscale_streams, s.autoscale_warm_seconds, s.autoscale_step_seconds, s.autoscale_idle_seconds
+    )
+    suite.record("autoscale", {"subject": "python"}, partial(autoscale_bench.run_once, staircase, suite.log_dir))
+
+
 def memory(suite: Suite) -> None:
     s = suite.settings
     for rep in range(s.repeats):
@@ -263,6 +272,8 @@ def main() -> None:
             growth(suite, go)
         if "picker" in settings.scenarios:
             picker(suite)
+        if "autoscale" in settings.scenarios:
+            autoscale(suite)
     finally:
         suite.save()
         if created_cert_dir:

@@ -9,7 +9,7 @@ Entry point: `bench/run.py` (`make bench`). Modules:
 - `workload`, `tracker`: the objects a run creates, and a watch that sees when they have converged.
 - `subjects`: how each subject process is started and stopped.
 - `controllers_bench`, `runtime_bench`, `admission_bench`, `limit_bench`, `memory_bench`, `serving_bench`,
-  `gateway_bench`: the scenarios (`gateway_engine` and `gateway_launcher` are the gateway scenario's fake engine
-  and gateway processes).
+  `gateway_bench`, `autoscale_bench`: the scenarios (`gateway_engine` and `gateway_launcher` are the gateway
+  scenario's fake engine and gateway processes).
 - `report`: the Markdown table, the plots and the stdout summary.
 """

@@ -114,8 +114,9 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def draw(results: dict[str, Any], out: Path) -> list[Path]:
-    from suite import routing_bench
+    from suite import autoscale_bench, routing_bench
 
     drawn = [f(results, out) for f in (timeline, controller_bars, runtime_bars, admission_bars, growth)]
     routing = [p for r in runs(results, "routing") for p in routing_bench.plot(r, out)]
-    return [p for p in drawn if p is not None] + routing
+    autoscale = [autoscale_bench.plot(r, out) for r in runs(results, "autoscale")]
+    return [p for p in drawn if p is not None] + routing + autoscale

@@ -186,6 +186,17 @@ def routing_section(results: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def autoscale_section(results: dict[str, Any]) -> list[str]:
+    from suite import autoscale_bench
+
+    return [
+        line
+        for r in runs(results, "autoscale")
+        for line in ("", "### Autoscaling on the real node: a staircase of streams through the gateway", "",
+                     autoscale_bench.report(r))
+    ]  # fmt: skip
+
+
 def memory_section(results: dict[str, Any]) -> list[str]:
     rs = runs(results, "memory")
     if not rs:
@@ -409,7 +420,7 @@ def write(results: dict[str, Any], out: Path) -> str:
     body = [*controllers_section(results), *runtime_section(results), *admission_section(results),
             *limit_section(results), *loader_section(results), *serving_section(results), *routing_section(results),
             *memory_section(results), *gateway_section(results), *growth_section(results), *picker_section(results),
-            *targets.section(results),
+            *autoscale_section(results), *targets.section(results),
             *failures_section(results)]  # fmt: skip
     text = "\n".join([*header, *body]) + "\n"
     (out / "summary.md").write_text(text)

@@ -37,7 +37,8 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,22 +255,40 @@ def figures(outcome: Outcome) -> dict[str, Any]:
 # The cluster side
 
 
-def _model_objects(uri: str, endpoint_url: str, workload: Workload) -> list[dict[str, Any]]:
-    args = ["--alias", MODEL, "-c", str(CONTEXT), "-np", str(SLOTS), "--cache-ram", str(workload.cache_ram_mib),
-            "-t", "1"]  # fmt: skip
+def model_source(name: str, uri: str, namespace: str = "default") -> list[dict[str, Any]]:
+    """The object store's credentials (the Secret the loader reads in `namespace`) and the OpenModel `name` at
+    `uri`; shared by the node scenarios."""
     return [
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": "aws-access-secret", "namespace": "default"},
+            "metadata": {"name": "aws-access-secret", "namespace": namespace},
             "stringData": {"AWS_ACCESS_KEY_ID": ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY},
         },
         {
             "apiVersion": "llmaz.io/v1alpha1",
             "kind": "OpenModel",
-            "metadata": {"name": MODEL},
+            "metadata": {"name": name},
             "spec": {"familyName": "llama", "source": {"uri": uri}},
         },
+    ]
+
+
+def ready_count(pods: Iterable[dict[str, Any]]) -> int:
+    """The pods that are Ready and not being deleted."""
+    ready = 0
+    for pod in pods:
+        conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
+        if not pod["metadata"].get("deletionTimestamp") and conditions.get("Ready") == "True":
+            ready += 1
+    return ready
+
+
+def _model_objects(uri: str, endpoint_url: str, workload: Workload) -> list[dict[str, Any]]:
+    args = ["--alias", MODEL, "-c", str(CONTEXT), "-np", str(SLOTS), "--cache-ram", str(workload.cache_ram_mib),
+            "-t", "1"]  # fmt: skip
+    return [
+        *model_source(MODEL, uri),
         {
             "apiVersion": "inference.llmaz.io/v1alpha1",
             "kind": "Playground",
@@ -294,12 +313,7 @@ def _cluster_ip(cluster: NodeCluster, namespace: str, name: str) -> str:
 
 def _ready_pods(cluster: NodeCluster) -> int:
     pods = json.loads(cluster.kubectl("get", "pods", "-n", "default", "-l", f"{LWS_NAME_LABEL}={MODEL}", "-o", "json"))
-    ready = 0
-    for pod in pods["items"]:
-        conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
-        if not pod["metadata"].get("deletionTimestamp") and conditions.get("Ready") == "True":
-            ready += 1
-    return ready
+    return ready_count(pods["items"])
 
 
 def _ready_endpoints(cluster: NodeCluster) -> int:
@@ -358,13 +372,23 @@ def _wait_answering(url: str) -> None:
     _wait(f"an answer from {url}", lambda: asyncio.run(once()), timeout=120.0)
 
 
-def run_once(log_dir: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ModelNode:
+    """A real node with llmaz installed and the prefill-heavy model in its object store."""
+
+    cluster: NodeCluster
+    uri: str
+    """The model in the object store (`s3://models/<name>/<name>.gguf`)."""
+    endpoint_url: str
+    """The object store, for the loader's AWS_ENDPOINT_URL."""
+
+
+@contextmanager
+def model_node(scenario: str, model: str, log_dir: Path) -> Iterator[ModelNode]:
+    """One real node with llmaz installed by `make deploy` and the prefill-heavy model uploaded as `model`; all of
+    it stopped and removed on exit. Shared by the node scenarios."""
     images = find_images(["pause", "manager", "loader", "llama-server"])
-    results: dict[str, Any] = {
-        "replicas": REPLICAS, "slots": SLOTS, "context": CONTEXT, "in_flight": IN_FLIGHT,
-        "workloads": [asdict(w) for w in WORKLOADS], "strategies": list(STRATEGIES), "figures": {},
-    }  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="llmaz-bench-routing-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"llmaz-bench-{scenario}-") as scratch:
         cluster = NodeCluster(
             sandbox_image=images["pause"],
             images=list(images.values()),
@@ -374,21 +398,28 @@ def run_once(log_dir: Path, say: Callable[[str], None] = print) -> dict[str, Any
         with cluster:
             install_llmaz(cluster, images["manager"].image)
             layout = cluster.layout
-            with ObjectStore(layout.host_ip, layout.ports.object_store, log_dir / "routing-s3.log") as store:
-                uri = store.upload("models", f"{MODEL}/{MODEL}.gguf", tiny_model("prefill-heavy"))
-                endpoint_url = f"http://{layout.host_ip}:{layout.ports.object_store}"
-                for workload in WORKLOADS:
-                    say(
-                        f"[routing] {workload.title}: serving {REPLICAS} replicas, --cache-ram {workload.cache_ram_mib}"
-                    )
-                    serve(cluster, uri, endpoint_url, workload)
-                    for seed, strategy in enumerate(STRATEGIES):
-                        url = use_strategy(cluster, strategy)
-                        _wait_answering(url)
-                        found = figures(asyncio.run(drive(url, workload, seed)))
-                        results["figures"].setdefault(workload.name, {})[strategy] = found
-                        say(f"[routing]   {strategy:<18} {_line(found)}")
-                cluster.kubectl("delete", "playground", MODEL, "-n", "default", "--wait=true")
+            with ObjectStore(layout.host_ip, layout.ports.object_store, log_dir / f"{scenario}-s3.log") as store:
+                uri = store.upload("models", f"{model}/{model}.gguf", tiny_model("prefill-heavy"))
+                yield ModelNode(cluster, uri, f"http://{layout.host_ip}:{layout.ports.object_store}")
+
+
+def run_once(log_dir: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "replicas": REPLICAS, "slots": SLOTS, "context": CONTEXT, "in_flight": IN_FLIGHT,
+        "workloads": [asdict(w) for w in WORKLOADS], "strategies": list(STRATEGIES), "figures": {},
+    }  # fmt: skip
+    with model_node("routing", MODEL, log_dir) as node:
+        cluster = node.cluster
+        for workload in WORKLOADS:
+            say(f"[routing] {workload.title}: serving {REPLICAS} replicas, --cache-ram {workload.cache_ram_mib}")
+            serve(cluster, node.uri, node.endpoint_url, workload)
+            for seed, strategy in enumerate(STRATEGIES):
+                url = use_strategy(cluster, strategy)
+                _wait_answering(url)
+                found = figures(asyncio.run(drive(url, workload, seed)))
+                results["figures"].setdefault(workload.name, {})[strategy] = found
+                say(f"[routing]   {strategy:<18} {_line(found)}")
+        cluster.kubectl("delete", "playground", MODEL, "-n", "default", "--wait=true")
     results["goals"] = goals(results["figures"])
     return results
 

@@ -15,7 +15,7 @@ BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO = BENCH_DIR.parent
 ALL_SCENARIOS = (
     "controllers", "runtime", "admission", "limit", "loader", "serving", "routing", "memory", "gateway", "growth",
-    "picker",
+    "picker", "autoscale",
 )  # fmt: skip
 
 
@@ -54,7 +54,8 @@ class Settings:
     """BENCH_TIMEOUT: seconds a phase may take before the run is recorded as timed out (full: 900)."""
     scenarios: tuple[str, ...]
     """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, routing, memory, gateway,
-    growth, picker (default: all; serving and routing need root and the node tier's binaries and images)."""
+    growth, picker, autoscale (default: all; serving, routing and autoscale need root and the node tier's binaries
+    and images)."""
     subjects: tuple[str, ...]
     """BENCH_SUBJECTS: subset of python, go (default: both)."""
     loader_megabytes: int
@@ -99,6 +100,14 @@ class Settings:
     """BENCH_PICKER_CONVERSATIONS: conversations the paced requests continue (300)."""
     picker_prompts: int
     """BENCH_PICKER_PROMPTS: distinct prompts for the picker's memory (100000)."""
+    autoscale_streams: int
+    """BENCH_AUTOSCALE_STREAMS: concurrent streams of the autoscale scenario's step (8: 4 replicas at 2 each)."""
+    autoscale_warm_seconds: float
+    """BENCH_AUTOSCALE_WARM_SECONDS: seconds of 1 stream before the step (full: 60; quick: 20)."""
+    autoscale_step_seconds: float
+    """BENCH_AUTOSCALE_STEP_SECONDS: seconds the step's streams are held (full: 120; quick: 60)."""
+    autoscale_idle_seconds: float
+    """BENCH_AUTOSCALE_IDLE_SECONDS: longest wait after the step for minReplicas again (180)."""
     manager_args: tuple[str, ...]
     """BENCH_MANAGER_ARGS: extra flags for our manager in scenarios 1 and 9, e.g. `--kube-api-qps 0` (default:
     none, the defaults users get)."""
@@ -143,6 +152,10 @@ class Settings:
             picker_seconds=_float("BENCH_PICKER_SECONDS", 3 if quick else 10),
             picker_conversations=_int("BENCH_PICKER_CONVERSATIONS", 300),
             picker_prompts=_int("BENCH_PICKER_PROMPTS", 100_000),
+            autoscale_streams=_int("BENCH_AUTOSCALE_STREAMS", 8),
+            autoscale_warm_seconds=_float("BENCH_AUTOSCALE_WARM_SECONDS", 20 if quick else 60),
+            autoscale_step_seconds=_float("BENCH_AUTOSCALE_STEP_SECONDS", 60 if quick else 120),
+            autoscale_idle_seconds=_float("BENCH_AUTOSCALE_IDLE_SECONDS", 180),
             manager_args=tuple(shlex.split(os.environ.get("BENCH_MANAGER_ARGS", ""))),
             max_concurrent_reconciles=_int("BENCH_MCR", 1),
             results_dir=Path(os.environ.get("BENCH_RESULTS", BENCH_DIR / "results")),

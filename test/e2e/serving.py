@@ -7,6 +7,10 @@ path to it is real.
 from __future__ import annotations
 
 import json
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmaz.envtest.node import NodeCluster
@@ -145,3 +149,44 @@ def gateway_events(e2e: Environment, namespace: str, playground: str, reason: st
     """The Events of `reason` on Playground `playground` (the gateway's scaling Events among them)."""
     events = e2e.items("events", namespace)
     return [e for e in events if e.get("reason") == reason and e["involvedObject"].get("name") == playground]
+
+
+@dataclass
+class Stream:
+    """A streamed chat read to its end on its own thread: when each part arrived, and how it ended."""
+
+    url: str
+    model: str
+    max_tokens: int
+    first_chunk: threading.Event = field(default_factory=threading.Event)
+    chunks: int = 0
+    done: bool = False
+    completion_tokens: int | None = None
+    error: str = ""
+    ended: float = 0.0
+
+    def run(self) -> None:
+        body = chat_request(self.model, stream=True, max_tokens=self.max_tokens)
+        request = urllib.request.Request(
+            f"{self.url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=120) as response:
+                for line in response:
+                    if not line.startswith(b"data:"):
+                        continue
+                    self.chunks += 1
+                    self.first_chunk.set()
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        self.done = True
+                        break
+                    usage = json.loads(data).get("usage")
+                    if usage:
+                        self.completion_tokens = usage["completion_tokens"]
+        except OSError as err:
+            self.error = repr(err)
+        finally:
+            self.ended = time.monotonic()
+            self.first_chunk.set()

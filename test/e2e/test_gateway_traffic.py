@@ -7,10 +7,8 @@ a wait: the checks themselves wait for positive signals.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,8 +17,19 @@ import pytest
 
 from llmaz.envtest.objectstore import ObjectStore, tiny_model
 
-from .serving import BUCKET, KEY, api_chat, credentials, gateway_events, gateway_url, routable, served, tiny_llama
-from .support import Environment, ModelNames, chat_request, eventually, pod_ready, wait_playground_ready
+from .serving import (
+    BUCKET,
+    KEY,
+    Stream,
+    api_chat,
+    credentials,
+    gateway_events,
+    gateway_url,
+    routable,
+    served,
+    tiny_llama,
+)
+from .support import Environment, ModelNames, eventually, pod_ready, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -129,47 +138,6 @@ def test_requests_sent_while_the_only_engine_pod_is_replaced_are_held_and_answer
     assert failed == [], f"{len(failed)} failed: {[a.body[:200] for a in failed]}\n{client.timeline()}"
     during = [a for a in client.answers if deleted_at <= a.sent <= ready_at]
     assert during, "no request was sent while the pod was replaced"
-
-
-@dataclass
-class Stream:
-    """A streamed chat read to its end on its own thread: when each part arrived, and how it ended."""
-
-    url: str
-    model: str
-    max_tokens: int
-    first_chunk: threading.Event = field(default_factory=threading.Event)
-    chunks: int = 0
-    done: bool = False
-    completion_tokens: int | None = None
-    error: str = ""
-    ended: float = 0.0
-
-    def run(self) -> None:
-        body = chat_request(self.model, stream=True, max_tokens=self.max_tokens)
-        request = urllib.request.Request(
-            f"{self.url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-        )
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(request, timeout=120) as response:
-                for line in response:
-                    if not line.startswith(b"data:"):
-                        continue
-                    self.chunks += 1
-                    self.first_chunk.set()
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        self.done = True
-                        break
-                    usage = json.loads(data).get("usage")
-                    if usage:
-                        self.completion_tokens = usage["completion_tokens"]
-        except OSError as err:
-            self.error = repr(err)
-        finally:
-            self.ended = time.monotonic()
-            self.first_chunk.set()
 
 
 def test_a_stream_on_the_replica_a_scale_down_removes_finishes_before_its_engine_stops(
