@@ -205,6 +205,7 @@ def test_a_prefix_held_on_one_engine_draws_requests_from_their_own_idle_home_unt
     picker = PrefixAware(in_flight, load_factor=8)  # bound = total load + 1: nothing is excluded by it here
     system = "You answer questions about the 2026 tax code, citing sections. " * 16
     holder = picker.pick(ENDPOINTS, key=chat_key(system, "What changed for freelancers?"))
+    assert holder is not None
     # The same system prompt in another session: another ring key, and (for one of these) another home.
     others = [chat_key(system, "And for retirees?", f"session-{i}") for i in range(20)]
     other = next(k for k in others if next(Ring(ENDPOINTS).walk(k.ring)) != holder)
