@@ -61,9 +61,9 @@ class FailsAtOnce:
         raise RuntimeError("runnable failed")
 
 
-async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it_ends(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def closed(monkeypatch: pytest.MonkeyPatch) -> list[Client]:
+    """The clients closed during the test, in order."""
     closed: list[Client] = []
     original_close = Client.close
 
@@ -72,6 +72,10 @@ async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it
         await original_close(client)
 
     monkeypatch.setattr(Client, "close", close)
+    return closed
+
+
+async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it_ends(closed: list[Client]) -> None:
     managers: list[Manager] = []
 
     def setup(manager: Manager) -> None:
@@ -86,16 +90,8 @@ async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it
 
 
 async def test_a_refusing_preflight_ends_run_manager_before_any_manager_exists_and_closes_its_client(
-    monkeypatch: pytest.MonkeyPatch,
+    closed: list[Client],
 ) -> None:
-    closed: list[Client] = []
-    original_close = Client.close
-
-    async def close(client: Client) -> None:
-        closed.append(client)
-        await original_close(client)
-
-    monkeypatch.setattr(Client, "close", close)
     checked: list[Client] = []
     managers: list[Manager] = []
 
