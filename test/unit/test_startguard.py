@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from llmaz import startguard
 from llmaz.__main__ import parse_args
@@ -219,16 +220,26 @@ async def test_both_signs_are_reported_in_one_message() -> None:
         await startguard.check(api, NAMESPACE, LEASE, hostname=OURS, allow_other_manager=False, now=NOW)
 
 
-async def test_allow_other_manager_starts_anyway() -> None:
+async def test_allow_other_manager_starts_anyway_with_one_warning_naming_what_it_found() -> None:
     api = FakeApi(lease("llmaz-go-xyz_0f3c", 3), GO_DEPLOYMENT)
-    await startguard.check(api, NAMESPACE, LEASE, hostname=OURS, allow_other_manager=True, now=NOW)
+    with capture_logs() as logs:
+        await startguard.check(api, NAMESPACE, LEASE, hostname=OURS, allow_other_manager=True, now=NOW)
+    (warning,) = logs
+    assert warning["log_level"] == "warning"
+    assert warning["event"] == "starting beside another llmaz manager, as --allow-other-manager says"
+    assert [f.split(" ", 1)[0] for f in warning["found"]] == ["Lease", "Deployment"]
 
 
 @pytest.mark.parametrize("refused", ["leases", "deployments", "pods"])
 async def test_a_sign_rbac_does_not_let_it_read_is_skipped_not_fatal(refused: str) -> None:
     forbidden = Forbidden(403, "Forbidden", f'{refused} is forbidden: User "x" cannot get resource "{refused}"')
     api = FakeApi(lease("llmaz-go-xyz_0f3c", 3), GO_DEPLOYMENT, refuse={refused: forbidden})
-    found = await findings(api)
+    with capture_logs() as logs:
+        found = await findings(api)
+    (warning,) = logs
+    assert warning["event"] == "start-up guard: cannot read, so this check is skipped"
+    assert warning["error"] == str(forbidden)
+    assert "config/rbac/role.yaml" in warning["fix"]
     # What could be read is still reported; what could not is skipped. A holder whose pod cannot be read is not
     # known to be foreign: refusing then would stop our own second replica wherever pods cannot be read.
     assert any(f.startswith("Lease") for f in found) is (refused not in ("leases", "pods"))
@@ -238,7 +249,9 @@ async def test_a_sign_rbac_does_not_let_it_read_is_skipped_not_fatal(refused: st
 async def test_an_api_server_that_fails_skips_every_sign() -> None:
     failing = ApiError(0, "ConnectionError", "connection refused")
     api = FakeApi(refuse={"leases": failing, "deployments": failing})
-    await startguard.check(api, NAMESPACE, LEASE, hostname=OURS, allow_other_manager=False, now=NOW)
+    with capture_logs() as logs:
+        await startguard.check(api, NAMESPACE, LEASE, hostname=OURS, allow_other_manager=False, now=NOW)
+    assert [line["what"] for line in logs] == [f"Lease {NAMESPACE}/{LEASE}", f"Deployments in {NAMESPACE}"]
 
 
 def test_the_flag_and_the_environment_variable_allow_another_manager(monkeypatch: pytest.MonkeyPatch) -> None:
