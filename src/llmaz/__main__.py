@@ -16,11 +16,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmaz import startguard
 from llmaz.apis import resources as r
 from llmaz.apis.duration import parse_duration
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.runtime.address import split_host_port
 from llmaz.runtime.authn import DelegatingAuth
+from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import RestConfig, load
 from llmaz.runtime.entrypoint import add_process_flags, exit_status, run_manager, start_logging
 from llmaz.runtime.leaderelection import check_timings
@@ -131,6 +133,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=bind_address,
         default="0",
         help="kube-scheduler extender (filter, prioritize by inference flavor) address, e.g. :9444; 0 (default) off",
+    )
+    add(
+        "--allow-other-manager",
+        action="store_true",
+        default=startguard.allowed_by_env(),
+        help=f"start beside another llmaz manager (e.g. Go llmaz) in the namespace; also {startguard.ALLOW_ENV}=true",
     )
     add_process_flags(parser)
     args = parser.parse_args(argv)
@@ -258,8 +266,24 @@ def add_runnables(manager: Manager, args: argparse.Namespace) -> None:
     add_metrics(manager, args)
 
 
+async def guard_start(client: Client, args: argparse.Namespace) -> None:
+    """Refuse to start beside another llmaz manager (`llmaz.startguard`)."""
+    await startguard.check(
+        client,
+        args.namespace,
+        LEADER_ELECTION_ID,
+        hostname=socket.gethostname(),
+        allow_other_manager=args.allow_other_manager,
+    )
+
+
 async def run(args: argparse.Namespace) -> None:
-    await run_manager(await rest_config(args), manager_options(args), lambda manager: add_runnables(manager, args))
+    await run_manager(
+        await rest_config(args),
+        manager_options(args),
+        lambda manager: add_runnables(manager, args),
+        preflight=lambda client: guard_start(client, args),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

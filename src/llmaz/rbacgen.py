@@ -22,6 +22,7 @@ from types import ModuleType
 import yaml
 
 from llmaz import __main__ as manager
+from llmaz import startguard
 from llmaz.certs import rotator
 from llmaz.controllers import legacy, playground, readiness, service, setup
 from llmaz.gateway.routing import catalog
@@ -58,7 +59,7 @@ ROLE_FILES = (
         "role.yaml",
         "manager-role",
         "What the manager calls: controllers, the webhooks' and extender's caches, certificate rotation and events.",
-        (setup, playground, service, readiness, legacy, cachelookup, manager, rotator, events),
+        (setup, playground, service, readiness, legacy, cachelookup, manager, rotator, events, startguard),
     ),
     RoleFile("leader_election_role.yaml", "leader-election-role", "The leader-election Lease.", (leaderelection,)),
     RoleFile(

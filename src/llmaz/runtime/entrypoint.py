@@ -3,15 +3,16 @@
 - `add_process_flags`: the flags every such process takes (`--kubeconfig`, `--log-level`, `--log-format`).
 - `start_logging`: logging as those flags say, and the process's logger.
 - `run_manager`: a client, a Manager with what `setup` adds to it, run until SIGTERM or SIGINT (the Manager's
-  signal handling and stop order), the client closed however it ends.
+  signal handling and stop order), the client closed however it ends; a `preflight` check over the client first.
 - `exit_status`: the process's main coroutine run to completion, and its exit status.
+- `StartRefusedError`: what a preflight check raises to end the process with one line saying why.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from llmaz.runtime import log
@@ -34,10 +35,22 @@ def start_logging(args: argparse.Namespace, logger: str) -> Any:
     return log.get_logger(logger)
 
 
-async def run_manager(config: RestConfig, options: ManagerOptions, setup: Callable[[Manager], None]) -> None:
-    """Run a Manager over a client of `config`, after `setup(manager)` has added its runnables and checks."""
+class StartRefusedError(Exception):
+    """The process must not start; the message says why and what to do."""
+
+
+async def run_manager(
+    config: RestConfig,
+    options: ManagerOptions,
+    setup: Callable[[Manager], None],
+    preflight: Callable[[Client], Awaitable[None]] | None = None,
+) -> None:
+    """Run a Manager over a client of `config`, after `setup(manager)` has added its runnables and checks, and
+    after `preflight(client)`, when given, has returned: it runs before anything starts or serves."""
     client = Client(config)
     try:
+        if preflight is not None:
+            await preflight(client)
         manager = Manager(client, options)
         setup(manager)
         await manager.start()
@@ -47,11 +60,15 @@ async def run_manager(config: RestConfig, options: ManagerOptions, setup: Callab
 
 def exit_status(main: Coroutine[Any, Any, None], logger: Any, process: str) -> int:
     """Run `main`; 0 when it returns, else 1 with the failure logged: one line when the API server configuration
-    cannot load (the message says what to fix), the traceback for anything else."""
+    cannot load or a preflight check refuses the start (the message says what to do), the traceback for anything
+    else."""
     try:
         asyncio.run(main)
     except ConfigError as err:
         logger.error("cannot load the API server configuration", error=str(err))
+        return 1
+    except StartRefusedError as err:
+        logger.error(f"{process} refused to start", error=str(err))
         return 1
     except Exception as err:
         logger.error(f"{process} exited", error=str(err), exc_info=True)

@@ -140,6 +140,19 @@ def test_the_manager_identity_reads_what_it_watches(as_manager: RestClient) -> N
     assert _status(as_manager, "GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/llmaz-webhook-server-cert") == 200
 
 
+def test_the_start_up_guard_reads_its_signs_with_the_generated_rbac_and_lets_the_installed_manager_start(
+    as_manager: RestClient, manager: RunningManager
+) -> None:
+    # The manager runs (the fixture waited for /readyz) beside config/default's own Deployment, which runs
+    # `llmaz-manager`: the guard judged it ours, and could read every sign.
+    lease = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/fbb36db9.llmaz.io"
+    assert _status(as_manager, "GET", lease) == 200
+    assert _status(as_manager, "GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments") == 200
+    assert _status(as_manager, "GET", f"/api/v1/namespaces/{NAMESPACE}/pods/not-there") == 404
+    assert "start-up guard: cannot read" not in manager.log()
+    assert "refused to start" not in manager.log()
+
+
 def _controller_uid(cluster: ControlPlane, path: str) -> str:
     if not _exists(cluster, path):
         return ""

@@ -11,7 +11,7 @@ import pytest
 
 from llmaz.runtime.client import Client, RestConfig
 from llmaz.runtime.client.credentials import ConfigError
-from llmaz.runtime.entrypoint import add_process_flags, exit_status, run_manager
+from llmaz.runtime.entrypoint import StartRefusedError, add_process_flags, exit_status, run_manager
 from llmaz.runtime.manager import Manager, ManagerOptions
 
 
@@ -42,6 +42,7 @@ def test_a_main_that_returns_exits_0_and_logs_nothing() -> None:
     [
         (ConfigError("no kubeconfig: set KUBECONFIG"), "cannot load the API server configuration", False),
         (RuntimeError("informer failed"), "manager exited", True),
+        (StartRefusedError("another llmaz manager is running: ..."), "manager refused to start", False),
     ],
 )
 def test_a_main_that_fails_exits_1_with_one_error_line(error: Exception, event: str, traceback: bool) -> None:
@@ -60,9 +61,9 @@ class FailsAtOnce:
         raise RuntimeError("runnable failed")
 
 
-async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it_ends(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def closed(monkeypatch: pytest.MonkeyPatch) -> list[Client]:
+    """The clients closed during the test, in order."""
     closed: list[Client] = []
     original_close = Client.close
 
@@ -71,6 +72,10 @@ async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it
         await original_close(client)
 
     monkeypatch.setattr(Client, "close", close)
+    return closed
+
+
+async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it_ends(closed: list[Client]) -> None:
     managers: list[Manager] = []
 
     def setup(manager: Manager) -> None:
@@ -82,6 +87,24 @@ async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it
         await asyncio.wait_for(run_manager(RestConfig(host="https://127.0.0.1:1"), options, setup), 30)
     (manager,) = managers
     assert closed == [manager.client]
+
+
+async def test_a_refusing_preflight_ends_run_manager_before_any_manager_exists_and_closes_its_client(
+    closed: list[Client],
+) -> None:
+    checked: list[Client] = []
+    managers: list[Manager] = []
+
+    async def preflight(client: Client) -> None:
+        checked.append(client)
+        raise StartRefusedError("not now")
+
+    options = ManagerOptions(health_probe_bind_address="127.0.0.1:0")
+    with pytest.raises(StartRefusedError, match="not now"):
+        await run_manager(RestConfig(host="https://127.0.0.1:1"), options, managers.append, preflight=preflight)
+    assert managers == []
+    (client,) = checked
+    assert closed == [client]
 
 
 def test_every_process_takes_the_same_client_and_log_flags() -> None:
