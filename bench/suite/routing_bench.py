@@ -5,10 +5,11 @@ one real node with llmaz installed by `make deploy`, 4 replicas of a prefill-hea
 (`llmaz.testing.tinymodel.PREFILL_HEAVY`: context 4,096, so a 1,000-token prompt takes about a second to prefill
 on this machine and a cached one a tenth of that), each llama.cpp server with 2 slots and its prompt cache on.
 
-Caches are sized like a GPU's, per workload, so that one replica holds a quarter to three eighths of the
-workload's prefixes: a slot keeps the KV of its last prompt, and `--cache-ram` (host memory for prompt states, 8 GiB
-by default) is bounded (`WORKLOADS`, `cache_ram_mib`; a state costs about 1 KiB per token with this model). With
-unbounded caches every strategy would hit after a few rounds, and the bench would measure nothing.
+Caches are sized like a GPU's, per workload, so that one replica holds a quarter (shared prefixes) to three
+eighths (chats) of the workload's prefixes: a slot keeps the KV of its last prompt, and `--cache-ram` (host memory
+for prompt states, 8 GiB by default) is bounded (`WORKLOADS`, `cache_ram_mib`; a state costs about 1 KiB per token
+with this model). With unbounded caches every strategy would hit after a few rounds, and the bench would measure
+nothing.
 
 Strategies, each over the same workloads (fresh random prompts per strategy, so no strategy finds another's
 prefixes in the caches):
@@ -95,8 +96,11 @@ WORKLOADS = (
     # at a time, so two requests of one prefix at once need the host cache: the second restores the prefix from it
     # into the other slot.
     Workload("shared-prefix", "(a) 8 groups sharing a 1,000-token system prompt", cache_ram_mib=2, max_tokens=16),
-    # 16 chats of 1-1.3 MiB of state: 2 in the slots and 2 in 3 MiB of host cache, a quarter.
-    Workload("multi-turn", "(b) 16 chats of 6 turns", cache_ram_mib=3, max_tokens=48),
+    # 16 chats of 1.0-1.5 MiB of state: 2 in the slots and 4 in 6 MiB of host cache, 6 of 16. Each chat comes back
+    # after the others' turns, so an engine whose cache holds fewer chats than it serves evicts each one just before
+    # its next turn (least recently used, in a cycle): with 16 chats on every engine none is ever found, with its
+    # 3 to 6 all are.
+    Workload("multi-turn", "(b) 16 chats of 6 turns", cache_ram_mib=6, max_tokens=48),
     Workload("unique", "(c) unique 1,000-token prompts (control)", cache_ram_mib=2, max_tokens=16),
 )
 GROUPS, QUESTIONS_PER_GROUP = 8, 8

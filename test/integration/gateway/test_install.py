@@ -35,6 +35,8 @@ def test_uncommenting_the_line_adds_the_gateway_prefixed_in_llmaz_system_and_it_
         "ClusterRoleBinding/llmaz-gateway-rolebinding",
         "Deployment/llmaz-gateway",
         "PodDisruptionBudget/llmaz-gateway",
+        "Role/llmaz-gateway-role",
+        "RoleBinding/llmaz-gateway-rolebinding",
         "Service/llmaz-gateway",
         "Service/llmaz-gateway-metrics",
         "ServiceAccount/llmaz-gateway",
