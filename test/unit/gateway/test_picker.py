@@ -12,7 +12,7 @@ import pytest
 from llmaz.apis import constants as c
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights
 from llmaz.gateway.routing.balancer import LeastOutstanding
-from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.inflight import RELEASE_HORIZON, InFlight
 from llmaz.gateway.routing.load import EngineLoad
 from llmaz.gateway.routing.picker import (
     PREFIX_BLOCKS,
@@ -262,6 +262,42 @@ def test_the_load_is_the_larger_of_the_engines_count_and_this_replicas_own() -> 
     signals = Signals({a: EngineLoad(1, 0), b: EngineLoad(3, 0)})
     picker = PrefixAware(in_flight, signals, RoutingWeights(prefix=0, queue=1, utilisation=0), load_factor=10)
     assert picker.pick([a, b]) == b
+
+
+def test_requests_that_ended_here_since_the_engine_was_asked_are_taken_off_its_counts() -> None:
+    # A chat's next turn comes the moment its previous turn ends, while the engine's counts, read a moment before,
+    # still hold that turn: the engine holding the chat must not look busy with the chat itself.
+    a, b = ENDPOINTS[:2]
+    now = [100.0]
+    in_flight = InFlight(clock=lambda: now[0])
+    signals = Signals({a: EngineLoad(2, 0, 1.0, observed_at=99.5), b: EngineLoad(0, 0, 0.0, observed_at=99.5)})
+    picker = PrefixAware(in_flight, signals)
+    turn = keyed(7, (1, 2, 3, 4))
+    picker.index.record(a, turn.blocks)
+    for _ in range(2):  # this replica's two requests to a, counted by the engine at 99.5, end at 100
+        in_flight.acquire(a)
+        in_flight.release(a)
+    assert in_flight.released_since(a, 99.5) == 2
+    assert picker.pick([a, b], key=turn) == a  # a is idle now: the prefix decides
+    stale_view = PrefixAware(InFlight(), signals)  # nothing ended here: a still runs 2 of bound 2
+    stale_view.index.record(a, turn.blocks)
+    assert stale_view.pick([a, b], key=turn) == b
+
+
+def test_released_since_counts_recent_releases_of_one_endpoint_within_the_horizon() -> None:
+    a, b = ENDPOINTS[:2]
+    now = [0.0]
+    in_flight = InFlight(clock=lambda: now[0])
+    for at in (1.0, 2.0, 3.0):
+        now[0] = at
+        in_flight.acquire(a)
+        in_flight.release(a)
+    assert [in_flight.released_since(a, t) for t in (0.5, 1.0, 2.5, 3.0)] == [3, 2, 1, 0]
+    assert in_flight.released_since(b, 0.0) == 0
+    now[0] = 3.0 + RELEASE_HORIZON + 1
+    in_flight.acquire(a)
+    in_flight.release(a)
+    assert in_flight.released_since(a, 0.0) == 1  # the old ones are forgotten
 
 
 def test_stale_or_missing_signals_fall_back_to_the_in_flight_counts() -> None:

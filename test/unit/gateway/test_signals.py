@@ -173,6 +173,18 @@ async def test_every_routed_endpoint_is_read_and_unrouted_ones_are_not() -> None
         assert stale_gauge(signals) == 0
 
 
+async def test_a_load_says_when_its_engine_was_asked() -> None:
+    cluster, clock = Cluster().synced(), FakeClock()
+    async with engines(1) as (llama,), scraping(cluster, clock=clock) as signals:
+        serve_page(llama, pages.llamacpp(1, 0), pages.llamacpp_props(2))
+        cluster.serve("a", llama.endpoint)
+        asked = clock.now()
+        await signals.scrape()
+        load = signals.load(llama.endpoint)
+        assert load is not None
+        assert load.observed_at == asked
+
+
 async def test_llamacpp_slots_are_read_once_and_again_after_a_failure() -> None:
     cluster = Cluster().synced()
     async with engines(1) as (llama,), scraping(cluster) as signals:

@@ -2,16 +2,19 @@
 
 A request counts for its model from the moment it is routed to the end of its answer (`started`/`finished`, or
 the `request` block), and for an endpoint while an attempt to that endpoint is sent and relayed
-(`acquire`/`release`). The balancer picks by the endpoint counts, the metrics' in-flight gauge and idle
-detection (scale to zero) read the model counts, and idle detection the time each model's last request started
-or ended here (`last_request`, on the wall clock), so a request that starts and ends between two looks still
-counts. Watchers added with `watch` hear every change of a model's count, synchronously, and must only record it
-or schedule work.
+(`acquire`/`release`). The pickers read the endpoint counts, the metrics' in-flight gauge and idle detection
+(scale to zero) the model counts, and idle detection the time each model's last request started or ended here
+(`last_request`, on the wall clock), so a request that starts and ends between two looks still counts. Watchers
+added with `watch` hear every change of a model's count, synchronously, and must only record it or schedule work.
+
+Each endpoint's recent releases are kept for RELEASE_HORIZON seconds (`released_since`): an engine's own count,
+read a moment ago, may still include requests that have ended since, and the next turn of a conversation comes
+the moment the previous one ends.
 
 Invariants:
 - A count is the number of `started` (`acquire`) calls not yet matched by `finished` (`release`); it never goes
   below zero, and models and endpoints with nothing in flight are not stored, so the tables hold only what is busy
-  whatever the churn.
+  whatever the churn. Releases are kept for at most MAX_RELEASING_ENDPOINTS endpoints, MAX_RELEASES each.
 - Nothing here awaits: a pick and the `acquire` that follows it see the same counts.
 """
 
@@ -19,17 +22,28 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 
 from llmaz.gateway.routing.routes import Endpoint
+
+# Longer than an engine-metrics sample is ever used (its freshness bound), short enough to stay small.
+RELEASE_HORIZON = 10.0
+# Releases remembered per endpoint, and endpoints with recent releases: a bound whatever the traffic.
+MAX_RELEASES = 1024
+MAX_RELEASING_ENDPOINTS = 4096
 
 Watcher = Callable[[str, int], None]
 """Called with (model, requests of that model now in flight) after every change."""
 
 
 class InFlight:
-    def __init__(self, *, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, *, wall_clock: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._now = wall_clock
+        self._clock = clock
+        self._released: OrderedDict[Endpoint, deque[float]] = OrderedDict()
         self._last: dict[str, float] = {}
         self._models: dict[str, int] = {}
         self._endpoints: dict[Endpoint, int] = {}
@@ -82,6 +96,29 @@ class InFlight:
             self._endpoints[endpoint] = left
         else:
             self._endpoints.pop(endpoint, None)
+        now = self._clock()
+        times = self._released.get(endpoint)
+        if times is None:
+            times = self._released[endpoint] = deque(maxlen=MAX_RELEASES)
+            while len(self._released) > MAX_RELEASING_ENDPOINTS:
+                self._released.popitem(last=False)
+        else:
+            self._released.move_to_end(endpoint)
+        times.append(now)
+        while times and times[0] < now - RELEASE_HORIZON:
+            times.popleft()
+
+    def released_since(self, endpoint: Endpoint, since: float) -> int:
+        """Attempts to `endpoint` that ended here after `since` (monotonic seconds, within RELEASE_HORIZON)."""
+        times = self._released.get(endpoint)
+        if not times:
+            return 0
+        count = 0
+        for at in reversed(times):
+            if at <= since:
+                break
+            count += 1
+        return count
 
     def outstanding(self, endpoint: Endpoint) -> int:
         return self._endpoints.get(endpoint, 0)

@@ -12,7 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from llmaz.gateway.routing.routes import Endpoint
@@ -27,6 +27,9 @@ class EngineLoad:
     utilisation: float | None = None
     """How full the engine is, 0 to 1: KV-cache use (vLLM, SGLang), or busy slots over total slots (llama.cpp);
     None when the engine does not say."""
+    observed_at: float | None = field(default=None, compare=False)
+    """When the engine was asked (monotonic seconds), None when not known: requests that ended here after that may
+    still be in these counts (`InFlight.released_since`). Not part of equality: a load is its counts."""
 
     @property
     def requests(self) -> int:

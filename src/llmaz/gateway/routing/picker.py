@@ -5,8 +5,10 @@ Two strategies (`llmaz.apis.routing`):
 - `prefix-aware` (`PrefixAware`): requests that share a prompt prefix go where that prefix was sent before, so
   the engine's prefix cache saves the prefill, without piling a hot prefix onto one engine:
   - the load of an endpoint is the larger of the engine's running + waiting requests (`LoadSignals`, when fresh)
-    and this replica's own requests in flight to it; its utilisation is the engine's when it says, else its share
-    of the load;
+    and this replica's own requests in flight to it. The engine's counts were read up to a scrape interval ago:
+    requests that ended here since are taken off them (`InFlight.released_since`), or the next turn of a chat,
+    sent the moment the previous one ends, would find its own engine still counting that previous turn and go
+    elsewhere. Its utilisation is the engine's when it says (and nothing ended since), else load / bound;
   - CHWBL, consistent hashing with bounded loads: each endpoint has RING_POINTS points on a ring (stable hashes
     of "address:port#i"); the request's ring key (`prefix.RoutingKey.ring`: its session, or its prompt's start)
     walks the ring to the first endpoint whose load stays within the bound, load + 1 <= ceil(load_factor x
@@ -251,8 +253,15 @@ class PrefixAware:
         for i in pool:
             own = self.in_flight.outstanding(candidates[i])
             engine = self.signals.load(candidates[i])
-            requests[i] = own if engine is None else max(engine.requests, own)
-            utilisation[i] = None if engine is None else engine.utilisation
+            if engine is None:
+                requests[i], utilisation[i] = own, None
+                continue
+            # The engine was asked a moment ago: what ended here since may still be in its counts.
+            ended = (
+                0 if engine.observed_at is None else self.in_flight.released_since(candidates[i], engine.observed_at)
+            )
+            requests[i] = max(engine.requests - ended, own)
+            utilisation[i] = engine.utilisation if not ended else None
         total = sum(requests.values())
         bound = math.ceil(self.load_factor * (total + 1) / len(pool))
         eligible = [i for i in pool if requests[i] + 1 <= bound] or pool

@@ -37,6 +37,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -300,9 +301,11 @@ class EngineSignals:
 
     async def _scrape(self, endpoint: Endpoint, known: _Known) -> None:
         async with self._limit:
+            asked = self._clock.now()
             try:
                 async with asyncio.timeout(self.timeout):
                     engine, load = await self._read(endpoint, known)
+                    load = dataclasses.replace(load, observed_at=asked)
             except ScrapeError as exc:
                 self._failed(endpoint, known, str(exc))
             except TimeoutError:
