@@ -15,9 +15,10 @@ A holder's identity is `<host name>_<uuid>`, the host name being the pod's name.
 name is this process's (a restarted container of the same pod), or a sibling's of the same ReplicaSet (same name
 but for the random suffix: the same pod template, so the same program, even once that pod is gone, as when a
 crashed leader's pod is deleted and replaced), or names a pod in the namespace one of whose containers runs
-`llmaz-manager` (a rolling update of our own Deployment, from any earlier version). Any other holder that names
-no pod (deleted, or a process outside the cluster) is not known to be ours, so its fresh Lease refuses the start
-until it expires.
+`llmaz-manager` (a rolling update of our own Deployment, from any earlier version). A holder that names no pod
+in the namespace (deleted, as when one install replaces another, or a process outside the cluster) is not a
+running manager the guard can see: the start goes on, and leader election keeps this manager a follower until the
+Lease is released or expires. Only a live pod that runs another program refuses the start.
 
 When either is found, `check` raises `StartRefusedError` with one message naming what was found and how to
 proceed; `allow_other_manager` (the `--allow-other-manager` flag, or `LLMAZ_ALLOW_OTHER_MANAGER=true`) turns that
@@ -201,12 +202,9 @@ async def lease_finding(
     pod = await _read(f"Pod {namespace}/{host}", client.get(PODS, host, namespace))
     if pod is _UNREADABLE:
         return None
-    if pod is None:
-        runs = "no pod of that name in the namespace"
-    elif runs_our_manager(pod.get("spec") or {}):
+    if pod is None or runs_our_manager(pod.get("spec") or {}):
         return None
-    else:
-        runs = f"pod {host} runs {', '.join(_images(pod.get('spec') or {})) or 'no container'}"
+    runs = f"pod {host} runs {', '.join(_images(pod.get('spec') or {})) or 'no container'}"
     return Finding(f"Lease {namespace}/{lease_name} held by {holder} ({runs}), renewed {age:.0f}s ago")
 
 

@@ -36,6 +36,17 @@ def create_lease(cluster: ControlPlane, namespace: str, holder: str, renewed_ago
     cluster.admin_client().request("POST", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", lease)
 
 
+def create_go_pod(cluster: ControlPlane, namespace: str, name: str) -> None:
+    """A Go llmaz manager's pod object (the control plane runs no pod: it stays Pending, which is enough to be seen)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "manager", "image": "inftyai/llmaz:v0.1.4", "command": ["/manager"]}]},
+    }
+    cluster.admin_client().request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+
+
 def create_go_deployment(cluster: ControlPlane, namespace: str, replicas: int) -> None:
     labels = {"control-plane": "controller-manager"}
     deployment = {
@@ -104,6 +115,7 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_lease_renewed_now_by_a_holder_that_is_not_ours_refuses_the_start(
     control_plane: ControlPlane, namespace: str, work: Path
 ) -> None:
+    create_go_pod(control_plane, namespace, "llmaz-go-xyz")
     create_lease(control_plane, namespace, "llmaz-go-xyz_4c1d", renewed_ago=0)
     process, _ = start_manager(control_plane, namespace, work)
     try:
@@ -112,7 +124,7 @@ def test_a_lease_renewed_now_by_a_holder_that_is_not_ours_refuses_the_start(
         process.stop()
     assert line["error"].startswith(
         f"another llmaz manager is running: Lease {namespace}/{LEASE} held by llmaz-go-xyz_4c1d "
-        "(no pod of that name in the namespace), renewed "
+        "(pod llmaz-go-xyz runs inftyai/llmaz:v0.1.4), renewed "
     )
     assert "--allow-other-manager" in line["error"]
 
