@@ -36,7 +36,7 @@ def test_a_speculative_playground_answers_and_llama_cpp_accepts_the_drafts_of_it
     (pod,) = e2e.items("pods", namespace, f"{LWS_NAME_LABEL}=speculative")
     (engine,) = [c for c in pod["spec"]["containers"] if "-md" in (c.get("args") or [])]
     args = engine["args"]
-    assert args[args.index("-md") + 1] != args[args.index("-m") + 1], args  # each model at its own path
+    assert args[args.index("--spec-type") + 1] == "draft-simple", args
 
     routable(e2e, main)
     for _ in range(3):

@@ -37,14 +37,18 @@ def create_lease(cluster: ControlPlane, namespace: str, holder: str, renewed_ago
 
 
 def create_go_pod(cluster: ControlPlane, namespace: str, name: str) -> None:
-    """A Go llmaz manager's pod object (the control plane runs no pod: it stays Pending, which is enough to be seen)."""
+    """A Go llmaz manager's pod object (the control plane runs no pod: it stays Pending, which is enough to be seen).
+    No controller creates the namespace's `default` ServiceAccount here, and admission wants it: it is made first."""
+    client = cluster.admin_client()
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+    client.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", account)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {"containers": [{"name": "manager", "image": "inftyai/llmaz:v0.1.4", "command": ["/manager"]}]},
     }
-    cluster.admin_client().request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    client.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
 
 
 def create_go_deployment(cluster: ControlPlane, namespace: str, replicas: int) -> None:
