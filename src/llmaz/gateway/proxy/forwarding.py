@@ -196,7 +196,7 @@ class Proxy:
     ) -> web.StreamResponse | errors.OpenAIError:
         """The engine's answer, relayed; or, when another endpoint may be tried, why this one could not answer."""
         assert self._session is not None, "Proxy.start() first"
-        url = URL(self._base_url(endpoint) + request.rel_url.raw_path_qs, encoded=True)
+        url = URL(endpoint.connect_url(self._options.resolve) + request.rel_url.raw_path_qs, encoded=True)
         model = exchange.model
         try:
             upstream = await self._session.request(
@@ -218,10 +218,6 @@ class Proxy:
                 self._metrics.retried(model, "unavailable")
                 return errors.no_ready_endpoint(model)
             return await self._relay(request, upstream, exchange)
-
-    def _base_url(self, endpoint: Endpoint) -> str:
-        target = self._options.resolve.get(endpoint.address)
-        return endpoint.base_url if target is None else Endpoint(target, endpoint.port).base_url
 
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse, exchange: Exchange
