@@ -114,12 +114,34 @@ class ModelClaims(ApiModel):
     )
 
 
+class Adapter(ApiModel):
+    """A LoRA adapter of the model: loaded beside the weights and served as a model of its own name."""
+
+    name: str = Field(
+        description=(
+            "Name the adapter is served under (the request's model field), a DNS-1123 label unique among the\n"
+            "model's adapters."
+        )
+    )
+    source: ModelSource = Field(description="Where the adapter's weights come from, as for the model's own source.")
+    scale: float | None = Field(
+        default=None, description="How strongly the adapter applies to a request that names it. Defaults to 1."
+    )
+
+
 class ModelSpec(ApiModel):
     """The desired state of an OpenModel."""
 
     family_name: str = Field(description="Family of the model, for example llama3.")
     source: ModelSource = Field(description="Where the weights come from.")
     inference_config: InferenceConfig | None = Field(default=None, description="How the model is served.")
+    adapters: Annotated[list[Adapter] | None, Crd(max_items=16)] = Field(
+        default=None,
+        description=(
+            "LoRA adapters of the model, loaded with it by the model loader and served under their own names.\n"
+            "An addition of this project: llmaz's manifests, without it, apply unchanged."
+        ),
+    )
     owned_by: Annotated[str | None, Crd(default=c.DEFAULT_OWNED_BY)] = Field(
         default=None, description="Owner of the model, reported by engines as owned_by. Defaults to llmaz."
     )
