@@ -11,8 +11,9 @@ its curl-like address override: everything else on the path is what runs in a cl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,14 +149,17 @@ def gateway_kubeconfig(control_plane: Cluster, namespace: str, tmp_path: Path) -
 GATEWAY_SERVICE = "llmaz-gateway"
 
 
-@pytest_asyncio.fixture
-async def gateway(gateway_kubeconfig: Path, namespace: str, tmp_path: Path) -> AsyncIterator[GatewayProcess]:
+@contextlib.asynccontextmanager
+async def running_gateway(
+    kubeconfig: Path, namespace: str, log_path: Path, extra_args: Sequence[str] = ()
+) -> AsyncIterator[GatewayProcess]:
+    """`python -m llmaz.gateway` as the test's ServiceAccount, on free loopback ports, until it answers /readyz."""
     api, metrics, probe, activator = free_loopback_ports(4)
     argv = [
         sys.executable,
         "-m",
         "llmaz.gateway",
-        f"--kubeconfig={gateway_kubeconfig}",
+        f"--kubeconfig={kubeconfig}",
         f"--bind-address=127.0.0.1:{api}",
         f"--metrics-bind-address=127.0.0.1:{metrics}",
         f"--health-probe-bind-address=127.0.0.1:{probe}",
@@ -165,8 +169,9 @@ async def gateway(gateway_kubeconfig: Path, namespace: str, tmp_path: Path) -> A
         f"--resolve={ENGINE_ADDRESS}=127.0.0.1",
         "--log-format=json",
         "--log-level=debug",
+        *extra_args,
     ]
-    process = ManagedProcess("llmaz-gateway", argv, tmp_path / "gateway.log")
+    process = ManagedProcess("llmaz-gateway", argv, log_path)
     process.start()
     running = GatewayProcess(
         process, f"http://127.0.0.1:{api}", f"http://127.0.0.1:{probe}", f"http://127.0.0.1:{metrics}", activator
@@ -177,3 +182,9 @@ async def gateway(gateway_kubeconfig: Path, namespace: str, tmp_path: Path) -> A
         yield running
     finally:
         process.stop()
+
+
+@pytest_asyncio.fixture
+async def gateway(gateway_kubeconfig: Path, namespace: str, tmp_path: Path) -> AsyncIterator[GatewayProcess]:
+    async with running_gateway(gateway_kubeconfig, namespace, tmp_path / "gateway.log") as running:
+        yield running
