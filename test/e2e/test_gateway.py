@@ -12,6 +12,7 @@ import http.client
 import json
 import socket
 import subprocess
+import time
 import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -238,8 +239,10 @@ def test_a_sleeping_model_wakes_once_for_ten_concurrent_first_requests_and_sleep
     assert listed
     assert e2e.ready_pods_of(namespace, "sleepy") == []
 
+    asked = time.monotonic()
     with ThreadPoolExecutor(10) as pool:
         answers = list(pool.map(lambda _: held_chat(gateway_url(e2e), model), range(10)))
+    print(f"\n10 requests at zero replicas, all answered {time.monotonic() - asked:.2f} s after they were sent")
     assert [status for status, _ in answers] == [200] * 10, [body[:300] for _, body in answers]
     assert e2e.must_get("playgrounds", "sleepy", namespace)["spec"]["replicas"] == 1
     woken = gateway_events(e2e, namespace, "sleepy", "ScaledFromZero")

@@ -7,6 +7,7 @@ a wait: the checks themselves wait for positive signals.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -138,6 +139,41 @@ def test_requests_sent_while_the_only_engine_pod_is_replaced_are_held_and_answer
     assert failed == [], f"{len(failed)} failed: {[a.body[:200] for a in failed]}\n{client.timeline()}"
     during = [a for a in client.answers if deleted_at <= a.sent <= ready_at]
     assert during, "no request was sent while the pod was replaced"
+
+
+def test_a_rolling_restart_of_two_engines_under_steady_traffic_fails_nothing(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    # A changed environment changes the pod template: LeaderWorkerSet replaces the groups one at a time.
+    model = models.new("rolling")
+    e2e.apply([credentials()], namespace)
+    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("rolling", model, object_store, replicas=2)],
+              namespace)  # fmt: skip
+    wait_playground_ready(e2e, namespace, "rolling", replicas=2)
+    routable(e2e, model)
+    selector = f"{LWS_NAME_LABEL}=rolling"
+    old = {p["metadata"]["uid"] for p in e2e.items("pods", namespace, selector)}
+    marks: list[str] = []
+
+    def rolled() -> bool:
+        pods = e2e.items("pods", namespace, selector)
+        new = [p for p in pods if p["metadata"]["uid"] not in old]
+        return len(pods) == len(new) == 2 and all(pod_ready(p) for p in new)
+
+    with paced(gateway_url(e2e), model, period=0.5) as client:
+        eventually(lambda: len(client.answers) >= 4, what="the client answered before the restart")
+        marks.append(f"restart (envs changed) at t={time.monotonic() - client.started:.2f}s")
+        change = [{"op": "add", "path": "/spec/backendRuntimeConfig/envs/-", "value": {"name": "ROLL", "value": "1"}}]
+        e2e.kubectl("patch", "playground", "rolling", "-n", namespace, "--type=json", "-p", json.dumps(change))
+        eventually(rolled, within=300, what="both engine pods replaced and Ready")
+        marks.append(f"both new pods Ready at t={time.monotonic() - client.started:.2f}s")
+        seen = len(client.answers)
+        eventually(lambda: len(client.answers) >= seen + 4, what="4 more answers from the new pods")
+    print(f"\n{'; '.join(marks)}:\n{client.timeline()}")
+    failed = [a for a in client.answers if a.status != 200]
+    assert failed == [], f"{len(failed)} failed: {[a.body[:200] for a in failed]}\n{client.timeline()}"
+    slowest = max(a.seconds for a in client.answers)
+    print(f"{len(client.answers)} requests, none failed, slowest {slowest * 1000:.0f} ms")
 
 
 def test_a_stream_on_the_replica_a_scale_down_removes_finishes_before_its_engine_stops(
