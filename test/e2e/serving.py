@@ -10,6 +10,8 @@ import json
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,3 +192,55 @@ class Stream:
         finally:
             self.ended = time.monotonic()
             self.first_chunk.set()
+
+
+@dataclass
+class Answer:
+    sent: float
+    """Seconds after the client started."""
+    seconds: float
+    status: int
+    body: bytes
+
+
+@dataclass
+class PacedClient:
+    """Sends one short chat for `model` to `url` every `period` seconds, on its own thread, until stopped."""
+
+    url: str
+    model: str
+    period: float
+    answers: list[Answer] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        tick = 0
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            try:
+                status, body = api_chat(self.url, self.model, timeout=60)
+            except OSError as err:
+                status, body = 0, repr(err).encode()
+            self.answers.append(Answer(sent - self.started, time.monotonic() - sent, status, body))
+            tick += 1
+            self._stop.wait(max(0.0, self.started + tick * self.period - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def timeline(self) -> str:
+        return "\n".join(f"  t={a.sent:6.2f}s  {a.status}  {a.seconds * 1000:7.1f} ms" for a in self.answers)
+
+
+@contextmanager
+def paced(url: str, model: str, period: float) -> Iterator[PacedClient]:
+    client = PacedClient(url, model, period)
+    thread = threading.Thread(target=client.run, name="paced-client", daemon=True)
+    thread.start()
+    try:
+        yield client
+    finally:
+        client.stop()
+        thread.join(timeout=90)
+        assert not thread.is_alive(), "the client did not stop"

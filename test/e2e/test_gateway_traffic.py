@@ -10,9 +10,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -22,10 +19,10 @@ from .serving import (
     BUCKET,
     KEY,
     Stream,
-    api_chat,
     credentials,
     gateway_events,
     gateway_url,
+    paced,
     routable,
     served,
     tiny_llama,
@@ -34,58 +31,6 @@ from .support import Environment, ModelNames, eventually, pod_ready, wait_playgr
 
 pytestmark = pytest.mark.tier("node")
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-
-
-@dataclass
-class Answer:
-    sent: float
-    """Seconds after the client started."""
-    seconds: float
-    status: int
-    body: bytes
-
-
-@dataclass
-class PacedClient:
-    """Sends one short chat for `model` to `url` every `period` seconds, on its own thread, until stopped."""
-
-    url: str
-    model: str
-    period: float
-    answers: list[Answer] = field(default_factory=list)
-    started: float = field(default_factory=time.monotonic)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        tick = 0
-        while not self._stop.is_set():
-            sent = time.monotonic()
-            try:
-                status, body = api_chat(self.url, self.model, timeout=60)
-            except OSError as err:
-                status, body = 0, repr(err).encode()
-            self.answers.append(Answer(sent - self.started, time.monotonic() - sent, status, body))
-            tick += 1
-            self._stop.wait(max(0.0, self.started + tick * self.period - time.monotonic()))
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def timeline(self) -> str:
-        return "\n".join(f"  t={a.sent:6.2f}s  {a.status}  {a.seconds * 1000:7.1f} ms" for a in self.answers)
-
-
-@contextmanager
-def paced(url: str, model: str, period: float) -> Iterator[PacedClient]:
-    client = PacedClient(url, model, period)
-    thread = threading.Thread(target=client.run, name="paced-client", daemon=True)
-    thread.start()
-    try:
-        yield client
-    finally:
-        client.stop()
-        thread.join(timeout=90)
-        assert not thread.is_alive(), "the client did not stop"
 
 
 def serve(e2e: Environment, namespace: str, name: str, model: str, store: ObjectStore, idle: str | None) -> None:
