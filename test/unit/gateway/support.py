@@ -25,6 +25,7 @@ from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.load import AdapterSignals
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.scaling.waker import Waker
 
@@ -209,6 +210,7 @@ async def running_gateway(
     in_flight: InFlight | None = None,
     catalog: Catalog | None = None,
     waker: Waker | None = None,
+    adapters: AdapterSignals | None = None,
 ) -> AsyncIterator[RunningGateway]:
     """A gateway on 127.0.0.1 over `cluster` (or `catalog`, one of its catalogs), stopped (drained) on exit."""
     opts = options or GatewayOptions()
@@ -219,6 +221,7 @@ async def running_gateway(
         metrics=GatewayMetrics(process_collectors=False),
         in_flight=in_flight,
         waker=waker,
+        adapters=adapters,
     )
     stopping = asyncio.Event()
     task = asyncio.create_task(gateway.run(stopping))
