@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.metrics import GatewayMetrics
@@ -27,6 +28,7 @@ from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import AdapterSignals
 from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.routing.signals import EngineSignals
 from llmaz.gateway.scaling.waker import Waker
 
 # Re-exported: the gateway tests build their objects with these.
@@ -244,3 +246,13 @@ async def engines(count: int = 1) -> AsyncIterator[list[FakeEngine]]:
         for engine in started:
             engine.release.set()
             await engine.stop()
+
+
+@contextlib.asynccontextmanager
+async def scraping(cluster: Cluster, **options: Any) -> AsyncIterator[EngineSignals]:
+    """Engine signals over one of `cluster`'s catalogs (`signals.catalog`), closed on exit."""
+    signals = EngineSignals(cluster.catalog(), registry=CollectorRegistry(), **options)
+    try:
+        yield signals
+    finally:
+        await signals.close()

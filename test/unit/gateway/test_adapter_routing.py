@@ -4,24 +4,30 @@ to the replicas that hold their adapter, the body each engine gets, and the refu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.adapters import Adapter, LoraSlots, ServedAdapters
-from llmaz.gateway.routing.signals import EngineSignals
 from llmaz.testing.clock import FakeClock
 from llmaz.testing.waiting import eventually
 
 from . import engine_pages as pages
-from .support import WAIT, Cluster, FakeEngine, endpoint_slice, engines, open_model, playground, running_gateway
+from .support import (
+    WAIT,
+    Cluster,
+    FakeEngine,
+    endpoint_slice,
+    engines,
+    open_model,
+    playground,
+    running_gateway,
+    scraping,
+)
 
 CHAT = "/v1/chat/completions"
 HUB = {"modelHub": {"modelID": "x/lora"}}
@@ -70,15 +76,6 @@ def serve_with_adapters(cluster: Cluster, *engines_: FakeEngine, backend: str = 
     cluster.playgrounds.add(pg)
     for i, engine in enumerate(engines_):
         cluster.slices.add(endpoint_slice(f"p-lb-{i}", "p-lb", engine.port, ("127.0.0.1", True, False)))
-
-
-@contextlib.asynccontextmanager
-async def scraping(cluster: Cluster, **options: Any) -> AsyncIterator[EngineSignals]:
-    signals = EngineSignals(cluster.catalog(), registry=CollectorRegistry(), **options)
-    try:
-        yield signals
-    finally:
-        await signals.close()
 
 
 def chats(engine: FakeEngine) -> list[dict[str, Any]]:
