@@ -15,7 +15,8 @@ other way (test/unit/test_architecture.py). A request travels:
     client --POST /v1/chat/completions {"model": "m", ...}-->  proxy.server.Gateway (aiohttp)
       --> proxy.auth             Bearer key, when keys are configured (401)
       --> proxy.body             size and time bounds, JSON object, the model name (400/408/413)
-      --> routing.catalog        model -> `-lb` Services -> ready endpoints, from shared informers (404)
+      --> routing.catalog        model -> `-lb` Services -> ready endpoints, from shared informers (404);
+                                 a LoRA adapter -> its base model's endpoints that hold it (`routing.adapters`)
       --> routing.inflight       counted in flight until the answer ends (metrics, idle detection, balancing)
       --> scaling.waker          no ready endpoint: a replica is asked for, then routing is waited on (503/504)
       --> routing.picker         the Playground's strategy: fewest in flight, or prefix-aware (`routing.prefix`)

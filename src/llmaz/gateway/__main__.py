@@ -309,6 +309,7 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
         in_flight=in_flight,
         waker=waker,
         signals=signals,
+        adapters=signals,
     )
     manager.add(gateway)
     manager.add_readyz_check("gateway", gateway.serving)

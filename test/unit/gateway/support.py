@@ -19,13 +19,16 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.load import AdapterSignals
 from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.routing.signals import EngineSignals
 from llmaz.gateway.scaling.waker import Waker
 
 # Re-exported: the gateway tests build their objects with these.
@@ -209,6 +212,7 @@ async def running_gateway(
     in_flight: InFlight | None = None,
     catalog: Catalog | None = None,
     waker: Waker | None = None,
+    adapters: AdapterSignals | None = None,
 ) -> AsyncIterator[RunningGateway]:
     """A gateway on 127.0.0.1 over `cluster` (or `catalog`, one of its catalogs), stopped (drained) on exit."""
     opts = options or GatewayOptions()
@@ -219,6 +223,7 @@ async def running_gateway(
         metrics=GatewayMetrics(process_collectors=False),
         in_flight=in_flight,
         waker=waker,
+        adapters=adapters,
     )
     stopping = asyncio.Event()
     task = asyncio.create_task(gateway.run(stopping))
@@ -241,3 +246,13 @@ async def engines(count: int = 1) -> AsyncIterator[list[FakeEngine]]:
         for engine in started:
             engine.release.set()
             await engine.stop()
+
+
+@contextlib.asynccontextmanager
+async def scraping(cluster: Cluster, **options: Any) -> AsyncIterator[EngineSignals]:
+    """Engine signals over one of `cluster`'s catalogs (`signals.catalog`), closed on exit."""
+    signals = EngineSignals(cluster.catalog(), registry=CollectorRegistry(), **options)
+    try:
+        yield signals
+    finally:
+        await signals.close()

@@ -4,14 +4,12 @@ fake engines on loopback."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from llmaz.gateway.proxy.metrics import GatewayMetrics
@@ -32,7 +30,7 @@ from llmaz.testing.runnables import started
 from llmaz.testing.waiting import eventually
 
 from . import engine_pages as pages
-from .support import WAIT, Cluster, FakeEngine, endpoint_slice, engines, refused_endpoint
+from .support import WAIT, Cluster, FakeEngine, endpoint_slice, engines, refused_endpoint, scraping
 
 # --- the pages ---------------------------------------------------------------------------------------------------
 
@@ -135,15 +133,6 @@ def serve_page(engine: FakeEngine, metrics: str | bytes, props: bytes | None = N
 
 def paths(engine: FakeEngine) -> list[str]:
     return [seen.path_qs for seen in engine.requests]
-
-
-@contextlib.asynccontextmanager
-async def scraping(cluster: Cluster, **options: Any) -> AsyncIterator[EngineSignals]:
-    signals = EngineSignals(cluster.catalog(), registry=CollectorRegistry(), **options)
-    try:
-        yield signals
-    finally:
-        await signals.close()
 
 
 def stale_gauge(signals: EngineSignals) -> float:

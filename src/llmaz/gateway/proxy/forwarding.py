@@ -20,16 +20,17 @@ Invariants:
   connection, which is how the engine learns to stop generating.
 - An attempt counts for its endpoint in the `InFlight` tracker (which the pickers read) until it ends, however it
   ends (`try`/`finally`).
-- The request body is sent as received. Hop-by-hop headers, Host, Content-Length and Content-Encoding (aiohttp
-  has decoded a compressed body) are not forwarded; Authorization is not forwarded when the gateway checks
-  API keys (it carries the gateway's key, not the engine's). Engine responses are relayed with their status
-  and headers, minus hop-by-hop ones.
+- The request body is sent as received, or as `body_for(endpoint)` makes it for the endpoint an attempt goes to
+  (a LoRA adapter's request to llama.cpp gets its `lora` member). Hop-by-hop headers, Host, Content-Length and
+  Content-Encoding (aiohttp has decoded a compressed body) are not forwarded; Authorization is not forwarded
+  when the gateway checks API keys (it carries the gateway's key, not the engine's). Engine responses are relayed
+  with their status and headers, minus hop-by-hop ones.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -163,8 +164,10 @@ class Proxy:
         exchange: Exchange,
         picker: Picker,
         key: RoutingKey | None = None,
+        body_for: Callable[[Endpoint], bytes] | None = None,
     ) -> web.StreamResponse:
-        """Send `inference` to the endpoint `picker` picks for `key`, retrying as the module invariants say."""
+        """Send `inference` to the endpoint `picker` picks for `key`, retrying as the module invariants say; each
+        attempt sends `body_for(endpoint)` when given, else the body as received."""
         headers = upstream_headers(
             request.headers, request.remote, forward_authorization=self._options.forward_authorization
         )
@@ -177,7 +180,8 @@ class Proxy:
             exchange.endpoint, exchange.attempts = endpoint, len(tried)
             self.in_flight.acquire(endpoint)
             try:
-                outcome = await self._attempt(request, inference.body, headers, endpoint, exchange, last)
+                body = inference.body if body_for is None else body_for(endpoint)
+                outcome = await self._attempt(request, body, headers, endpoint, exchange, last)
             finally:
                 self.in_flight.release(endpoint)
             if isinstance(outcome, web.StreamResponse):

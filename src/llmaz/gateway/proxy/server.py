@@ -23,7 +23,12 @@ Invariants:
 - Requests that are not HTTP (a malformed request line, header or chunked framing) are refused by aiohttp's
   parser before they reach the API: a plain-text 400 and a closed connection, never a 5xx.
 - Every request is counted once in `llmaz_gateway_requests_total` with the status the client got (499 if it
-  went away first), and is in flight (`InFlight`: the per-model gauge, idle detection) from routing to its end.
+  went away first), under the name it was served by (an adapter's own name), and is in flight (`InFlight`: the
+  per-model gauge, idle detection) for its base model from routing to its end.
+- A request naming a LoRA adapter (`routing.adapters`) is routed to its base model's endpoints that hold the
+  adapter, as the engines list them (`AdapterSignals`; every endpoint when an engine's listing is not known).
+  When the model has ready endpoints but none holds it (a rollout adding the adapter), the request is held up to
+  `hold_timeout` for one that does (503 `model_not_ready`). Each attempt's body is made for its endpoint's engine.
 - A routed model with no ready endpoint: scaling says whether one is coming (`Waker.wake`, which scales a sleeping
   model up), and when one is the request waits on routing for it (`Catalog.await_endpoints`): up to
   `wake_timeout` for a model scaling up from zero (504), up to `hold_timeout` for replicas starting (503
@@ -40,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -51,11 +57,13 @@ from llmaz.gateway.proxy import body, errors
 from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.forwarding import Exchange, Proxy, ProxyOptions
 from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
+from llmaz.gateway.routing.adapters import Adapter, engine_body
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
-from llmaz.gateway.routing.load import LoadSignals, NoSignals
+from llmaz.gateway.routing.load import AdapterSignals, LoadSignals, NoSignals
 from llmaz.gateway.routing.picker import Pickers, RoutingOptions
 from llmaz.gateway.routing.prefix import SESSION_HEADER, routing_key
+from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.scaling.outlook import Coming
 from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, Waker
 from llmaz.runtime.address import split_host_port
@@ -120,12 +128,15 @@ class Gateway:
         in_flight: InFlight | None = None,
         waker: Waker | None = None,
         signals: LoadSignals | None = None,
+        adapters: AdapterSignals | None = None,
     ) -> None:
         """`in_flight` is the replica's one count of requests in flight (shared with idle detection); without a
         `waker`, one that never scales (scale to zero off); without `signals`, the engines' load is never known
-        and routing uses the in-flight counts alone."""
+        and routing uses the in-flight counts alone; without `adapters`, no engine's adapter listing is known and
+        every endpoint of a model is taken to hold its adapters."""
         self.catalog = catalog
         self.signals: LoadSignals = NoSignals() if signals is None else signals
+        self.adapters: AdapterSignals = NoSignals() if adapters is None else adapters
         self.waker = waker or Waker(catalog, None)
         self.options = opts = options or GatewayOptions()
         self.api_keys = api_keys
@@ -217,37 +228,68 @@ class Gateway:
         inference = body.parse(raw, request.headers.get(body.MODEL_HEADER))
         if not self.catalog.has_synced():
             raise errors.not_ready()
-        if not self.catalog.serves(inference.model):
-            raise errors.model_not_found(inference.model, self.catalog.models())
-        model = exchange.model = inference.model
+        name = inference.model
+        adapter = None if self.catalog.serves(name) else self.catalog.adapter(name)
+        if adapter is None and not self.catalog.serves(name):
+            raise errors.model_not_found(name, self.catalog.served_names())
+        exchange.model = name  # a served name only: client input never becomes a label
+        model = name if adapter is None else adapter.model
+        holding = None if adapter is None else functools.partial(self._holding, adapter)
         with self.in_flight.request(model):
             endpoints = self.catalog.endpoints(model)
             if not endpoints:
                 # Held while a replica comes: scaling says how (and scales a sleeping model up), then routing is
                 # waited on for its endpoint, up to the bound of that case.
                 started = asyncio.get_running_loop().time()
-                coming = await self._replica_coming(model, started + self.options.wake_timeout)
+                coming = await self._replica_coming(model, name, started + self.options.wake_timeout)
                 bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
-                endpoints = await self.catalog.await_endpoints(model, started + bound)
+                endpoints = await self.catalog.await_endpoints(model, started + bound, holding)
                 if not endpoints and coming is Coming.WAKING:
-                    raise errors.wake_timeout(model, bound)
+                    raise errors.wake_timeout(name, bound)
                 if not endpoints:
-                    raise errors.not_ready_in_time(model, bound)
+                    raise errors.not_ready_in_time(name, bound)
+            elif holding is not None and not (endpoints := holding(endpoints)):
+                # Ready replicas, none holding the adapter yet: the new ones of a rollout that adds it are coming.
+                bound = self.options.hold_timeout
+                deadline = asyncio.get_running_loop().time() + bound
+                endpoints = await self.catalog.await_endpoints(model, deadline, holding)
+                if not endpoints:
+                    raise errors.not_ready_in_time(name, bound)
             picker = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(model))
-            key = routing_key(inference.document, request.headers.get(SESSION_HEADER)) if picker.needs_key else None
-            return await self.proxy.forward(request, inference, endpoints, exchange, picker, key)
+            key = None
+            if picker.needs_key:
+                key = routing_key(inference.document, request.headers.get(SESSION_HEADER), name if adapter else None)
+            body_for = None if adapter is None else self._adapter_body(adapter, inference)
+            return await self.proxy.forward(request, inference, endpoints, exchange, picker, key, body_for)
 
-    async def _replica_coming(self, model: str, deadline: float) -> Coming:
-        """Ask scaling how a replica of `model` is coming; the 503 that says why when none is."""
+    def _holding(self, adapter: Adapter, endpoints: list[Endpoint]) -> list[Endpoint]:
+        """The endpoints holding `adapter`: those whose engine lists it, and those whose listing is not known."""
+        return [e for e in endpoints if (listing := self.adapters.adapters(e)) is None or listing.holds(adapter)]
+
+    def _adapter_body(self, adapter: Adapter, inference: body.InferenceRequest) -> Callable[[Endpoint], bytes]:
+        """What each endpoint is sent for a request naming `adapter`: made for the engine recognised there, else
+        the engine its Playground runs."""
+        runtimes = self.catalog.endpoint_runtimes(adapter.model)
+
+        def body_for(endpoint: Endpoint) -> bytes:
+            engine = self.adapters.engine(endpoint) or runtimes.get(endpoint)
+            listing = self.adapters.adapters(endpoint)
+            return engine_body(engine, listing, adapter, inference.body, inference.document)
+
+        return body_for
+
+    async def _replica_coming(self, model: str, name: str, deadline: float) -> Coming:
+        """Ask scaling how a replica of `model` is coming; the 503 that says why when none is (naming `name`, the
+        model or adapter the request named)."""
         try:
             async with asyncio.timeout_at(deadline):
                 return await self.waker.wake(model)
         except NotComingError as err:
-            raise errors.no_ready_endpoint(model, str(err)) from None
+            raise errors.no_ready_endpoint(name, str(err)) from None
         except ScaleUpError as err:
-            raise errors.wake_failed(model, str(err)) from None
+            raise errors.wake_failed(name, str(err)) from None
         except TimeoutError:
-            raise errors.wake_timeout(model, self.options.wake_timeout) from None
+            raise errors.wake_timeout(name, self.options.wake_timeout) from None
 
     # Middleware: authentication, errors in OpenAI's shape, metrics and one log line per request
 

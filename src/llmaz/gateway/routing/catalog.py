@@ -14,8 +14,11 @@ Invariants:
 - The model -> backends table is rebuilt from the caches on the first lookup after any Playground or Service
   event, so it is never staler than the caches; endpoints are read from the slice cache on every lookup.
 - Reads never await, so a lookup sees one consistent state of every cache.
-- `await_endpoints(model, deadline)` re-reads a model's endpoints on each Playground, EndpointSlice or core Service
-  event, never by polling: a request held while its model gets a replica waits there.
+- `await_endpoints(model, deadline, select)` re-reads a model's endpoints on each Playground, EndpointSlice or core
+  Service event and on each `notify()` (the engine signals call it when an endpoint's adapters change), never by
+  polling: a request held while its model gets a replica, or a replica holding its adapter, waits there.
+- The adapter table (adapter name -> its base model, `adapters`) is rebuilt with the model table, and on any
+  OpenModel event that changes a model's adapters.
 - The informers are public (`playground_informer`, `core_service_informer`, `slice_informers`): the scaling
   controllers watch the very caches routing reads.
 """
@@ -24,13 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llmaz.apis import constants as c
 from llmaz.apis.resources import ENDPOINT_SLICES, INFERENCE_SERVICES, OPEN_MODELS, PLAYGROUNDS
 from llmaz.apis.resources import SERVICES as CORE_SERVICES
-from llmaz.apis.serving import main_model
+from llmaz.apis.serving import LB_SERVICE_SUFFIX, main_model
 from llmaz.gateway.routing import routes
+from llmaz.gateway.routing.adapters import Adapter, adapter_table
 from llmaz.gateway.routing.routes import Backend, Endpoint
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Informer, Obj, SharedInformerFactory
 from llmaz.runtime.rbac import READ, allow
@@ -84,6 +88,18 @@ class _Invalidate:
         self._catalog.invalidate()
 
 
+def _adapters_spec(obj: Obj) -> object:
+    return (obj.get("spec") or {}).get("adapters")
+
+
+class _InvalidateAdapters(_Invalidate):
+    """An OpenModel event handler: the adapter table is stale when a model's adapters change."""
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        if _adapters_spec(old) != _adapters_spec(new):
+            self._catalog.invalidate()
+
+
 class _Notify:
     """An event handler that wakes whoever waits for the next change."""
 
@@ -125,9 +141,12 @@ class Catalog:
         for slices in self.slice_informers:
             slices.add_indexers({BACKEND_INDEX: routes.slice_backend_key})
         self._table: dict[str, tuple[Backend, ...]] | None = None
+        self._adapters: dict[str, list[Adapter]] | None = None
+        self._adapter_names: dict[str, Adapter] = {}
         self._waiters: list[asyncio.Future[None]] = []
         for informer in (playgrounds, services):
             informer.add_event_handler(_Invalidate(self))
+        open_models.add_event_handler(_InvalidateAdapters(self))
         for notifying in (playgrounds, *self.slice_informers, core_services):
             if notifying is not None:
                 notifying.add_event_handler(_Notify(self))
@@ -164,6 +183,7 @@ class Catalog:
 
     def invalidate(self) -> None:
         self._table = None
+        self._adapters = None
 
     def notify(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -171,17 +191,28 @@ class Catalog:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def await_endpoints(self, model: str, deadline: float) -> list[Endpoint]:
-        """The ready endpoints of `model` once it has some, or [] at `deadline` (the event loop's clock)."""
+    async def await_endpoints(
+        self,
+        model: str,
+        deadline: float,
+        select: Callable[[list[Endpoint]], list[Endpoint]] | None = None,
+    ) -> list[Endpoint]:
+        """The ready endpoints of `model` (those `select` keeps, when given) once it has some, or [] at `deadline`
+        (the event loop's clock)."""
         loop = asyncio.get_running_loop()
-        while not (endpoints := self.endpoints(model)) and loop.time() < deadline:
+
+        def found() -> list[Endpoint]:
+            endpoints = self.endpoints(model)
+            return select(endpoints) if select is not None and endpoints else endpoints
+
+        while not (endpoints := found()) and loop.time() < deadline:
             waiter = loop.create_future()
             self._waiters.append(waiter)
             try:
                 async with asyncio.timeout_at(deadline):
                     await waiter
             except TimeoutError:
-                return self.endpoints(model)
+                return found()
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
@@ -222,8 +253,40 @@ class Catalog:
             self._table = routes.route_table(self.playground_informer.store.list(), self._services.store.list())
         return self._table
 
+    def _adapter_table(self) -> dict[str, list[Adapter]]:
+        if self._adapters is None or self._table is None:
+            # OpenModels are cluster-scoped: the cache key is the name.
+            self._adapters = adapter_table(self._routes(), self._open_models.store.get)
+            self._adapter_names = {a.name: a for listed in self._adapters.values() for a in listed}
+        return self._adapters
+
     def models(self) -> list[str]:
         return sorted(self._routes())
+
+    def served_names(self) -> list[str]:
+        """Every name a request may route by, sorted: the served models and their adapters."""
+        self._adapter_table()
+        return sorted([*self._routes(), *self._adapter_names])
+
+    def adapter(self, name: str) -> Adapter | None:
+        """The adapter served under `name`, or None (a served model's name is never an adapter's)."""
+        self._adapter_table()
+        return self._adapter_names.get(name)
+
+    def endpoints_with_adapters(self) -> set[Endpoint]:
+        """The ready endpoints of every served model that has adapters (the engine signals list their adapters)."""
+        return {endpoint for model in self._adapter_table() for endpoint in self.endpoints(model)}
+
+    def endpoint_runtimes(self, model: str) -> dict[Endpoint, str | None]:
+        """The ready endpoints of `model`, each with the BackendRuntime name of the Playground behind it (None for
+        an inference Service without a Playground)."""
+        found: dict[Endpoint, str | None] = {}
+        for backend in self._routes().get(model, ()):
+            owner = self.playground(backend.namespace, backend.service.removesuffix(LB_SERVICE_SUFFIX))
+            runtime = None if owner is None else routes.backend_runtime_name(owner)
+            for endpoint in routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)):
+                found.setdefault(endpoint, runtime)
+        return found
 
     def serves(self, model: str) -> bool:
         return model in self._routes()
@@ -244,5 +307,5 @@ class Catalog:
         return sorted(found)
 
     def model_list(self) -> dict[str, object]:
-        # OpenModels are cluster-scoped: the cache key is the name.
-        return routes.model_list(self._routes(), self._open_models.store.get)
+        adapters = {model: [a.name for a in listed] for model, listed in self._adapter_table().items()}
+        return routes.model_list(self._routes(), self._open_models.store.get, adapters)

@@ -3,11 +3,13 @@
 The engines count what the gateway cannot: requests sent by other gateway replicas or straight to the `-lb`
 Service, requests queued inside the engine, and how full its KV cache or its slots are. `LoadSignals` is the one
 way to ask: an implementation scrapes the engines' metrics and answers from its latest fresh sample.
+`AdapterSignals` asks the same engines which LoRA adapters they hold (`routing.adapters`).
 
 Invariants:
 - `load` never waits and never raises: it answers from what is already known.
 - None means "not known now" (never scraped, stale, or an engine that exports nothing): callers then fall back
-  to the gateway's own in-flight counts, so a missing signal costs routing quality, never a request.
+  to the gateway's own in-flight counts, so a missing signal costs routing quality, never a request. An adapter
+  listing not known means every endpoint of the model is taken to hold its adapters.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from llmaz.gateway.routing.adapters import EngineAdapters
 from llmaz.gateway.routing.routes import Endpoint
 
 
@@ -43,8 +46,24 @@ class LoadSignals(Protocol):
         ...
 
 
+class AdapterSignals(Protocol):
+    def adapters(self, endpoint: Endpoint) -> EngineAdapters | None:
+        """The LoRA adapters the endpoint's engine lists now, or None when it is not known."""
+        ...
+
+    def engine(self, endpoint: Endpoint) -> str | None:
+        """The engine recognised at the endpoint (a BackendRuntime name), or None."""
+        ...
+
+
 class NoSignals:
     """Signals off: nothing is ever known, so everyone uses the gateway's own counts."""
 
     def load(self, endpoint: Endpoint) -> EngineLoad | None:
+        return None
+
+    def adapters(self, endpoint: Endpoint) -> EngineAdapters | None:
+        return None
+
+    def engine(self, endpoint: Endpoint) -> str | None:
         return None

@@ -19,6 +19,10 @@ reads the prompt as text:
   `x-session-id`, else the body's OpenAI `user`), else the hash of the prompt's start up to the end of the first
   user message, at most RING_KEY_BLOCKS blocks: it is the same on every turn of a conversation, differs between
   short system prompts or first questions, and is shared by every request under one long system prompt.
+- A request for a LoRA adapter is keyed in the adapter's scope: its block hashes and ring key start from the
+  adapter's name. An engine's cache of a prompt computed under one adapter is no use under another or the base
+  model (llama.cpp clears a slot's cache when its adapters change, vLLM keys its cached blocks by adapter), and
+  a distinct home per adapter keeps an engine from switching adapters back and forth.
 """
 
 from __future__ import annotations
@@ -178,8 +182,11 @@ def _session(document: Mapping[str, Any], header: str | None) -> str | None:
     return user if isinstance(user, str) and user else None
 
 
-def routing_key(document: Mapping[str, Any], session_header: str | None = None) -> RoutingKey | None:
-    """The routing key of a parsed request body (see the module docstring); None when it has no prompt."""
+def routing_key(
+    document: Mapping[str, Any], session_header: str | None = None, adapter: str | None = None
+) -> RoutingKey | None:
+    """The routing key of a parsed request body, in `adapter`'s scope when it names one (see the module
+    docstring); None when it has no prompt."""
     text = _Text()
     messages, prompt, input_ = document.get("messages"), document.get("prompt"), document.get("input")
     if isinstance(messages, list):
@@ -194,15 +201,16 @@ def routing_key(document: Mapping[str, Any], session_header: str | None = None) 
         return None
     # One running hash over the text: its digest after block i is the hash of blocks 0..i (a digest does not end
     # the hash), so a chain costs one pass over the text.
-    running = hashlib.blake2b(digest_size=_HASH_BYTES)
+    scope = b"" if adapter is None else b"adapter\x00" + adapter.encode("utf-8", "surrogatepass") + b"\x00"
+    running = hashlib.blake2b(scope, digest_size=_HASH_BYTES)
     blocks: list[int] = []
     for start in range(0, len(whole), BLOCK_CHARS):
         running.update(whole[start : start + BLOCK_CHARS].encode("utf-8", "surrogatepass"))
         blocks.append(int.from_bytes(running.digest(), "big"))
     if session is not None:
-        ring = stable_hash(b"session\x00" + session.encode("utf-8", "surrogatepass"))
+        ring = stable_hash(scope + b"session\x00" + session.encode("utf-8", "surrogatepass"))
     else:
         anchor = text.anchor if text.anchor is not None else len(whole)
         start_text = whole[: min(anchor, RING_KEY_BLOCKS * BLOCK_CHARS)]
-        ring = stable_hash(b"prompt\x00" + start_text.encode("utf-8", "surrogatepass"))
+        ring = stable_hash(scope + b"prompt\x00" + start_text.encode("utf-8", "surrogatepass"))
     return RoutingKey(tuple(blocks), ring)

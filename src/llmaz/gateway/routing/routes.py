@@ -16,7 +16,10 @@ Rules:
   `activator`) are never a route: their endpoints are gateway pods, and routing to them would loop.
 - `/v1/models` lists every served model once, sorted, with `owned_by` and `created` from its OpenModel
   (`spec.ownedBy`, default "llmaz"; `spec.createdAt`, else the OpenModel's creationTimestamp, else 0). A
-  model whose OpenModel is missing is listed too: it is routed (and answers 503 until it has endpoints).
+  model whose OpenModel is missing is listed too: it is routed (and answers 503 until it has endpoints). A model's
+  LoRA adapters (`adapters`) follow it, each with `parent` set to the model and the model's `owned_by` and
+  `created`.
+- A Playground's engine is its `spec.backendRuntimeConfig.backendName` (the CRD's default, `vllm`, when unset).
 """
 
 from __future__ import annotations
@@ -212,6 +215,21 @@ def model_card(model: str, open_model: Obj | None) -> dict[str, Any]:
     }
 
 
-def model_list(models: Iterable[str], open_model: Callable[[str], Obj | None]) -> dict[str, Any]:
-    """OpenAI's list of models, sorted by id; `open_model(name)` finds a model's OpenModel."""
-    return {"object": "list", "data": [model_card(m, open_model(m)) for m in sorted(set(models))]}
+def model_list(
+    models: Iterable[str], open_model: Callable[[str], Obj | None], adapters: Mapping[str, Iterable[str]] | None = None
+) -> dict[str, Any]:
+    """OpenAI's list of models, sorted by id, each followed by its adapters (`adapters[model]`, listed with
+    `parent`); `open_model(name)` finds a model's OpenModel."""
+    data: list[dict[str, Any]] = []
+    for model in sorted(set(models)):
+        card = model_card(model, open_model(model))
+        data.append(card)
+        data.extend({**card, "id": name, "parent": model} for name in (adapters or {}).get(model, ()))
+    return {"object": "list", "data": data}
+
+
+def backend_runtime_name(playground: Obj) -> str:
+    """The BackendRuntime a Playground runs its engine with."""
+    config = _mapping(_mapping(playground.get("spec")).get("backendRuntimeConfig"))
+    name = config.get("backendName")
+    return name if isinstance(name, str) and name else c.DEFAULT_BACKEND_NAME

@@ -15,6 +15,9 @@ custom BackendRuntime that runs, say, vLLM is read as vLLM. What is read:
 - SGLang: `sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`.
 - TGI: `tgi_batch_current_size`, `tgi_queue_size`; no utilisation.
 - Anything else (Ollama has no metrics page): nothing, so its load is never known.
+The same table says where an engine lists the LoRA adapters it holds (`routing.adapters`): llama.cpp's
+`GET /lora-adapters`, vLLM's `GET /v1/models`. A listing is read only from the endpoints of models that have
+adapters, when the endpoint is first read and then every `adapters_interval` seconds (10), after its load.
 Request counts are summed over label sets (vLLM labels by `model_name`); a utilisation, a fraction of one cache,
 is the largest over label sets, clamped to 0-1.
 
@@ -29,7 +32,12 @@ Invariants:
   `llmaz_gateway_stale_endpoints` counts the routed endpoints whose load is not known (engines without metrics
   included), set after every cycle.
 - Memory is bounded by the routed endpoints: an endpoint that leaves the catalog is forgotten at the next cycle.
-- `load` never awaits and never raises.
+- `load` and `adapters` never await and never raise.
+- A listing is used only while younger than 3 `adapters_interval`s and while the endpoint's load reads succeed; a
+  failed listing read (its own `timeout`, at most MAX_LISTING_BYTES) makes it unknown at once, and is logged
+  once when it turns unknown and once when it is known again. It is read again at once when the endpoint comes
+  back from a failed load read (it may have restarted with other adapters). A listing that changes wakes the
+  requests held on the catalog (`Catalog.notify`): one may be waiting for a replica holding its adapter.
 - The gateway's `--resolve` map applies as it does to forwarded requests: an endpoint at `address` is scraped
   at `resolve[address]`, and is still known by its own address.
 """
@@ -39,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -47,6 +55,12 @@ import orjson
 from aiohttp import hdrs
 from prometheus_client import CollectorRegistry, Gauge
 
+from llmaz.gateway.routing.adapters import (
+    MAX_LISTING_BYTES,
+    EngineAdapters,
+    parse_lora_adapters,
+    parse_served_adapters,
+)
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.load import EngineLoad
 from llmaz.gateway.routing.routes import Endpoint
@@ -68,6 +82,17 @@ CONNECTIONS_PER_ENDPOINT = 2
 KEEPALIVE_SECONDS = 4.0
 # The classic text format: engines that also speak OpenMetrics or protobuf answer with the one this parser reads.
 ACCEPT = "text/plain;version=0.0.4"
+# Adapters change only with a rollout (new replicas): read far less often than the load.
+DEFAULT_ADAPTERS_INTERVAL = 10.0
+ADAPTERS_STALE_INTERVALS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterListing:
+    """Where an engine lists its LoRA adapters, and how its answer is read (ValueError when it cannot be)."""
+
+    path: str
+    parse: Callable[[bytes], EngineAdapters]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +105,8 @@ class EngineMetrics:
     """0-1 gauges of how full the engine is; the first one the page exports is read."""
     slots_utilisation: bool = False
     """Utilisation is running requests over the `total_slots` of `GET /props` (llama.cpp)."""
+    adapters: AdapterListing | None = None
+    """Where the engine lists the LoRA adapters it holds; None: it does not say."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -87,16 +114,23 @@ class EngineMetrics:
 
 
 ENGINE_METRICS: Mapping[str, EngineMetrics] = {
-    "llamacpp": EngineMetrics("llamacpp:requests_processing", "llamacpp:requests_deferred", slots_utilisation=True),
+    "llamacpp": EngineMetrics(
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+        slots_utilisation=True,
+        adapters=AdapterListing("/lora-adapters", parse_lora_adapters),
+    ),
     "vllm": EngineMetrics(
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
         ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        adapters=AdapterListing("/v1/models", parse_served_adapters),
     ),
     "sglang": EngineMetrics("sglang:num_running_reqs", "sglang:num_queue_reqs", ("sglang:token_usage",)),
     "tgi": EngineMetrics("tgi_batch_current_size", "tgi_queue_size"),
 }
-"""BackendRuntime name -> the metrics its engine exports. The first entry whose running metric a page has wins."""
+"""BackendRuntime name -> the metrics its engine exports (and where it lists its adapters). The first entry whose
+running metric a page has wins."""
 
 WANTED = frozenset(name for engine in ENGINE_METRICS.values() for name in engine.names)
 
@@ -209,6 +243,13 @@ class _Known:
     """llama.cpp's total slots, from `/props`."""
     props_due: float = -math.inf
     """When `/props` may be read (again)."""
+    adapters: EngineAdapters | None = None
+    """The LoRA adapters the engine listed last; None when not known."""
+    adapters_read_at: float = -math.inf
+    adapters_due: float = -math.inf
+    """When the adapters may be listed (again)."""
+    adapters_failure: str | None = None
+    """Why the last listing failed; None after a successful one."""
 
 
 class EngineSignals:
@@ -224,22 +265,26 @@ class EngineSignals:
         timeout: float | None = None,
         stale_after: float | None = None,
         max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+        adapters_interval: float = DEFAULT_ADAPTERS_INTERVAL,
         resolve: Mapping[str, str] | None = None,
         registry: CollectorRegistry | None = None,
         clock: Clock = REAL_CLOCK,
     ) -> None:
         """`timeout` defaults to `interval` (at least 0.2 s), `stale_after` to 4 times `interval` (at least 1 s);
-        `resolve` is the gateway's `--resolve` map; the stale-endpoints gauge goes into `registry`."""
+        `adapters_interval` is the seconds between two listings of an endpoint's adapters; `resolve` is the
+        gateway's `--resolve` map; the stale-endpoints gauge goes into `registry`."""
         _require_seconds("interval", interval, "(0 turns engine signals off: use NoSignals then)")
         timeout = max(interval, MIN_DEFAULT_TIMEOUT) if timeout is None else timeout
         stale_after = max(4 * interval, MIN_DEFAULT_STALE_AFTER) if stale_after is None else stale_after
         _require_seconds("timeout", timeout)
         _require_seconds("stale_after", stale_after)
+        _require_seconds("adapters_interval", adapters_interval)
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
         self.catalog = catalog
         self.interval, self.timeout, self.stale_after = interval, timeout, stale_after
         self.max_concurrent = max_concurrent
+        self.adapters_interval = adapters_interval
         self.resolve = dict(resolve or {})
         self.cycles = 0
         """Scrape cycles completed (tests wait on it)."""
@@ -261,6 +306,14 @@ class EngineSignals:
         if known is None or not self._fresh(known, self._clock.now()):
             return None
         return known.load
+
+    def adapters(self, endpoint: Endpoint) -> EngineAdapters | None:
+        known = self._known.get(endpoint)
+        if known is None or known.failure is not None or known.adapters is None:
+            return None
+        if self._clock.now() - known.adapters_read_at >= ADAPTERS_STALE_INTERVALS * self.adapters_interval:
+            return None
+        return known.adapters
 
     def engine(self, endpoint: Endpoint) -> str | None:
         """The engine last recognised at `endpoint` (a key of `ENGINE_METRICS`), or None."""
@@ -295,11 +348,14 @@ class EngineSignals:
             endpoint: self._known.get(endpoint) or _Known() for endpoint in self.catalog.routed_endpoints()
         }
         if known:
-            await asyncio.gather(*(self._scrape(endpoint, state) for endpoint, state in known.items()))
+            listed = self.catalog.endpoints_with_adapters()
+            await asyncio.gather(
+                *(self._scrape(endpoint, state, endpoint in listed) for endpoint, state in known.items())
+            )
         self.stale_gauge.set(self.stale_endpoints())
         self.cycles += 1
 
-    async def _scrape(self, endpoint: Endpoint, known: _Known) -> None:
+    async def _scrape(self, endpoint: Endpoint, known: _Known, list_adapters: bool) -> None:
         async with self._limit:
             asked = self._clock.now()
             try:
@@ -314,6 +370,35 @@ class EngineSignals:
                 self._failed(endpoint, known, f"{type(exc).__name__}: {exc}")
             else:
                 self._succeeded(endpoint, known, engine, load)
+                listing = ENGINE_METRICS[engine].adapters
+                if list_adapters and listing is not None and self._clock.now() >= known.adapters_due:
+                    await self._list_adapters(endpoint, known, listing)
+
+    async def _list_adapters(self, endpoint: Endpoint, known: _Known, listing: AdapterListing) -> None:
+        known.adapters_due = self._clock.now() + self.adapters_interval
+        try:
+            async with asyncio.timeout(self.timeout):
+                url = endpoint.connect_url(self.resolve) + listing.path
+                found = listing.parse(await self._get(url, MAX_LISTING_BYTES, accept="application/json"))
+        except (ScrapeError, ValueError) as exc:
+            reason = str(exc)
+        except TimeoutError:
+            reason = f"no answer within {self.timeout:g} s"
+        except (aiohttp.ClientError, OSError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if known.adapters_failure is not None:
+                self._log.info("engine adapters known again", endpoint=str(endpoint))
+            changed = found != known.adapters
+            known.adapters, known.adapters_read_at, known.adapters_failure = found, self._clock.now(), None
+            if changed:
+                self.catalog.notify()
+            return
+        if known.adapters_failure is None:
+            self._log.warning("engine adapters unknown: listing failed", endpoint=str(endpoint), reason=bounded(reason))
+        if known.adapters is not None:
+            self.catalog.notify()  # every endpoint of the model counts as a holder again
+        known.adapters, known.adapters_failure = None, reason
 
     def _failed(self, endpoint: Endpoint, known: _Known, reason: str) -> None:
         if known.failure is None:
@@ -321,6 +406,7 @@ class EngineSignals:
                 "engine load unknown: metrics scrape failed", endpoint=str(endpoint), reason=bounded(reason)
             )
         known.failure = reason
+        known.adapters_due = -math.inf  # listed again once it answers: it may have restarted with other adapters
 
     def _succeeded(self, endpoint: Endpoint, known: _Known, engine: str, load: EngineLoad) -> None:
         if known.failure is not None:
@@ -354,8 +440,8 @@ class EngineSignals:
             known.props_due = self._clock.now() + PROPS_RETRY_SECONDS
             return None
 
-    async def _get(self, url: str, limit: int) -> bytes:
-        async with self._client().get(url, headers={hdrs.ACCEPT: ACCEPT}, allow_redirects=False) as resp:
+    async def _get(self, url: str, limit: int, accept: str = ACCEPT) -> bytes:
+        async with self._client().get(url, headers={hdrs.ACCEPT: accept}, allow_redirects=False) as resp:
             if resp.status != 200:
                 raise ScrapeError(f"HTTP {resp.status} from {resp.url.path}")
             if resp.content_length is not None and resp.content_length > limit:

@@ -1,0 +1,191 @@
+"""LoRA adapters: the names they are served under, which endpoints hold one, and what an engine is sent for one.
+
+Inputs are cached objects and engine answers (plain dicts and bytes); nothing here does I/O, keeps state or reads
+a clock.
+
+Rules:
+- A served model's OpenModel lists its adapters in `spec.adapters`; each is served under its own `name`, routed to
+  the base model's endpoints. Its position in that list is its llama.cpp id: the replicas start with one `--lora`
+  per adapter in spec order. Its `scale` is what a request that names it applies (default 1).
+- Names are resolved once: a served model's own name wins over an adapter of that name, and of two models listing
+  an adapter of one name, the first model by name serves it (admission checks uniqueness within a model only).
+- Which endpoints hold an adapter is what the engine says, read by the engine signals:
+  - llama.cpp, `GET /lora-adapters`: `[{"id": 0, "path": "<file>", "scale": 0.0}, ...]`. An entry whose path has a
+    segment `adapters--<name>` (the model loader's directory for an adapter) holds that adapter under its id;
+    any other entry holds the adapter at its id's position in spec.adapters. So an old replica during a rollout
+    that reordered the adapters is still sent its own ids, and one started without an adapter does not hold it.
+  - vLLM, `GET /v1/models`: the entries with a `parent` are the adapters it serves, by name.
+  An endpoint whose engine says nothing (signals off, an engine without a listing, a failed or stale read) is
+  taken to hold every adapter of its model: every replica starts with them, and only a rollout adding one has a
+  window where an old replica lacks it.
+- The request: for llama.cpp the body gets `"lora": [{"id": <id>, "scale": <scale>}]` (llama.cpp ignores the
+  request's `model`, so it stays the adapter's name); a body that already has a `lora` member is sent as it is.
+  Any other engine gets the body unchanged: vLLM and SGLang serve an adapter under its own `model` name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+LLAMACPP: Final = "llamacpp"
+DEFAULT_SCALE: Final = 1.0
+# The model loader puts each adapter in a directory (or file) of this prefix and the adapter's name.
+ADAPTER_PATH_PREFIX: Final = "adapters--"
+# A listing is a handful of entries (at most 16 adapters a model); far more is not a listing.
+MAX_LISTING_BYTES: Final = 1024 * 1024
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Adapter:
+    """One adapter as the gateway routes it."""
+
+    name: str
+    model: str
+    """The base model's served name."""
+    index: int
+    """Its position in spec.adapters: its llama.cpp id on a replica started with this spec."""
+    scale: float = DEFAULT_SCALE
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _scale(value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    return DEFAULT_SCALE
+
+
+def model_adapters(model: str, open_model: Obj | None) -> list[Adapter]:
+    """The adapters an OpenModel lists, in spec order (entries without a usable name are skipped, keeping the
+    positions of the others)."""
+    listed = _mapping(_mapping(open_model).get("spec")).get("adapters")
+    found: list[Adapter] = []
+    for index, entry in enumerate(listed if isinstance(listed, list) else []):
+        name = _mapping(entry).get("name")
+        if isinstance(name, str) and name and name.isprintable():
+            found.append(Adapter(name, model, index, _scale(_mapping(entry).get("scale"))))
+    return found
+
+
+def adapter_table(models: Iterable[str], open_model: Callable[[str], Obj | None]) -> dict[str, list[Adapter]]:
+    """Served model -> the adapters served under its name, each adapter name once (see the module rules)."""
+    served = set(models)
+    taken: set[str] = set()
+    table: dict[str, list[Adapter]] = {}
+    for model in sorted(served):
+        kept = [a for a in model_adapters(model, open_model(model)) if a.name not in served and a.name not in taken]
+        taken.update(a.name for a in kept)
+        if kept:
+            table[model] = kept
+    return table
+
+
+@dataclass(frozen=True, slots=True)
+class LoraSlots:
+    """llama.cpp's adapters, by id: each id's path."""
+
+    paths: tuple[tuple[int, str], ...]
+
+    def lora_id(self, adapter: Adapter) -> int | None:
+        """The id the engine holds `adapter` under, or None when it does not hold it."""
+        by_position: int | None = None
+        for lora_id, path in self.paths:
+            named = path_adapter_name(path)
+            if named == adapter.name:
+                return lora_id
+            if named is None and lora_id == adapter.index:
+                by_position = lora_id
+        return by_position
+
+    def holds(self, adapter: Adapter) -> bool:
+        return self.lora_id(adapter) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ServedAdapters:
+    """The adapters an engine serves by name (vLLM)."""
+
+    names: frozenset[str]
+
+    def lora_id(self, adapter: Adapter) -> int | None:
+        return None
+
+    def holds(self, adapter: Adapter) -> bool:
+        return adapter.name in self.names
+
+
+EngineAdapters = LoraSlots | ServedAdapters
+
+
+def path_adapter_name(path: str) -> str | None:
+    """The adapter a file path names by an `adapters--<name>` segment, or None."""
+    for segment in reversed(path.replace("\\", "/").split("/")):
+        if segment.startswith(ADAPTER_PATH_PREFIX) and len(segment) > len(ADAPTER_PATH_PREFIX):
+            return segment.removeprefix(ADAPTER_PATH_PREFIX)
+    return None
+
+
+def _json(body: bytes, what: str) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ValueError(f"{what} is not JSON") from None
+
+
+def parse_lora_adapters(body: bytes) -> LoraSlots:
+    """llama.cpp's `GET /lora-adapters` answer; raises ValueError when it is not a list of `{id, path}`."""
+    listed = _json(body, "/lora-adapters")
+    if not isinstance(listed, list):
+        raise ValueError("/lora-adapters is not a JSON list")
+    paths: list[tuple[int, str]] = []
+    for entry in listed:
+        lora_id, path = _mapping(entry).get("id"), _mapping(entry).get("path")
+        if not isinstance(lora_id, int) or isinstance(lora_id, bool) or lora_id < 0 or not isinstance(path, str):
+            raise ValueError(f"/lora-adapters has an entry without an id and a path: {str(entry)[:200]}")
+        paths.append((lora_id, path))
+    return LoraSlots(tuple(sorted(paths)))
+
+
+def parse_served_adapters(body: bytes) -> ServedAdapters:
+    """vLLM's `GET /v1/models` answer: the ids of the entries with a parent; raises ValueError when it is not a
+    model list."""
+    data = _mapping(_json(body, "/v1/models")).get("data")
+    if not isinstance(data, list):
+        raise ValueError("/v1/models has no data list")
+    names = {
+        entry["id"]
+        for entry in map(_mapping, data)
+        if isinstance(entry.get("id"), str) and isinstance(entry.get("parent"), str) and entry["parent"]
+    }
+    return ServedAdapters(frozenset(names))
+
+
+def with_lora(body: bytes, document: Mapping[str, Any], lora_id: int, scale: float) -> bytes:
+    """The body with `"lora": [{"id": lora_id, "scale": scale}]` added as its last member, byte for byte otherwise;
+    unchanged when it has a `lora` member already."""
+    if "lora" in document:
+        return body
+    end = body.rstrip().rfind(b"}")
+    member = b'"lora":' + orjson.dumps([{"id": lora_id, "scale": scale}])
+    separator = b"," if document else b""
+    return body[:end] + separator + member + body[end:]
+
+
+def engine_body(
+    engine: str | None, listing: EngineAdapters | None, adapter: Adapter, body: bytes, document: Mapping[str, Any]
+) -> bytes:
+    """What an endpoint running `engine` (None: not known) that lists `listing` is sent for a request naming
+    `adapter` (see the module rules)."""
+    if engine != LLAMACPP:
+        return body
+    lora_id = listing.lora_id(adapter) if listing is not None else None
+    return with_lora(body, document, adapter.index if lora_id is None else lora_id, adapter.scale)
