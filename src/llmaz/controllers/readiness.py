@@ -23,7 +23,7 @@ from llmaz.apis import resources as r
 from llmaz.apis.quantity import QuantityError, parse_quantity
 from llmaz.controllers.builders import BuildError, set_condition
 from llmaz.controllers.builders.render import render_arg
-from llmaz.controllers.builders.sources import adapters, loader_env
+from llmaz.controllers.builders.sources import Weights, adapters, loader_env
 from llmaz.controllers.common import reconcile_cached, write_status_if_changed
 from llmaz.runtime.cache import Obj, Store
 from llmaz.runtime.client import Client
@@ -43,7 +43,7 @@ def model_problem(obj: Obj) -> str | None:
     """Why an OpenModel cannot be served, or None."""
     try:
         model = OpenModel.from_dict(obj)
-        for weights in [model, *adapters(model)]:
+        for weights in [Weights(model), *adapters(model)]:
             loader_env(weights)
     except ValidationError as err:
         return f"does not match its schema: {err.errors()[0]['msg']}"

@@ -17,7 +17,7 @@ prefilling a 1,000-token prompt costs clearly more than decoding a few tokens (a
 `write_tiny_lora(shape, out)` writes a random LoRA adapter for the model of `shape`: a GGUF of `general.type`
 "adapter", `adapter.type` "lora", with a `.lora_a`/`.lora_b` pair for the query, value and FFN-up projections of
 every block. llama.cpp adds `scale * alpha / rank * B @ A` to each such weight; the pairs are drawn large enough
-(about five times the base weights' spread) that greedy answers with the adapter applied differ from those without.
+(about a dozen times the base weights' spread) that greedy answers with the adapter applied differ from those without.
 
 Invariants: the output is a function of the vocabulary file alone (fixed seed, keys written in a fixed order, no
 timestamps, no dependence on hash seeds), so every run writes the same bytes; the adapter's bytes are a function of

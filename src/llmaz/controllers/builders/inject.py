@@ -64,7 +64,7 @@ def served_adapters(models: Sequence[OpenModel]) -> list[Weights]:
 
 def needs_model_volume(models: Sequence[OpenModel], skip: bool) -> bool:
     """The shared emptyDir is needed unless the loader is skipped or every model and adapter lives on the host."""
-    weights = [*models, *served_adapters(models)]
+    weights = [*map(Weights, models), *served_adapters(models)]
     return not skip and any(host_path(item) is None for item in weights)
 
 
@@ -88,7 +88,7 @@ def inject_loaders(template: dict[str, Any], models: Sequence[OpenModel], image:
 
 def inject_credentials(template: dict[str, Any], models: Sequence[OpenModel]) -> None:
     """With the loader skipped the engine reads the sources itself: add their credential envs unless already set."""
-    for weights in [*models, *served_adapters(models)]:
+    for weights in [*map(Weights, models), *served_adapters(models)]:
         envs = credential_envs(weights)
         if envs:
             _append_to_runners(template, "env", envs, "name")
