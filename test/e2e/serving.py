@@ -22,6 +22,7 @@ GATEWAY = "llmaz-gateway"
 GATEWAY_NAMESPACE = "llmaz-system"
 BUCKET = "models"
 KEY = "tiny-llama/tiny-llama.gguf"
+ADAPTER_KEY = "tiny-llama/tiny-lora.gguf"
 
 
 def node_of(e2e: Environment) -> NodeCluster:
