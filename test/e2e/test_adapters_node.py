@@ -14,7 +14,17 @@ import pytest
 
 from llmaz.envtest.objectstore import ObjectStore
 
-from .serving import ADAPTER_KEY, BUCKET, KEY, credentials, gateway_url, routable, served, tiny_llama
+from .serving import (
+    ADAPTER_KEY,
+    BUCKET,
+    KEY,
+    credentials,
+    gateway_completion,
+    gateway_url,
+    routable,
+    served,
+    tiny_llama,
+)
 from .support import Environment, ModelNames, eventually, http_request, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
@@ -32,16 +42,7 @@ def greedy(e2e: Environment, model: str) -> dict[str, Any]:
     """One chat completion for `model` through the gateway at temperature 0 and a fixed seed."""
     request = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 12,
                "temperature": 0, "seed": 7}  # fmt: skip
-    status, body = http_request(
-        f"{gateway_url(e2e)}/chat/completions",
-        method="POST",
-        body=json.dumps(request).encode(),
-        headers={"Content-Type": "application/json"},
-        timeout=60,
-    )
-    assert status == 200, body[:300]
-    answer: dict[str, Any] = json.loads(body)
-    return answer
+    return gateway_completion(e2e, request)
 
 
 def test_an_adapter_is_listed_under_its_model_and_changes_the_answers_only_for_requests_that_name_it(

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,26 +93,15 @@ def write_tiny_model(vocab: Path, out: Path, shape: ModelShape = TINY) -> Path:
     """Write the random model of `shape` for the vocabulary GGUF `vocab` to `out`; returns `out`."""
     tokenizer = _tokenizer_fields(vocab)
     n_vocab = len(tokenizer[_TOKENS_KEY][0])
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        writer = gguf.GGUFWriter(tmp, ARCHITECTURE)
-        try:
-            _add_metadata(writer, shape, n_vocab, tokenizer)
-            for name, tensor in _tensors(shape, n_vocab):
-                writer.add_tensor(name, tensor)
-            writer.write_header_to_file()
-            writer.write_kv_data_to_file()
-            writer.write_tensors_to_file()
-        finally:
-            writer.close()
-        size = tmp.stat().st_size
+
+    def check(written: Path) -> None:
+        size = written.stat().st_size
         if size > MAX_BYTES:
             raise ValueError(f"{vocab}: the tiny model would be {size} bytes (limit {MAX_BYTES}): vocabulary too large")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
+
+    return _write_gguf(
+        out, lambda writer: _add_metadata(writer, shape, n_vocab, tokenizer), _tensors(shape, n_vocab), check
+    )
 
 
 def write_tiny_lora(base_shape: ModelShape, out: Path, seed: int = LORA_SEED, rank: int = LORA_RANK) -> Path:
@@ -121,22 +111,38 @@ def write_tiny_lora(base_shape: ModelShape, out: Path, seed: int = LORA_SEED, ra
     (rank, in) and `lora_b` is (out, rank). `adapter.lora.alpha` equals the rank, so a request's scale is the
     factor B @ A is added with.
     """
+
+    def metadata(writer: gguf.GGUFWriter) -> None:
+        writer.add_type(gguf.GGUFType.ADAPTER)
+        writer.add_name(LORA_NAME)
+        writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+        writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
+
+    return _write_gguf(out, metadata, _lora_tensors(base_shape, seed, rank))
+
+
+def _write_gguf(
+    out: Path,
+    metadata: Callable[[gguf.GGUFWriter], None],
+    tensors: list[tuple[str, npt.NDArray[Any]]],
+    check: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write a GGUF beside `out`, check it, then rename it to `out`: the file appears only when complete."""
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
         writer = gguf.GGUFWriter(tmp, ARCHITECTURE)
         try:
-            writer.add_type(gguf.GGUFType.ADAPTER)
-            writer.add_name(LORA_NAME)
-            writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-            writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
-            for name, tensor in _lora_tensors(base_shape, seed, rank):
+            metadata(writer)
+            for name, tensor in tensors:
                 writer.add_tensor(name, tensor)
             writer.write_header_to_file()
             writer.write_kv_data_to_file()
             writer.write_tensors_to_file()
         finally:
             writer.close()
+        if check is not None:
+            check(tmp)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
