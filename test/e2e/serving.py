@@ -24,6 +24,7 @@ GATEWAY = "llmaz-gateway"
 GATEWAY_NAMESPACE = "llmaz-system"
 BUCKET = "models"
 KEY = "tiny-llama/tiny-llama.gguf"
+ADAPTER_KEY = "tiny-llama/tiny-lora.gguf"
 
 
 def node_of(e2e: Environment) -> NodeCluster:
@@ -127,6 +128,20 @@ def api_chat(url: str, model: str, timeout: float, content: str = "Hello") -> tu
         headers={"Content-Type": "application/json"},
         timeout=timeout,
     )
+
+
+def gateway_completion(e2e: Environment, request: dict[str, Any]) -> dict[str, Any]:
+    """The gateway's answer to chat completion `request`, which must succeed."""
+    status, body = http_request(
+        f"{gateway_url(e2e)}/chat/completions",
+        method="POST",
+        body=json.dumps(request).encode(),
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
+    assert status == 200, body[:300]
+    answer: dict[str, Any] = json.loads(body)
+    return answer
 
 
 def gateway_chat(e2e: Environment, model: str) -> tuple[int, bytes]:

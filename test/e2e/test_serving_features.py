@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from llmaz.envtest.objectstore import ObjectStore
 
-from .serving import BUCKET, KEY, credentials, gateway_url, routable, served, tiny_llama
+from .serving import BUCKET, KEY, credentials, gateway_completion, routable, served, tiny_llama
 from .support import Environment, ModelNames, http_request, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
@@ -45,14 +43,7 @@ def test_a_speculative_playground_answers_and_llama_cpp_accepts_the_drafts_of_it
     request = {"model": main, "messages": [{"role": "user", "content": "Tell me a story about the sea"}],
                "max_tokens": 32, "temperature": 0}  # fmt: skip
     for _ in range(3):
-        status, body = http_request(
-            f"{gateway_url(e2e)}/chat/completions",
-            method="POST",
-            body=json.dumps(request).encode(),
-            headers={"Content-Type": "application/json"},
-            timeout=60,
-        )
-        assert status == 200, body[:300]
+        gateway_completion(e2e, request)
     status, page = http_request(f"http://{pod['status']['podIP']}:8080/metrics")
     assert status == 200
     metrics = page.decode()

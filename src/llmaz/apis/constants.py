@@ -136,6 +136,8 @@ ENV_PROVIDER: Final = "PROVIDER"
 ENV_ENDPOINT: Final = "ENDPOINT"
 ENV_BUCKET: Final = "BUCKET"
 ENV_MODEL_PATH: Final = "MODEL_PATH"
+# Set only for an adapter's loader: the adapter's name, which decides where it lands and names it in failures.
+ENV_ADAPTER_NAME: Final = "ADAPTER_NAME"
 
 # Conditions this project adds where llmaz only returned an error (reason REASON_ABORT_PROCESSING,
 # Progressing=False); the placeholders name the missing thing.
@@ -144,6 +146,10 @@ MESSAGE_RECOMMENDED_CONFIG_NOT_FOUND: Final = "Recommended config {config} not f
 MESSAGE_ARG_RENDER_ERROR: Final = "missing flag or the flag has format error: {arg}"
 MESSAGE_INVALID_MODEL_SOURCE: Final = "OpenModel {model} has an invalid source: {detail}"
 MESSAGE_NO_MODEL_CLAIMED: Final = "No model is claimed"
+MESSAGE_ADAPTERS_UNSUPPORTED: Final = (
+    "OpenModel {model} has adapters, which BackendRuntime {backend} cannot load: serve it with one of {supported}, "
+    "or remove spec.adapters"
+)
 # An existing child that the Playground or Service does not control (llmaz took it over with a forced apply).
 MESSAGE_CHILD_CONFLICT: Final = "Not taking over objects that this {owner} does not control: {conflicts}"
 

@@ -3,7 +3,8 @@
 llmaz's controllers for these kinds did nothing. Here each reconcile checks what only a controller can check
 (webhooks may be off, or the object predates them) and reports it, so `kubectl get` shows a broken model or
 backend before a Playground trips over it:
-- OpenModel: the source resolves to a model path and a loader (hub or a supported, well-formed URI);
+- OpenModel: the source, and every adapter's, resolves to a path and a loader (hub or a supported, well-formed
+  URI; no ollama:// adapter);
 - BackendRuntime: recommended config names are unique, limits are not below requests, and every argument
   placeholder is one llmaz knows.
 """
@@ -22,7 +23,7 @@ from llmaz.apis import resources as r
 from llmaz.apis.quantity import QuantityError, parse_quantity
 from llmaz.controllers.builders import BuildError, set_condition
 from llmaz.controllers.builders.render import render_arg
-from llmaz.controllers.builders.sources import loader_env
+from llmaz.controllers.builders.sources import Weights, adapters, loader_env
 from llmaz.controllers.common import reconcile_cached, write_status_if_changed
 from llmaz.runtime.cache import Obj, Store
 from llmaz.runtime.client import Client
@@ -42,7 +43,8 @@ def model_problem(obj: Obj) -> str | None:
     """Why an OpenModel cannot be served, or None."""
     try:
         model = OpenModel.from_dict(obj)
-        loader_env(model)
+        for weights in [Weights(model), *adapters(model)]:
+            loader_env(weights)
     except ValidationError as err:
         return f"does not match its schema: {err.errors()[0]['msg']}"
     except BuildError as err:

@@ -5,7 +5,8 @@ Invariants:
   `ManagedProcess`, stopped with its owner like every other test component.
 - moto accepts any access key: the credentials the pods get from their Secret are real in form, not checked.
 - The tiny model (`llmaz.testing.tinymodel`: random weights, meaningless text) is generated once into the cache
-  from the vocabulary shipped beside the llama-server binary; the same inputs always give the same bytes.
+  from the vocabulary shipped beside the llama-server binary; the same inputs always give the same bytes. So is its
+  random LoRA adapter (`tiny_lora`), which needs no vocabulary.
 """
 
 from __future__ import annotations
@@ -100,6 +101,17 @@ def tiny_model(shape: str = "tiny") -> Path:
     out = cache_root() / "models" / f"{shape}-llama.gguf"
     if not out.is_file():
         write_tiny_model(vocab, out, SHAPES[shape])
+    return out
+
+
+def tiny_lora() -> Path:
+    """The tiny model's random LoRA adapter (`llmaz.testing.tinymodel.write_tiny_lora`), generated into the cache on
+    first use as `tiny-llama-lora.gguf`."""
+    from llmaz.testing.tinymodel import TINY, write_tiny_lora
+
+    out = cache_root() / "models" / "tiny-llama-lora.gguf"
+    if not out.is_file():
+        write_tiny_lora(TINY, out)
     return out
 
 

@@ -2,6 +2,9 @@
 
 0 loaded (or already complete), 1 unexpected error, 2 bad configuration, 3 not found, 4 unauthorized,
 5 transient failure after retries, 6 local storage failure. See docs/model-loader.md.
+
+A loader of an adapter (`ADAPTER_NAME` set) says so in its start and failure log lines, and its termination message
+starts with `adapter <name>: `, so the condition reporting the failure names the adapter.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import llmaz.apis.constants as c
 from llmaz.loader import log
 from llmaz.loader.config import read_config
 from llmaz.loader.errors import ExitCode, LoaderError
@@ -23,6 +27,10 @@ TERMINATION_LOG = "/dev/termination-log"
 def run(env: Mapping[str, str]) -> int:
     """Load the model `env` describes; returns the process exit code and never raises."""
     logger = log.get_logger()
+    adapter = env.get(c.ENV_ADAPTER_NAME, "").strip()
+    subject = f"adapter {adapter}: " if adapter else ""
+    if adapter:
+        logger = logger.bind(adapter=adapter)
     try:
         config = read_config(env)
         logger.info(
@@ -34,11 +42,11 @@ def run(env: Mapping[str, str]) -> int:
         load(config, env)
     except LoaderError as error:
         logger.error("load.failed", reason=error.reason, exit_code=int(error.exit_code), message=error.message)
-        _termination_message(env, f"{error.reason}: {error.message}")
+        _termination_message(env, f"{subject}{error.reason}: {error.message}")
         return int(error.exit_code)
     except Exception as error:
         logger.exception("load.failed", reason="Unexpected", exit_code=int(ExitCode.UNEXPECTED))
-        _termination_message(env, f"Unexpected: {type(error).__name__}: {error}")
+        _termination_message(env, f"{subject}Unexpected: {type(error).__name__}: {error}")
         return int(ExitCode.UNEXPECTED)
     return int(ExitCode.OK)
 

@@ -1,8 +1,5 @@
-"""OpenModel admission: the family-name label and createdAt defaults, and the source rules of llmaz.
-
-Validation order and texts are llmaz's (all errors are collected, none short-circuits another):
-source set -> URI format / protocol / address -> ModelScope filename -> filename vs patterns -> name (create).
-"""
+"""OpenModel admission: the family-name label and createdAt defaults, the validation rules
+(`llmaz.apis.validation.openmodel`: llmaz's source rules and the adapters'), and warnings."""
 
 from __future__ import annotations
 
@@ -11,17 +8,8 @@ from typing import Any, Final
 
 from llmaz.apis import OpenModel
 from llmaz.apis import constants as c
-from llmaz.apis.uri import parse_bucket_path, parse_oss, parse_uri
-from llmaz.apis.validation.field import FieldError, forbidden, invalid
-from llmaz.apis.validation.names import validate_name
+from llmaz.apis.validation.openmodel import validate_openmodel as validate_openmodel
 
-SOURCE_NULL: Final = "Source can't be all null"
-URI_WRONG_FORMAT: Final = "URI with wrong format"
-URI_UNSUPPORTED_PROTOCOL: Final = "URI with unsupported protocol"
-URI_WRONG_ADDRESS: Final = "URI with wrong address"
-FILENAME_HUGGINGFACE_ONLY: Final = "Filename can only set once modelHub is Huggingface"
-ALLOW_PATTERNS_WITH_FILENAME: Final = "Once Filename is set, allowPatterns should be nil"
-IGNORE_PATTERNS_WITH_FILENAME: Final = "Once Filename is set, ignorePatterns should be nil"
 HUB_AND_URI_WARNING: Final = "spec.source: both modelHub and uri are set; modelHub is used and uri is ignored"
 
 
@@ -61,47 +49,6 @@ def _copied_labels(obj: dict[str, Any]) -> dict[str, Any]:
     labels = meta.get("labels")
     labels = meta["labels"] = dict(labels) if isinstance(labels, dict) else {}
     return labels
-
-
-def validate_openmodel(model: OpenModel, creating: bool) -> list[FieldError]:
-    source = model.spec.source
-    errors: list[FieldError] = []
-    if source.model_hub is None and source.uri is None:
-        errors.append(forbidden("spec.source", SOURCE_NULL))
-    if source.uri is not None:
-        errors += _validate_uri(source.uri)
-    hub = source.model_hub
-    if hub is not None and hub.filename is not None:
-        if hub.name == c.MODEL_SCOPE:
-            errors.append(invalid("spec.source.modelHub.filename", hub.filename, FILENAME_HUGGINGFACE_ONLY))
-        if hub.allow_patterns is not None:
-            errors.append(
-                invalid("spec.source.modelHub.allowPatterns", hub.allow_patterns, ALLOW_PATTERNS_WITH_FILENAME)
-            )
-        if hub.ignore_patterns is not None:
-            errors.append(
-                invalid("spec.source.modelHub.ignorePatterns", hub.ignore_patterns, IGNORE_PATTERNS_WITH_FILENAME)
-            )
-    if creating:
-        errors += validate_name(model.metadata.to_dict())
-    return errors
-
-
-def _validate_uri(uri: str) -> list[FieldError]:
-    try:
-        protocol, address = parse_uri(uri)
-    except ValueError:
-        return [invalid("spec.source.uri", uri, URI_WRONG_FORMAT)]
-    if protocol not in c.URI_PROTOCOLS:
-        return [invalid("spec.source.uri", uri, URI_UNSUPPORTED_PROTOCOL)]
-    try:
-        if protocol == c.OSS:
-            parse_oss(address)
-        elif protocol in (c.S3, c.GCS):
-            parse_bucket_path(address)
-    except ValueError:
-        return [invalid("spec.source.uri", uri, URI_WRONG_ADDRESS)]
-    return []
 
 
 _NATIVE_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage"})

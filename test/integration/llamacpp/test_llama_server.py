@@ -4,6 +4,9 @@ The binary comes from `hack/llamacpp/build.sh` (`make llama-server`, a prerequis
 the model is written by llmaz.testing.tinymodel from the vocabulary shipped next to it. The generated text is
 meaningless by construction, so only the protocol is asserted: listing, completions with usage, SSE streaming,
 request validation, the chat template read from the GGUF, metrics and a clean SIGTERM.
+
+A second server loads the tiny random LoRA adapter with the flags the Playground builder renders for it: answers
+with the adapter differ from the base model's, and the base model's answers stay what they were.
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ import signal
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from llmaz.apis import OpenModel
+from llmaz.controllers.builders.adapters import adapter_flags
 from llmaz.envtest._process import ManagedProcess, free_loopback_ports
 from llmaz.testing import tinymodel
 from llmaz.testing.waiting import eventually_sync
@@ -75,10 +80,10 @@ def _healthy(server: Server) -> bool:
         return False
 
 
-def _start(binary: Path, model: Path, log: Path) -> Server:
+def _start(binary: Path, model: Path, log: Path, extra: Sequence[str] = ()) -> Server:
     (port,) = free_loopback_ports(1)
     argv = [str(binary), "-m", str(model), "--alias", ALIAS, "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["-c", "512", "--parallel", "1", "--metrics"]
+    argv += ["-c", "512", "--parallel", "1", "--metrics", *extra]
     server = Server(ManagedProcess("llama-server", argv, log), f"http://127.0.0.1:{port}")
     server.process.start()
     try:
@@ -214,3 +219,79 @@ def test_sigterm_stops_the_server(binary: Path, model: Path, tmp_path: Path) -> 
         assert code == (0,), server.process.log_tail()
     finally:
         server.process.stop(_STOP_TIMEOUT)
+
+
+ADAPTER = "tiny-lora"
+SEED = 7
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tinymodel.write_tiny_lora(tinymodel.TINY, tmp_path_factory.mktemp("adapter") / "tiny-lora.gguf")
+
+
+def _model_with_adapter(adapter: Path) -> OpenModel:
+    adapters = [{"name": ADAPTER, "source": {"uri": f"host://{adapter}"}}]
+    spec = {"familyName": "llama", "source": {"uri": "host:///models/tiny.gguf"}, "adapters": adapters}
+    return OpenModel.from_dict({"metadata": {"name": ALIAS}, "spec": spec})
+
+
+@pytest.fixture(scope="module")
+def adapter_server(
+    binary: Path, model: Path, adapter: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    flags = adapter_flags("llamacpp", _model_with_adapter(adapter), skip_model_loader=False)
+    started = _start(binary, model, tmp_path_factory.mktemp("logs") / "llama-server-lora.log", flags)
+    yield started
+    started.process.stop(_STOP_TIMEOUT)
+
+
+def _greedy(server: Server, lora: list[dict[str, Any]] | None) -> str:
+    """The answer at temperature 0 with a fixed seed; `lora` is the request's per-adapter scales (None: no field)."""
+    body = _chat("Say hello.", temperature=0, seed=SEED, max_tokens=12)
+    if lora is not None:
+        body["lora"] = lora
+    status, answer = _request(f"{server.url}/v1/chat/completions", body)
+    assert status == 200, answer
+    content: str = answer["choices"][0]["message"]["content"]
+    return content
+
+
+BASE = [{"id": 0, "scale": 0.0}]
+APPLIED = [{"id": 0, "scale": 1.0}]
+
+
+def test_the_adapter_is_a_valid_lora_gguf_of_its_own_size(adapter: Path) -> None:
+    again = tinymodel.write_tiny_lora(tinymodel.TINY, adapter.with_name("again.gguf"))
+
+    assert again.read_bytes() == adapter.read_bytes()
+    assert adapter.stat().st_size < 100_000
+
+
+def test_the_server_lists_the_adapter_loaded_without_applying_it(adapter_server: Server, adapter: Path) -> None:
+    status, adapters = _request(f"{adapter_server.url}/lora-adapters")
+
+    assert status == 200
+    assert [(entry["id"], entry["path"], entry["scale"]) for entry in adapters] == [(0, str(adapter), 0.0)]
+
+
+def test_answers_with_the_adapter_differ_and_the_base_answers_do_not_change(adapter_server: Server) -> None:
+    base = _greedy(adapter_server, BASE)
+
+    assert _greedy(adapter_server, None) == base
+    assert _greedy(adapter_server, None) == base
+    with_adapter = _greedy(adapter_server, APPLIED)
+    assert with_adapter != base
+    assert _greedy(adapter_server, APPLIED) == with_adapter
+    # After an adapter's request, a base request names every adapter with scale 0 (what the gateway sends): the
+    # change of scales makes llama-server drop the slot's cached prompt, which the adapter computed.
+    assert _greedy(adapter_server, BASE) == base
+
+
+def test_a_base_request_without_the_lora_field_reuses_the_adapters_cached_prompt(adapter_server: Server) -> None:
+    # Why the gateway names every adapter with scale 0 on base requests: without the field, llama-server (0.3.36's
+    # llama.cpp) keeps the slot's prompt cache that an adapter's request computed, and the base answer changes.
+    base = _greedy(adapter_server, BASE)
+    _greedy(adapter_server, APPLIED)
+
+    assert _greedy(adapter_server, None) != base

@@ -41,6 +41,24 @@ DENIALS = [
         'URI with unsupported protocol, metadata.name: Invalid value: "qwen-2-0.5b": a lowercase RFC 1123 label',
     ),
     (
+        "OpenModel",
+        "adapters",
+        {
+            "familyName": "f",
+            "source": {"uri": "s3://models/qwen.gguf"},
+            "adapters": [
+                {"name": "sql", "source": {"uri": "s3://loras/sql.gguf"}},
+                {"name": "sql", "source": {"uri": "ollama://qwen2:0.5b"}, "scale": 5},
+            ],
+        },
+        'admission webhook "vopenmodel.kb.io" denied the request: [spec.adapters[1].name: Invalid value: "sql": '
+        "adapter names must be unique within the model: another adapter has this name, "
+        'spec.adapters[1].source.uri: Invalid value: "ollama://qwen2:0.5b": an adapter cannot come from ollama://: '
+        "ollama pulls whole models by tag, not adapter weights; use a model hub, an object store (oss://, s3://, "
+        "gcs://) or host://, spec.adapters[1].scale: Invalid value: 5.0: must be a number greater than 0 and at most "
+        "4 (how strongly the adapter applies; 1 is as trained)]",
+    ),
+    (
         "BackendRuntime",
         "dup",
         {"image": "i", "version": "v", "recommendedConfigs": [{"name": "default"}, {"name": "default"}]},
@@ -121,6 +139,16 @@ async def test_a_bad_object_is_denied_by_the_named_webhook(
     result = await kubectl(control_plane, "create", "-f", "-", input=manifest(kind, name, spec, ns))
     assert result.returncode != 0
     assert message in result.stderr
+
+
+async def test_an_openmodel_with_adapters_is_stored_as_written(client: Client) -> None:
+    adapters = [{"name": "sql", "source": {"uri": "s3://loras/sql.gguf"}, "scale": 0.5}]
+    model = openmodel("qwen2-0-5b-adapters")
+    model["spec"]["adapters"] = adapters
+
+    created = await client.create(OPENMODELS, model)
+
+    assert created["spec"]["adapters"] == adapters
 
 
 async def test_an_openmodel_is_stored_with_the_family_label_and_created_at(client: Client) -> None:

@@ -79,3 +79,17 @@ def test_a_backend_with_known_placeholders_has_no_problem() -> None:
 )
 def test_broken_backends_are_explained(configs: list[dict[str, Any]], problem: str) -> None:
     assert backend_problem(_backend(*configs)) == problem
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ({"uri": "ollama://qwen2:0.5b"}, "OpenModel m has an invalid source: adapter sql: an ollama:// source"),
+        ({"uri": "s3://bucket-without-path"}, "OpenModel m has an invalid source: adapter sql: address not right"),
+    ],
+)
+def test_an_unusable_adapter_source_is_explained_naming_the_adapter(source: dict[str, Any], fragment: str) -> None:
+    obj = _model({"modelHub": {"modelID": "a/b"}})
+    obj["spec"]["adapters"] = [{"name": "sql", "source": source}]
+
+    assert (model_problem(obj) or "").startswith(fragment)

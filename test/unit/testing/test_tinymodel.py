@@ -188,3 +188,40 @@ def test_the_prefill_heavy_shape_writes_its_context_width_and_layers(vocab: Path
     assert f"blk.{shape.block_count}.ffn_down.weight" not in names
     ffn_down = next(t for t in reader.tensors if t.name == "blk.0.ffn_down.weight")
     assert sorted(int(d) for d in ffn_down.shape) == [shape.embedding_length, shape.feed_forward_length]
+
+
+def test_the_lora_adapter_pairs_the_base_weights_as_llama_cpp_checks_them(model: Path, tmp_path: Path) -> None:
+    adapter = gguf.GGUFReader(tinymodel.write_tiny_lora(tinymodel.TINY, tmp_path / "lora.gguf"))
+    base = {t.name: tuple(int(d) for d in t.shape) for t in gguf.GGUFReader(model).tensors}
+
+    assert _field(adapter, "general.architecture") == "llama"
+    assert _field(adapter, "general.type") == "adapter"
+    assert _field(adapter, "adapter.type") == "lora"
+    assert _field(adapter, "adapter.lora.alpha") == pytest.approx(tinymodel.LORA_RANK)
+    pairs = {t.name: tuple(int(d) for d in t.shape) for t in adapter.tensors}
+    assert len(pairs) == 2 * 3 * tinymodel.TINY.block_count
+    for name, shape in pairs.items():
+        weight, part = name.rsplit(".", 1)
+        assert weight in base, name
+        # llama.cpp (ggml order, innermost first): a = [in, rank], b = [rank, out] for a base weight [in, out].
+        (inner, outer) = base[weight]
+        assert shape == ((inner, tinymodel.LORA_RANK) if part == "lora_a" else (tinymodel.LORA_RANK, outer)), name
+
+
+def test_the_lora_adapter_is_reproducible_and_its_seed_changes_it(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONHASHSEED": "99"}
+    command = [sys.executable, "-m", "llmaz.testing.tinymodel", "--lora", "--out", str(tmp_path / "cli.gguf")]
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=120)
+    here = tinymodel.write_tiny_lora(tinymodel.TINY, tmp_path / "here.gguf")
+    other = tinymodel.write_tiny_lora(tinymodel.TINY, tmp_path / "other.gguf", seed=1)
+
+    assert (tmp_path / "cli.gguf").read_bytes() == here.read_bytes() != other.read_bytes()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_cli_needs_a_vocabulary_for_the_model_only(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "llmaz.testing.tinymodel", "--out", str(tmp_path / "m.gguf")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    assert result.returncode == 2
+    assert "--vocab is required to write the model" in result.stderr

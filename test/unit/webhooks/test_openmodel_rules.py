@@ -208,3 +208,88 @@ def test_flavors_that_cannot_place_pods_as_meant_are_admitted_with_a_warning(
     assert len(found) == len(expected)
     for warning, start in zip(found, expected, strict=True):
         assert warning.startswith(start), warning
+
+
+def with_adapters(*adapters: dict[str, Any], name: str = "qwen2-0-5b") -> dict[str, Any]:
+    obj = model(HUB, name)
+    obj["spec"]["adapters"] = list(adapters)
+    return obj
+
+
+LORA = {"uri": "s3://loras/sql/sql-lora.gguf"}
+
+
+class TestAdapters:
+    def test_named_adapters_from_every_kind_of_source_are_admitted(self) -> None:
+        sources = [LORA, {"modelHub": {"modelID": "org/lora"}}, {"uri": "host:///mnt/l.gguf"}, {"uri": "gcs://b/l"}]
+        adapters = [{"name": f"lora-{index}", "source": source} for index, source in enumerate(sources)]
+
+        assert errors(with_adapters(*adapters, {"name": "scaled", "source": LORA, "scale": 4})) == []
+
+    @pytest.mark.parametrize(
+        ("name", "expected"),
+        [
+            ("SQL", 'spec.adapters[0].name: Invalid value: "SQL": ' + LABEL_FORMAT_MESSAGE),
+            ("a" * 64, f'spec.adapters[0].name: Invalid value: "{"a" * 64}": must be no more than 63 characters'),
+            ("qwen2-0-5b", 'spec.adapters[0].name: Invalid value: "qwen2-0-5b": an adapter cannot be named like'),
+        ],
+        ids=["not-a-label", "too-long", "the-models-name"],
+    )
+    def test_a_name_is_a_dns_label_other_than_the_models(self, name: str, expected: str) -> None:
+        (error,) = errors(with_adapters({"name": name, "source": LORA}))
+
+        assert error.startswith(expected)
+
+    def test_a_name_is_unique_within_the_model(self) -> None:
+        found = errors(with_adapters({"name": "sql", "source": LORA}, {"name": "sql", "source": LORA}))
+
+        assert found == [
+            'spec.adapters[1].name: Invalid value: "sql": adapter names must be unique within the model: another '
+            "adapter has this name"
+        ]
+
+    @pytest.mark.parametrize(
+        ("source", "expected"),
+        [
+            ({}, "spec.adapters[0].source: Forbidden: Source can't be all null"),
+            ({"uri": "s3:/x"}, 'spec.adapters[0].source.uri: Invalid value: "s3:/x": URI with wrong format'),
+            ({"uri": "ftp://x/y"}, 'spec.adapters[0].source.uri: Invalid value: "ftp://x/y": URI with unsupported'),
+            ({"uri": "oss://bucket"}, 'spec.adapters[0].source.uri: Invalid value: "oss://bucket": URI with wrong'),
+            (
+                {"modelHub": {"name": "ModelScope", "modelID": "o/l", "filename": "l.gguf"}},
+                'spec.adapters[0].source.modelHub.filename: Invalid value: "l.gguf": Filename can only set once',
+            ),
+            (
+                {"modelHub": {"modelID": "o/l", "filename": "l.gguf", "allowPatterns": ["*"]}},
+                'spec.adapters[0].source.modelHub.allowPatterns: Invalid value: []string{"*"}: Once Filename is set',
+            ),
+            (
+                {"uri": "ollama://qwen2:0.5b"},
+                'spec.adapters[0].source.uri: Invalid value: "ollama://qwen2:0.5b": an adapter cannot come from '
+                "ollama://: ollama pulls whole models by tag, not adapter weights; use a model hub",
+            ),
+        ],
+        ids=["no-source", "format", "protocol", "address", "modelscope-file", "file-and-patterns", "ollama"],
+    )
+    def test_a_source_follows_the_models_rules_and_is_not_ollama(self, source: dict[str, Any], expected: str) -> None:
+        (error,) = errors(with_adapters({"name": "sql", "source": source}))
+
+        assert error.startswith(expected)
+
+    @pytest.mark.parametrize("scale", [0, -1, 4.5])
+    def test_a_scale_is_greater_than_zero_and_at_most_four(self, scale: float) -> None:
+        (error,) = errors(with_adapters({"name": "sql", "source": LORA, "scale": scale}))
+
+        assert error == (
+            f"spec.adapters[0].scale: Invalid value: {float(scale)}: must be a number greater than 0 and at most 4 "
+            "(how strongly the adapter applies; 1 is as trained)"
+        )
+
+    def test_adapter_rules_apply_on_update_too_and_follow_the_models_errors(self) -> None:
+        obj = with_adapters({"name": "SQL", "source": LORA}, name="Qwen")
+        obj["spec"]["source"] = {"uri": "x"}
+
+        assert [error.split(":")[0] for error in errors(obj, creating=False)] == [
+            "spec.source.uri",
+            "spec.adapters[0].name",
+        ]

@@ -13,6 +13,7 @@ in-progress `Progressing` message (`llmaz.apis.conditions.progressing_finding` r
 
 from llmaz.controllers.builders.diagnosis import PodFinding, diagnose_pod, diagnose_pods, finding_reason
 from llmaz.controllers.builders.errors import (
+    AdaptersUnsupportedError,
     ArgRenderError,
     BackendRuntimeNotFoundError,
     BuildError,
@@ -41,6 +42,7 @@ from llmaz.controllers.builders.status import (
 )
 
 __all__ = [
+    "AdaptersUnsupportedError",
     "ArgRenderError",
     "BackendRuntimeNotFoundError",
     "BuildError",

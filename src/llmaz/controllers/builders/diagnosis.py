@@ -16,6 +16,8 @@ Invariants:
   ImagePullBackOff, whose messages differ, so its finding names the image only.
 - Messages are one line (the last non-empty line of a termination message: a log tail or a traceback ends
   with the error) and at most `MAX_DETAIL` characters of detail.
+- A container loading an adapter (its env sets `ADAPTER_NAME`) is named with the adapter, whatever ended it (the
+  loader's own termination message, or kubelet's: OOMKilled, an image it cannot pull).
 """
 
 from __future__ import annotations
@@ -66,12 +68,15 @@ class PodFinding:
     container: str | None = None
     init_container: bool = False
     exit_code: int | None = None
+    adapter: str | None = None
 
     @property
     def message(self) -> str:
         where = f"pod {self.pod}"
         if self.container is not None:
             where += f", {'init container' if self.init_container else 'container'} {self.container}"
+        if self.adapter is not None:
+            where += f" (adapter {self.adapter})"
         if self.exit_code is not None:  # the detail reads on from the container: "... exited with code 3: ..."
             return f"{self.reason}: {where} {self.detail}"
         return f"{self.reason}: {where}: {self.detail}"
@@ -128,15 +133,16 @@ def diagnose_pod(pod: Obj) -> PodFinding | None:
 
 def _diagnose_container(pod: str, container: Obj, status: Obj, *, init: bool, runs_once: bool) -> PodFinding | None:
     name = str(container.get("name"))
+    adapter = _adapter(container)
     state = status.get("state") or {}
     waiting = state.get("waiting") or {}
     if waiting.get("reason") in _IMAGE_PULL_REASONS:
         image = status.get("image") or container.get("image") or ""
         detail = f'cannot pull image "{image}" (kubectl describe pod {pod} shows why)'
-        return PodFinding(pod, REASON_IMAGE_PULL_FAILED, detail, name, init)
+        return PodFinding(pod, REASON_IMAGE_PULL_FAILED, detail, name, init, adapter=adapter)
     if waiting.get("reason") in _CREATE_REASONS:
         detail = one_line(waiting.get("message") or waiting["reason"])
-        return PodFinding(pod, REASON_CONTAINER_CREATE_FAILED, detail, name, init)
+        return PodFinding(pod, REASON_CONTAINER_CREATE_FAILED, detail, name, init, adapter=adapter)
     terminated = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
     if not terminated:
         return None
@@ -151,15 +157,24 @@ def _diagnose_container(pod: str, container: Obj, status: Obj, *, init: bool, ru
         if status.get("ready") or (exit_code == 0 and waiting.get("reason") != _CRASH_LOOP_BACK_OFF):
             return None
         reason = REASON_CONTAINER_CRASH_LOOPING
-    return PodFinding(pod, reason, _exit_detail(terminated, exit_code), name, init, exit_code)
+    return PodFinding(pod, reason, _exit_detail(terminated, exit_code, adapter), name, init, exit_code, adapter)
 
 
-def _exit_detail(terminated: Obj, exit_code: int) -> str:
+def _exit_detail(terminated: Obj, exit_code: int, adapter: str | None) -> str:
     detail = f"exited with code {exit_code}"
     if terminated.get("reason") not in (None, "", "Error", "Completed"):
         detail += f" ({terminated['reason']})"
     message = one_line(terminated.get("message") or "")
+    if adapter is not None:  # the loader names its adapter too; the finding already does
+        message = message.removeprefix(f"adapter {adapter}: ")
     return f"{detail}: {message}" if message else detail
+
+
+def _adapter(container: Obj) -> str | None:
+    for env in container.get("env") or ():
+        if env.get("name") == c.ENV_ADAPTER_NAME and env.get("value"):
+            return str(env["value"])
+    return None
 
 
 def _is_model_loader(name: str) -> bool:

@@ -56,6 +56,17 @@ class InvalidModelSourceError(BuildError):
         self.model = model
 
 
+class AdaptersUnsupportedError(BuildError):
+    """The served model has adapters and the Playground's BackendRuntime is not one that can load them."""
+
+    def __init__(self, model: str, backend: str, supported: Sequence[str]) -> None:
+        super().__init__(
+            c.MESSAGE_ADAPTERS_UNSUPPORTED.format(model=model, backend=backend, supported=", ".join(supported))
+        )
+        self.model = model
+        self.backend = backend
+
+
 class NoModelClaimedError(BuildError):
     """The object claims no model, so there is nothing to serve (normally rejected at admission)."""
 

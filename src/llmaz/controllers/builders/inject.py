@@ -9,6 +9,9 @@ Invariants:
 - Volumes: the loaders share one `model-volume` emptyDir, added only when some model is loaded into it; a `host://`
   model gets its hostPath volume only (llmaz added both under one name, which apply rejects). Host volumes
   are named `model-volume` when they are the only model volume, else `model-volume-<model index>`.
+- The adapters of the main model (the one the engine serves) are weights like the models': their loaders,
+  `model-loader-adapter-<adapter index>`, follow the models' into the same `model-volume`; a `host://` adapter gets
+  the hostPath volume `adapter-volume-<adapter index>`. Adapters of a draft model are not served, so not loaded.
 """
 
 from __future__ import annotations
@@ -20,7 +23,17 @@ from llmaz.apis import Flavor, OpenModel
 from llmaz.apis import constants as c
 from llmaz.controllers.builders.flavors import with_node_selector
 from llmaz.controllers.builders.merge import append_absent, merge_kvs, quantity_text
-from llmaz.controllers.builders.sources import credential_envs, host_path, loader_container
+from llmaz.controllers.builders.sources import (
+    Weights,
+    adapter_loader_container_name,
+    adapters,
+    credential_envs,
+    host_path,
+    loader_container,
+    loader_container_name,
+)
+
+ADAPTER_VOLUME_PREFIX = "adapter-volume-"
 
 
 def _field(owner: dict[str, Any], key: str, kind: type[Any]) -> Any:
@@ -44,19 +57,29 @@ def _append_volume(template: dict[str, Any], volume: dict[str, Any]) -> None:
     append_absent(_field(_field(template, "spec", dict), "volumes", list), [volume])
 
 
+def served_adapters(models: Sequence[OpenModel]) -> list[Weights]:
+    """The adapters the engine serves: the main model's, in spec order."""
+    return adapters(models[0]) if models else []
+
+
 def needs_model_volume(models: Sequence[OpenModel], skip: bool) -> bool:
-    """The shared emptyDir is needed unless the loader is skipped or every model lives on the host."""
-    return not skip and any(host_path(model) is None for model in models)
+    """The shared emptyDir is needed unless the loader is skipped or every model and adapter lives on the host."""
+    weights = [*map(Weights, models), *served_adapters(models)]
+    return not skip and any(host_path(item) is None for item in weights)
 
 
 def inject_loaders(template: dict[str, Any], models: Sequence[OpenModel], image: str) -> None:
-    """One loader init container per model that needs one, with the `model-runner` env as its base (llmaz copied
-    `containers[0]`'s env, duplicating the names the loader sets)."""
+    """One loader init container per model, then per served adapter, that needs one, with the `model-runner` env
+    as its base (llmaz copied `containers[0]`'s env, duplicating the names the loader sets)."""
     runner_list = runners(template)
     runner_env = runner_list[0].get("env") if runner_list else None
+    named: list[tuple[OpenModel | Weights, str]] = [
+        (model, loader_container_name(index)) for index, model in enumerate(models)
+    ]
+    named += [(adapter, adapter_loader_container_name(index)) for index, adapter in enumerate(served_adapters(models))]
     loaders = []
-    for index, model in enumerate(models):
-        loader = loader_container(model, index, image, runner_env)
+    for weights, name in named:
+        loader = loader_container(weights, name, image, runner_env)
         if loader is not None:
             loaders.append(loader)
     if loaders:
@@ -64,9 +87,9 @@ def inject_loaders(template: dict[str, Any], models: Sequence[OpenModel], image:
 
 
 def inject_credentials(template: dict[str, Any], models: Sequence[OpenModel]) -> None:
-    """With the loader skipped the engine reads the source itself: add its credential envs unless already set."""
-    for model in models:
-        envs = credential_envs(model)
+    """With the loader skipped the engine reads the sources itself: add their credential envs unless already set."""
+    for weights in [*map(Weights, models), *served_adapters(models)]:
+        envs = credential_envs(weights)
         if envs:
             _append_to_runners(template, "env", envs, "name")
 
@@ -78,8 +101,16 @@ def inject_host_volumes(template: dict[str, Any], models: Sequence[OpenModel], m
             continue
         alone = index == 0 and not model_volume
         name = c.MODEL_VOLUME_NAME if alone else f"{c.MODEL_VOLUME_NAME}-{index}"
-        _append_volume(template, {"name": name, "hostPath": {"path": path}})
-        _append_to_runners(template, "volumeMounts", [{"name": name, "mountPath": path, "readOnly": True}], "mountPath")
+        _mount_host_path(template, name, path)
+    for index, adapter in enumerate(served_adapters(models)):
+        path = host_path(adapter)
+        if path is not None:
+            _mount_host_path(template, f"{ADAPTER_VOLUME_PREFIX}{index}", path)
+
+
+def _mount_host_path(template: dict[str, Any], name: str, path: str) -> None:
+    _append_volume(template, {"name": name, "hostPath": {"path": path}})
+    _append_to_runners(template, "volumeMounts", [{"name": name, "mountPath": path, "readOnly": True}], "mountPath")
 
 
 def inject_model_volume(template: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from llmaz.apis import BackendRuntime, OpenModel, Playground, RecommendedConfig
 from llmaz.apis import constants as c
+from llmaz.controllers.builders.adapters import adapter_flags
 from llmaz.controllers.builders.errors import RecommendedConfigNotFoundError
 from llmaz.controllers.builders.merge import json_copy, merge_envs, merge_resources, quantity_text
 from llmaz.controllers.builders.meta import apply_ready, owned_metadata
@@ -65,8 +66,10 @@ def _runner_container(
     playground: Playground, models: Sequence[OpenModel], backend: BackendRuntime, config: RecommendedConfig
 ) -> dict[str, Any]:
     overrides = playground.spec.backend_runtime_config
-    values = template_values(models, skip_model_loader(playground.metadata.annotations))
-    args = render_args(config.args, values) + list((overrides.args if overrides else None) or ())
+    skip = skip_model_loader(playground.metadata.annotations)
+    values = template_values(models, skip)
+    adapters = adapter_flags(backend_name(playground), models[0], skip)
+    args = render_args(config.args, values) + adapters + list((overrides.args if overrides else None) or ())
     env = merge_envs(backend.spec.envs, overrides.envs if overrides else None)
     version = (overrides.version if overrides else None) or backend.spec.version
     return {
@@ -104,7 +107,10 @@ def build_service(
     `scheduler_name` (see `service_scheduler_name`) goes into the pod template, so the Service is created with the
     name the Service controller would otherwise persist into it with a write of its own.
 
-    Raises `RecommendedConfigNotFoundError`, `ArgRenderError`, `InvalidModelSourceError` or `NoModelClaimedError`.
+    The main model's adapters are loaded with the flags of `adapters.ADAPTER_FLAGS`, after the config's arguments.
+
+    Raises `RecommendedConfigNotFoundError`, `ArgRenderError`, `InvalidModelSourceError`, `NoModelClaimedError` or
+    `AdaptersUnsupportedError`.
     """
     config = _selected_config(playground, backend)
     overrides = playground.spec.backend_runtime_config

@@ -14,15 +14,20 @@ API. No ENDPOINT is set: the loader uses the provider's default, or whatever the
 loader) configures.
 
 Secret references are always `optional: true`, so pods start even when a secret is missing.
+
+The served model's adapters take the same paths, each with `ADAPTER_NAME` added to its loader's env (see
+`llmaz.apis.modelpath`); an ollama:// adapter is an `InvalidModelSourceError` (admission refuses it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from llmaz.apis import ModelHub, OpenModel
+from llmaz.apis import ModelHub, ModelSource, OpenModel
 from llmaz.apis import constants as c
-from llmaz.apis.modelpath import object_store_location
+from llmaz.apis.core_v1alpha1 import Adapter
+from llmaz.apis.modelpath import OLLAMA_ADAPTER, object_store_location
 from llmaz.apis.uri import parse_uri
 from llmaz.controllers.builders.errors import InvalidModelSourceError
 from llmaz.controllers.builders.merge import merge_envs
@@ -39,17 +44,42 @@ def secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}}}
 
 
-def source_protocol(model: OpenModel) -> tuple[str, str]:
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """What a loader fetches: a model's own source, or one of its adapters (`adapter` set)."""
+
+    model: OpenModel
+    adapter: Adapter | None = None
+
+    @property
+    def source(self) -> ModelSource:
+        return self.adapter.source if self.adapter is not None else self.model.spec.source
+
+    def invalid(self, detail: str) -> InvalidModelSourceError:
+        if self.adapter is not None:
+            detail = f"adapter {self.adapter.name}: {detail}"
+        return InvalidModelSourceError(self.model.metadata.name or "", detail)
+
+
+def adapters(model: OpenModel) -> list[Weights]:
+    """The model's adapters, in spec order."""
+    return [Weights(model, adapter) for adapter in model.spec.adapters or ()]
+
+
+def source_protocol(weights: OpenModel | Weights) -> tuple[str, str]:
     """("HUB", "") for a model hub (which wins over a URI), else the parsed (PROTOCOL, address) of the URI."""
-    source = model.spec.source
+    weights = weights if isinstance(weights, Weights) else Weights(weights)
+    source = weights.source
     if source.model_hub is not None:
         return "HUB", ""
     try:
         protocol, address = parse_uri(source.uri or "")
     except ValueError as error:
-        raise InvalidModelSourceError(model.metadata.name or "", str(error)) from error
+        raise weights.invalid(str(error)) from error
     if protocol not in c.URI_PROTOCOLS:
-        raise InvalidModelSourceError(model.metadata.name or "", f"unsupported protocol {protocol}")
+        raise weights.invalid(f"unsupported protocol {protocol}")
+    if protocol == c.OLLAMA and weights.adapter is not None:
+        raise weights.invalid(OLLAMA_ADAPTER)
     return protocol, address
 
 
@@ -61,9 +91,9 @@ def _key_envs(secret: str, keys: tuple[str, str]) -> list[dict[str, Any]]:
     return [secret_env(key, secret, key) for key in keys]
 
 
-def credential_envs(model: OpenModel) -> list[dict[str, Any]]:
-    """The secret envs an engine (or the loader) needs to read this model's source."""
-    protocol, _ = source_protocol(model)
+def credential_envs(weights: OpenModel | Weights) -> list[dict[str, Any]]:
+    """The secret envs an engine (or the loader) needs to read this model's (or adapter's) source."""
+    protocol, _ = source_protocol(weights)
     if protocol == "HUB":
         return _hf_token_envs()
     if protocol == c.OSS:
@@ -89,11 +119,11 @@ def _hub_env(hub: ModelHub) -> list[dict[str, Any]]:
     return env
 
 
-def _object_store_env(model: OpenModel, protocol: str, address: str) -> list[dict[str, Any]]:
+def _object_store_env(weights: Weights, protocol: str, address: str) -> list[dict[str, Any]]:
     try:
         bucket, endpoint, path = object_store_location(protocol, address)
     except ValueError as error:
-        raise InvalidModelSourceError(model.metadata.name or "", str(error)) from error
+        raise weights.invalid(str(error)) from error
     env = [value_env(c.ENV_MODEL_SOURCE_TYPE, c.MODEL_SOURCE_OBJSTORE), value_env(c.ENV_PROVIDER, protocol)]
     if protocol == c.OSS:
         env.append(value_env(c.ENV_ENDPOINT, endpoint))
@@ -101,41 +131,52 @@ def _object_store_env(model: OpenModel, protocol: str, address: str) -> list[dic
     return env
 
 
-def loader_env(model: OpenModel) -> list[dict[str, Any]] | None:
-    """The loader's own env for this model (source coordinates, then credentials), or None when none is needed."""
-    hub = model.spec.source.model_hub
+def loader_env(weights: OpenModel | Weights) -> list[dict[str, Any]] | None:
+    """The loader's own env for this model or adapter (source coordinates, then credentials), or None when none is
+    needed."""
+    weights = weights if isinstance(weights, Weights) else Weights(weights)
+    hub = weights.source.model_hub
+    protocol, address = source_protocol(weights)
     if hub is not None:
-        return _hub_env(hub) + credential_envs(model)
-    protocol, address = source_protocol(model)
-    if protocol in OBJECT_STORES:
-        return _object_store_env(model, protocol, address) + credential_envs(model)
-    return None
+        env = _hub_env(hub)
+    elif protocol in OBJECT_STORES:
+        env = _object_store_env(weights, protocol, address)
+    else:
+        return None
+    if weights.adapter is not None:
+        env.append(value_env(c.ENV_ADAPTER_NAME, weights.adapter.name))
+    return env + credential_envs(weights)
 
 
 def loader_container_name(index: int) -> str:
     return c.MODEL_LOADER_CONTAINER_NAME if index == 0 else f"{c.MODEL_LOADER_CONTAINER_NAME}-{index}"
 
 
+def adapter_loader_container_name(index: int) -> str:
+    """The loader of the served model's adapter `index` (its name may be too long for a container's)."""
+    return f"{c.MODEL_LOADER_CONTAINER_NAME}-adapter-{index}"
+
+
 def loader_container(
-    model: OpenModel, index: int, image: str, runner_env: list[dict[str, Any]] | None
+    weights: OpenModel | Weights, name: str, image: str, runner_env: list[dict[str, Any]] | None
 ) -> dict[str, Any] | None:
-    """The init container loading model `index`, or None for sources without a loader (ollama, host).
+    """The init container `name` loading a model or adapter, or None for sources without a loader (ollama, host).
 
     Its env starts from the runner's (proxies, HF_ENDPOINT, ...), merged by name with the loader's own variables,
     which win; llmaz concatenated the two and produced duplicate names that apply rejects.
     """
-    own_env = loader_env(model)
+    own_env = loader_env(weights)
     if own_env is None:
         return None
     return {
-        "name": loader_container_name(index),
+        "name": name,
         "image": image,
         "env": merge_envs(runner_env, own_env),
         "volumeMounts": [{"name": c.MODEL_VOLUME_NAME, "mountPath": c.CONTAINER_MODEL_PATH}],
     }
 
 
-def host_path(model: OpenModel) -> str | None:
-    """The node directory of a `host://` model, else None."""
-    protocol, address = source_protocol(model)
+def host_path(weights: OpenModel | Weights) -> str | None:
+    """The node path of a `host://` model or adapter, else None."""
+    protocol, address = source_protocol(weights)
     return address if protocol == c.HOST else None

@@ -1,0 +1,103 @@
+"""LoRA adapters really served on the real node: the tiny model with its tiny random adapter, on llama.cpp.
+
+The adapter comes from the node's object store like the model (`s3://BUCKET/ADAPTER_KEY`), loaded by its own
+model-loader init container; llama.cpp loads it with scale 0, and the gateway applies it to requests that name it.
+At temperature 0 with a fixed seed the answers are deterministic, so "differs" and "unchanged" are exact.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llmaz.envtest.objectstore import ObjectStore
+
+from .serving import (
+    ADAPTER_KEY,
+    BUCKET,
+    KEY,
+    credentials,
+    gateway_completion,
+    gateway_url,
+    routable,
+    served,
+    tiny_llama,
+)
+from .support import Environment, ModelNames, eventually, http_request, wait_playground_ready
+
+pytestmark = pytest.mark.tier("node")
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+PROMPT = "Say hello."
+
+
+def with_adapter(model: str, adapter: str, key: str = ADAPTER_KEY) -> dict[str, Any]:
+    document = tiny_llama(model, f"s3://{BUCKET}/{KEY}")
+    document["spec"]["adapters"] = [{"name": adapter, "source": {"uri": f"s3://{BUCKET}/{key}"}}]
+    return document
+
+
+def greedy(e2e: Environment, model: str) -> dict[str, Any]:
+    """One chat completion for `model` through the gateway at temperature 0 and a fixed seed."""
+    request = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 12,
+               "temperature": 0, "seed": 7}  # fmt: skip
+    return gateway_completion(e2e, request)
+
+
+def test_an_adapter_is_listed_under_its_model_and_changes_the_answers_only_for_requests_that_name_it(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model, adapter = models.new("base"), models.new("lora")
+    e2e.apply([credentials()], namespace)
+    e2e.apply([with_adapter(model, adapter), served("lora", model, object_store)], namespace)
+    wait_playground_ready(e2e, namespace, "lora", replicas=1)
+    (pod,) = e2e.items("pods", namespace, f"{LWS_NAME_LABEL}=lora")
+    loaders = [c["name"] for c in pod["spec"]["initContainers"]]
+    assert loaders == ["model-loader", "model-loader-adapter-0"], loaders
+    (engine,) = pod["spec"]["containers"]
+    args = engine["args"]
+    assert args[args.index("--lora-scaled") + 1] == "/workspace/models/adapters--" + adapter + "/tiny-lora.gguf:0"
+    assert "--lora-init-without-apply" in args
+
+    routable(e2e, model)
+
+    def listed() -> dict[str, Any]:
+        status, body = http_request(f"{gateway_url(e2e)}/models")
+        assert status == 200, body[:300]
+        entries = {entry["id"]: entry for entry in json.loads(body)["data"]}
+        assert adapter in entries, sorted(entries)
+        return entries
+
+    entries = eventually(listed, what=f"the gateway listing adapter {adapter}")
+    assert entries[adapter]["parent"] == model, entries[adapter]
+    assert model in entries
+
+    base = greedy(e2e, model)["choices"][0]["message"]["content"]
+    adapted = greedy(e2e, adapter)
+    assert adapted["choices"][0]["message"]["content"] != base, (base, adapted)
+    assert greedy(e2e, adapter)["choices"][0]["message"]["content"] == adapted["choices"][0]["message"]["content"]
+    # The base model's answers are what they were, before and after the adapter's requests.
+    assert greedy(e2e, model)["choices"][0]["message"]["content"] == base
+    print(f"base {model}: {base!r}; adapter {adapter}: {adapted['choices'][0]['message']['content']!r}")
+
+
+def test_an_adapter_that_cannot_be_fetched_is_named_in_the_playgrounds_condition(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model, adapter = models.new("base"), models.new("gone")
+    missing = f"missing/{namespace}/lora.gguf"
+    e2e.apply([credentials()], namespace)
+    e2e.apply([with_adapter(model, adapter, missing), served("lora-gone", model, object_store)], namespace)
+
+    def reported() -> str:
+        playground = e2e.must_get("playgrounds", "lora-gone", namespace)
+        conditions = (playground.get("status") or {}).get("conditions") or []
+        progressing = next((c for c in conditions if c["type"] == "Progressing"), None)
+        assert progressing is not None, conditions
+        assert "ModelLoaderFailed" in progressing["message"], progressing
+        return str(progressing["message"])
+
+    message = eventually(reported, what="the adapter loader's failure in the Playground's Progressing condition")
+    assert f"init container model-loader-adapter-0 (adapter {adapter}) exited with code 3" in message, message
+    assert missing in message, message
