@@ -4,7 +4,8 @@
 #   manager       llmaz.local/llmaz:<tag>              from Dockerfile
 #   loader        llmaz.local/model-loader:<tag>       from Dockerfile.loader (EXTRAS: $LOADER_EXTRAS, default loader)
 #   pause         llmaz.local/pause:<tag>              the pod sandbox's PID 1 (hack/images/pause), FROM scratch
-#   llama-server  llmaz.local/llama-server:<version>   /app/llama-server: the static binary of hack/llamacpp/build.sh
+#   llama-server  llmaz.local/llama-server:<version>   /app/llama-server and /app/rpc-server (a multi-host group's
+#                                                       workers): the static binaries of hack/llamacpp/build.sh
 #   prometheus, prometheus-operator, prometheus-config-reloader
 #                 llmaz.local/<name>:<version>          the static binaries of hack/cluster/build.sh --prometheus, FROM scratch
 #   llmaz-go      llmaz.local/llmaz-go:<version>        Go llmaz's manager, built from its source by hack/llmaz-go/build.sh
@@ -17,16 +18,18 @@
 #   stdout: only the index path, $LLMAZ_CACHE/images/index.json, which maps each name built so far to
 #           {"image": "<reference>", "archive": "<path of its .oci.tar>"}
 #   stderr: progress; each build's own output goes to $LLMAZ_CACHE/images/logs/<name>.log
-#   LLAMA_SERVER_BIN=<dir>/llama-server-<version>/llama-server uses that binary instead of hack/llamacpp/build.sh.
+#   LLAMA_SERVER_BIN=<dir>/llama-server-<version>/llama-server uses that binary, and the rpc-server beside it, instead
+#   of hack/llamacpp/build.sh.
 #   llmaz-go needs LLMAZ_GO_BIN=<dir>/<version>/manager, a static binary; hack/llmaz-go/build.sh sets it.
 #
 # Invariants:
 # - Tags are content hashes. base: its package list, suite and recipe. manager, loader: what the build context lets in
 #   (pyproject.toml, README.md, src/ without bytecode caches), the Dockerfile, the base and the build recipe. pause:
-#   its Go sources and recipe. llama-server is tagged with its llama.cpp version, the Prometheus Operator's two images
-#   and prometheus with their releases; their archives are keyed by the binary, the base (llama-server) and the
-#   recipe. A change gives a new key; nothing whose archive exists for the current key is rebuilt or
-#   re-exported, and an image already in buildah's storage is exported without being rebuilt.
+#   its Go sources and recipe. llama-server is tagged with its build directory's version (the llama.cpp version and
+#   the build's revision, e.g. 0.3.36-r2), the Prometheus Operator's two images and prometheus with their releases;
+#   their archives are keyed by the binaries, the base (llama-server) and the recipe. A change gives a new key;
+#   nothing whose archive exists for the current key is rebuilt or re-exported, and an image already in buildah's
+#   storage is exported without being rebuilt.
 # - An archive appears under its final name only when complete (written to a temporary name, then renamed), and the
 #   index is replaced atomically, so an interrupted run is simply re-run. A lock serialises concurrent runs. An
 #   image's older archives are deleted once its new one is in place.
@@ -321,7 +324,7 @@ llama_binary() {
   echo "${out##*$'\n'}"
 }
 
-build_llama_server() { # <ref> <binary>
+build_llama_server() { # <ref> <llama-server binary> <rpc-server binary>
   local c start=$SECONDS
   say "building llama-server image $1"
   # The tag stays while the binary under it changes: the previous image goes first (by both its names, or :latest
@@ -330,6 +333,7 @@ build_llama_server() { # <ref> <binary>
   c="$(bh from --quiet --pull=never "$base_ref")"
   containers+=("$c")
   bh copy --quiet --chmod 0755 "$c" "$2" /app/llama-server >/dev/null
+  bh copy --quiet --chmod 0755 "$c" "$3" /app/rpc-server >/dev/null
   # The llamacpp BackendRuntime runs `./llama-server` from the working directory. Non-root: it writes nothing but
   # what a pod mounts.
   # The base's CMD goes first: an entrypoint would take it as an argument.
@@ -388,15 +392,21 @@ for name in "${targets[@]}"; do
     llama-server)
       binary="$(llama_binary)"
       [[ -x "$binary" ]] || die "llama-server binary $binary not found or not executable"
+      rpc_binary="$(dirname "$binary")/rpc-server"
+      [[ -x "$rpc_binary" ]] ||
+        die "$rpc_binary not found or not executable: hack/llamacpp/build.sh builds it beside llama-server"
       version="$(basename "$(dirname "$binary")")"
       [[ "$version" == llama-server-?* ]] || die "$binary: expected it in a llama-server-<version>/ directory"
       version="${version#llama-server-}"
       # The base has no libraries llama-server could link against: only a static binary runs there.
-      ! ldd "$binary" >/dev/null 2>&1 || die "$binary is dynamically linked: the image needs a static build"
+      for static in "$binary" "$rpc_binary"; do
+        ! ldd "$static" >/dev/null 2>&1 || die "$static is dynamically linked: the image needs a static build"
+      done
       build_base
-      key="$({ sha256sum <"$binary"; echo "$base_ref"; declare -f build_llama_server; } | short_hash)"
+      key="$({ sha256sum <"$binary"; sha256sum <"$rpc_binary"; echo "$base_ref"; declare -f build_llama_server; } |
+        short_hash)"
       export_image llama-server "llmaz.local/llama-server:$version" "$key" \
-        build_llama_server "llmaz.local/llama-server:$version" "$binary"
+        build_llama_server "llmaz.local/llama-server:$version" "$binary" "$rpc_binary"
       ;;
     prometheus | prometheus-operator | prometheus-config-reloader)
       mapfile -t dirs < <(prometheus_dirs)

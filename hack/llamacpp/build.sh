@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Builds a fully static, CPU-only llama.cpp `llama-server` from the llama.cpp vendored in the llama-cpp-python
-# sdist, for the tests and the images that serve a real (tiny) model on this machine.
+# Builds a fully static, CPU-only llama.cpp `llama-server`, and `rpc-server` (the RPC backend's worker, which a
+# multi-host leader's `llama-server --rpc` drives), from the llama.cpp vendored in the llama-cpp-python sdist, for
+# the tests and the images that serve a real (tiny) model on this machine.
 #
-# Usage: hack/llamacpp/build.sh            build if missing; the last stdout line is the binary's path
-#        hack/llamacpp/build.sh --print    print the binary's path only
+# Usage: hack/llamacpp/build.sh            build if missing; the last stdout line is llama-server's path
+#        hack/llamacpp/build.sh --print    print llama-server's path only (rpc-server is beside it)
 #
 # Invariants:
-# - The version comes only from hack/llamacpp/version (`llama-cpp-python==<v>`); outputs are keyed by it:
-#   $LLMAZ_CACHE/src/llama_cpp_python-<v>.tar.gz (the sdist, fetched once from PyPI) and
-#   $LLMAZ_CACHE/bin/llama-server-<v>/{llama-server,vocab-llama-spm.gguf}.
+# - The version comes only from hack/llamacpp/version (`llama-cpp-python==<v>`); the sdist is keyed by it,
+#   $LLMAZ_CACHE/src/llama_cpp_python-<v>.tar.gz (fetched once from PyPI), and the outputs by it and by this
+#   script's build revision: $LLMAZ_CACHE/bin/llama-server-<v>-r<revision>/{llama-server,rpc-server,
+#   vocab-llama-spm.gguf}. Raise the revision whenever the options or the outputs change: a directory built before
+#   lacks what is new, and a new name has it rebuilt while the old one stays for whatever still uses it.
 # - The binary is portable: static (no NSS, so give it a numeric --host), SSE4.2 only (no AVX/AVX2/FMA/F16C/BMI2),
 #   no OpenMP, no OpenSSL, and no web UI (the default build downloads one, and only PyPI is reachable).
 # - Everything is built into a scratch dir and the whole output directory appears by rename, so an interrupted
@@ -24,8 +27,11 @@ if [[ "$pin" != "llama-cpp-python==$version" || -z "$version" ]]; then
   echo "$here/version: expected one line 'llama-cpp-python==<version>', got '$pin'" >&2
   exit 1
 fi
-out_dir="$cache/bin/llama-server-$version"
+# 2: the RPC backend and rpc-server.
+build_revision=2
+out_dir="$cache/bin/llama-server-$version-r$build_revision"
 binary="$out_dir/llama-server"
+complete() { [[ -x "$binary" && -x "$out_dir/rpc-server" ]]; }
 
 case "${1:-}" in
   --print) echo "$binary"; exit 0 ;;
@@ -33,7 +39,7 @@ case "${1:-}" in
   *) echo "usage: $0 [--print]" >&2; exit 2 ;;
 esac
 
-if [[ -x "$binary" ]]; then
+if complete; then
   echo "$binary"
   exit 0
 fi
@@ -43,7 +49,7 @@ mkdir -p "$src_dir" "$cache/bin"
 exec 9>"$cache/bin/.llama-server.lock"
 flock 9
 # Another run may have finished while this one waited for the lock.
-if [[ -x "$binary" ]]; then
+if complete; then
   echo "$binary"
   exit 0
 fi
@@ -58,7 +64,7 @@ if [[ ! -f "$sdist" ]]; then
   mv "$scratch/download/"*.tar.gz "$sdist"
 fi
 
-echo "building llama-server $version (~6 min on 2 cores, once)" >&2
+echo "building llama-server and rpc-server $version (~7 min on 2 cores, once)" >&2
 mkdir "$scratch/src"
 tar -xzf "$sdist" -C "$scratch/src" --strip-components=1
 llama="$scratch/src/vendor/llama.cpp"
@@ -69,19 +75,24 @@ cmake -S "$llama" -B "$scratch/build" \
   -DGGML_NATIVE=OFF \
   -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF \
   -DGGML_OPENMP=OFF \
+  -DGGML_RPC=ON \
+  -DGGML_RPC_RDMA=OFF \
   -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_USE_PREBUILT_UI=OFF >&2
-cmake --build "$scratch/build" -j2 --target llama-server >&2
+# The RPC worker's target is ggml-rpc-server; it is staged under its usual name, rpc-server.
+cmake --build "$scratch/build" -j2 --target llama-server ggml-rpc-server >&2
 
 staged="$scratch/out"
 mkdir -p "$staged"
 strip -o "$staged/llama-server" "$scratch/build/bin/llama-server"
+strip -o "$staged/rpc-server" "$scratch/build/bin/ggml-rpc-server"
 cp "$llama/models/ggml-vocab-llama-spm.gguf" "$staged/vocab-llama-spm.gguf"
 "$staged/llama-server" --version >&2
-# Only a complete build is ever renamed into place, so anything already there without the binary is debris.
+"$staged/rpc-server" --help 2>&1 | sed -n 1p >&2
+# Only a complete build is ever renamed into place, so anything already there without the binaries is debris.
 rm -rf "$out_dir"
 mv -T "$staged" "$out_dir"
 

@@ -11,7 +11,9 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -119,5 +121,13 @@ def _llama_server_dir() -> Path:
     root = source_root()
     if root is None:
         raise AssetsMissingError("hack/llamacpp not found (not a source checkout): run `make llama-server`")
-    pin = (root / "hack" / "llamacpp" / "version").read_text().strip()
-    return cache_root() / "bin" / f"llama-server-{pin.split('==', 1)[1]}"
+    # The build script alone knows how its output directory is keyed (the llama.cpp version and its build revision).
+    printed = subprocess.run(
+        [str(root / "hack" / "llamacpp" / "build.sh"), "--print"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "LLMAZ_CACHE": str(cache_root())},
+    )
+    return Path(printed.stdout.strip().splitlines()[-1]).parent

@@ -7,26 +7,34 @@ request validation, the chat template read from the GGUF, metrics and a clean SI
 
 A second server loads the tiny random LoRA adapter with the flags the Playground builder renders for it: answers
 with the adapter differ from the base model's, and the base model's answers stay what they were.
+
+A multi-host group on loopback: `rpc-server` (built beside llama-server) as the worker and `llama-server --rpc` as
+the leader, started directly and through the leader's wrapper in config/samples/multi-host-llamacpp.yaml. The
+worker runs with GGML_RPC_DEBUG, which logs every command it serves: a `graph_compute` (or `graph_recompute`, for a
+graph it already has) per token proves that part of the model ran there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from llmaz.apis import OpenModel
 from llmaz.controllers.builders.adapters import adapter_flags
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports
+from llmaz.envtest._process import ManagedProcess, free_loopback_ports, is_listening
 from llmaz.testing import tinymodel
 from llmaz.testing.waiting import eventually_sync
 
@@ -80,11 +88,15 @@ def _healthy(server: Server) -> bool:
         return False
 
 
-def _start(binary: Path, model: Path, log: Path, extra: Sequence[str] = ()) -> Server:
+def _start(binary: Path, model: Path, log: Path, *extra: str) -> Server:
     (port,) = free_loopback_ports(1)
     argv = [str(binary), "-m", str(model), "--alias", ALIAS, "--host", "127.0.0.1", "--port", str(port)]
     argv += ["-c", "512", "--parallel", "1", "--metrics", *extra]
-    server = Server(ManagedProcess("llama-server", argv, log), f"http://127.0.0.1:{port}")
+    return _started(Server(ManagedProcess("llama-server", argv, log), f"http://127.0.0.1:{port}"))
+
+
+def _started(server: Server) -> Server:
+    """`server` started and answering /health, or stopped and the failure raised."""
     server.process.start()
     try:
         eventually_sync(lambda: _healthy(server), within=_START_TIMEOUT, what="llama-server /health = 200")
@@ -241,7 +253,7 @@ def adapter_server(
     binary: Path, model: Path, adapter: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     flags = adapter_flags("llamacpp", _model_with_adapter(adapter), skip_model_loader=False)
-    started = _start(binary, model, tmp_path_factory.mktemp("logs") / "llama-server-lora.log", flags)
+    started = _start(binary, model, tmp_path_factory.mktemp("logs") / "llama-server-lora.log", *flags)
     yield started
     started.process.stop(_STOP_TIMEOUT)
 
@@ -295,3 +307,169 @@ def test_a_base_request_without_the_lora_field_reuses_the_adapters_cached_prompt
     _greedy(adapter_server, APPLIED)
 
     assert _greedy(adapter_server, None) != base
+
+
+# A multi-host group on loopback: rpc-server as the worker, llama-server --rpc as the leader.
+
+_SAMPLE = _REPO / "config" / "samples" / "multi-host-llamacpp.yaml"
+# The group the leader's wrapper believes it leads: LeaderWorkerSet `mh`, group 0, namespace `ns`, size 2.
+_LEADER_ADDRESS = "mh-0.mh.ns"
+_WORKER_NAME = "mh-0-1.mh.ns"
+_GRAPH_COMPUTES = ("[graph_compute]", "[graph_recompute]")
+
+
+def _start_rpc_server(rpc_server: Path, port: int, log: Path) -> ManagedProcess:
+    """rpc-server on 127.0.0.1:`port`, logging every command it serves, once it accepts connections."""
+    argv = ["env", "GGML_RPC_DEBUG=1", str(rpc_server), "-H", "127.0.0.1", "-p", str(port)]
+    process = ManagedProcess("rpc-server", argv, log)
+    process.start()
+    try:
+        eventually_sync(lambda: _accepting(process, port), within=_START_TIMEOUT, what=f"rpc-server on {port}")
+    except BaseException:
+        process.stop(_STOP_TIMEOUT)
+        raise
+    return process
+
+
+def _accepting(process: ManagedProcess, port: int) -> bool:
+    if (code := process.exit_code()) is not None:
+        raise RuntimeError(f"rpc-server exited with {code}:\n{process.log_tail()}")
+    return is_listening(port)
+
+
+def _computed(rpc: ManagedProcess) -> int:
+    """How many graphs the worker has computed for its client so far."""
+    log = rpc.log_path.read_text(errors="replace")
+    return sum(log.count(command) for command in _GRAPH_COMPUTES)
+
+
+def _answers_through_the_worker(server: Server, rpc: ManagedProcess, model: str) -> None:
+    before = _computed(rpc)
+    status, body = _request(f"{server.url}/v1/chat/completions", _chat("Hello over RPC.") | {"model": model})
+    assert status == 200, body
+    assert 0 < body["usage"]["completion_tokens"] <= MAX_TOKENS
+    # Each token generated is a graph computed on every device holding layers: the worker's log shows them.
+    eventually_sync(lambda: _computed(rpc) > before, within=_REQUEST_TIMEOUT, what="graph_compute on the worker")
+
+
+@pytest.fixture(scope="module")
+def rpc_server(binary: Path) -> Path:
+    found = binary.parent / "rpc-server"
+    if not os.access(found, os.X_OK):
+        pytest.fail(f"{found} is missing: `make llama-server` (hack/llamacpp/build.sh) builds it beside llama-server")
+    return found
+
+
+def test_a_leader_with_an_rpc_worker_answers_and_the_worker_computes_part_of_the_model(
+    binary: Path, rpc_server: Path, model: Path, tmp_path: Path
+) -> None:
+    (rpc_port,) = free_loopback_ports(1)
+    rpc = _start_rpc_server(rpc_server, rpc_port, tmp_path / "rpc-server.log")
+    try:
+        # -lv 4: the log says where each buffer went.
+        rpc_args = ("--rpc", f"127.0.0.1:{rpc_port}", "-lv", "4")
+        server = _start(binary, model, tmp_path / "llama-server.log", *rpc_args)
+        try:
+            _answers_through_the_worker(server, rpc, ALIAS)
+            # The leader placed weights on the worker: a model buffer on the RPC device at the worker's endpoint.
+            log = server.process.log_path.read_text(errors="replace")
+            placed = [
+                line for line in log.splitlines() if f"RPC0[127.0.0.1:{rpc_port}]" in line and "model buffer" in line
+            ]
+            assert placed, server.process.log_tail(60)
+        finally:
+            server.process.stop(_STOP_TIMEOUT)
+    finally:
+        rpc.stop(_STOP_TIMEOUT)
+
+
+def _leader_script(replacements: dict[str, str]) -> str:
+    """The sample's leader wrapper, with `replacements` (each found exactly once) to run it on loopback."""
+    (service,) = [doc for doc in yaml.safe_load_all(_SAMPLE.read_text()) if doc["kind"] == "Service"]
+    (container,) = service["spec"]["workloadTemplate"]["leaderTemplate"]["spec"]["containers"]
+    assert container["command"][:2] == ["sh", "-c"], container["command"]
+    script: str = container["command"][2]
+    for old, new in replacements.items():
+        assert script.count(old) == 1, f"the sample's leader script no longer has {old!r} once"
+        script = script.replace(old, new)
+    return script
+
+
+def _fake_getent(directory: Path, addresses: dict[str, str]) -> Path:
+    """A `getent` for `getent hosts <name>` that knows only `addresses`, as the cluster's DNS would answer."""
+    directory.mkdir()
+    lines = "".join(f'  {name}) echo "{ip}       {name}" ;;\n' for name, ip in addresses.items())
+    getent = directory / "getent"
+    getent.write_text(f'#!/bin/sh\n[ "$1" = hosts ] || exit 1\ncase "$2" in\n{lines}  *) exit 2 ;;\nesac\n')
+    getent.chmod(getent.stat().st_mode | stat.S_IXUSR)
+    return directory
+
+
+def _leader(script: str, fake_bin: Path, log: Path) -> ManagedProcess:
+    group = [f"LWS_LEADER_ADDRESS={_LEADER_ADDRESS}", "LWS_GROUP_SIZE=2"]
+    argv = ["env", *group, f"PATH={fake_bin}:{os.environ['PATH']}", "sh", "-c", script]
+    return ManagedProcess("leader", argv, log)
+
+
+def _logged(process: ManagedProcess, text: str) -> bool:
+    if text in process.log_path.read_text(errors="replace"):
+        return True
+    if (code := process.exit_code()) is not None:
+        raise RuntimeError(f"{process.name} exited with {code}:\n{process.log_tail()}")
+    return False
+
+
+def test_the_samples_leader_waits_for_its_worker_by_dns_name_then_serves_through_it(
+    binary: Path, rpc_server: Path, model: Path, tmp_path: Path
+) -> None:
+    rpc_port, http_port = free_loopback_ports(2)
+    script = _leader_script(
+        {
+            "port=50052": f"port={rpc_port}",
+            "/app/llama-server": str(binary),
+            "/workspace/models/tiny-llama.gguf": str(model),
+            "--host 0.0.0.0 --port 8080": f"--host 127.0.0.1 --port {http_port}",
+        }
+    )
+    fake_bin = _fake_getent(tmp_path / "bin", {_WORKER_NAME: "127.0.0.1"})
+    leader = Server(_leader(script, fake_bin, tmp_path / "leader.log"), f"http://127.0.0.1:{http_port}")
+    with contextlib.ExitStack() as stopping:
+        leader.process.start()
+        stopping.callback(leader.process.stop, _STOP_TIMEOUT)
+        # No worker yet: the leader says what it waits for, and does not start llama-server.
+        waiting = f"waiting for worker {_WORKER_NAME} (127.0.0.1) to accept on port {rpc_port}"
+        eventually_sync(lambda: _logged(leader.process, waiting), within=_START_TIMEOUT, what="the leader waiting")
+        rpc = _start_rpc_server(rpc_server, rpc_port, tmp_path / "rpc-server.log")
+        stopping.callback(rpc.stop, _STOP_TIMEOUT)
+        found = f"worker {_WORKER_NAME} is 127.0.0.1, accepting on port {rpc_port}"
+        eventually_sync(lambda: _logged(leader.process, found), within=_START_TIMEOUT, what="the worker found")
+        eventually_sync(lambda: _healthy(leader), within=_START_TIMEOUT, what="the leader's /health = 200")
+        _answers_through_the_worker(leader, rpc, "tiny-llama-multihost")
+
+
+@pytest.mark.parametrize(
+    ("addresses", "seen_as"),
+    [({}, "not resolved"), ({_WORKER_NAME: "127.0.0.1"}, "127.0.0.1")],
+    ids=["no-dns", "no-port"],
+)
+def test_the_samples_leader_gives_up_on_a_worker_that_never_comes_up_naming_it(
+    addresses: dict[str, str], seen_as: str, tmp_path: Path
+) -> None:
+    (rpc_port,) = free_loopback_ports(1)  # nothing listens there
+    termination_log = tmp_path / "termination-log"
+    script = _leader_script(
+        {"port=50052": f"port={rpc_port}", "-ge 300 ]": "-ge 2 ]", "/dev/termination-log": str(termination_log)}
+    )
+    leader = _leader(script, _fake_getent(tmp_path / "bin", addresses), tmp_path / "leader.log")
+    leader.start()
+    try:
+        code = eventually_sync(
+            lambda: (c := leader.exit_code()) is not None and (c,), within=_START_TIMEOUT, what="the leader exiting"
+        )
+    finally:
+        leader.stop(_STOP_TIMEOUT)
+    message = f"worker {_WORKER_NAME} ({seen_as}) is not accepting on port {rpc_port} after 2 s"
+    assert code == (1,), leader.log_tail()
+    # The termination message is what kubelet reports, and the Service's condition quotes.
+    assert termination_log.read_text().strip() == message
+    assert message in leader.log_tail()

@@ -20,9 +20,14 @@ def pod(
     conditions: list[dict[str, Any]] | None = None,
     init_specs: list[dict[str, Any]] | None = None,
     deleting: bool = False,
+    worker_index: str | None = None,
 ) -> dict[str, Any]:
-    """A model pod: a model-loader init container and a model-runner container, with the given statuses."""
-    metadata: dict[str, Any] = {"name": name, "namespace": "ns", "labels": {"leaderworkerset.sigs.k8s.io/name": "pg"}}
+    """A model pod: a model-loader init container and a model-runner container, with the given statuses; with a
+    `worker_index`, a pod of a LeaderWorkerSet group (0 for its leader)."""
+    labels = {"leaderworkerset.sigs.k8s.io/name": "pg"}
+    if worker_index is not None:
+        labels["leaderworkerset.sigs.k8s.io/worker-index"] = worker_index
+    metadata: dict[str, Any] = {"name": name, "namespace": "ns", "labels": labels}
     if deleting:
         metadata["deletionTimestamp"] = "2025-01-02T03:04:05Z"
     status: dict[str, Any] = {"phase": "Pending", "conditions": conditions or []}
@@ -290,6 +295,55 @@ def test_several_failing_pods_give_the_first_by_name_whatever_their_order() -> N
         finding = diagnose_pods(pods)
         assert finding is not None
         assert (finding.pod, finding.reason) == ("pg-0-1", "ImagePullFailed")
+
+
+WAITED_TOO_LONG = "worker pg-0-1.pg.ns:50052 is not accepting connections after 300 s"
+
+
+def test_a_workers_finding_comes_before_its_leaders_and_names_it_as_the_worker_pod() -> None:
+    # The leader gave up waiting for its worker, whose image cannot be pulled: the worker is the cause.
+    leader = pod(
+        "pg-0",
+        init=[LOADER_DONE],
+        main=[runner(terminated(1, WAITED_TOO_LONG))],
+        conditions=SCHEDULED,
+        worker_index="0",
+    )
+    worker = pod(
+        "pg-0-1",
+        init=[LOADER_DONE],
+        main=[container("model-runner", waiting("ErrImageNeverPull"), image="llmaz.local/missing:dev")],
+        conditions=SCHEDULED,
+        worker_index="1",
+    )
+    other_leader = pod("pg-1", init=[loader(terminated(3, "NotFound: x"))], conditions=SCHEDULED, worker_index="0")
+    for pods in ([leader, worker, other_leader], [other_leader, leader, worker]):
+        finding = diagnose_pods(pods)
+        assert finding is not None
+        assert finding.message == (
+            "ImagePullFailed: worker pod pg-0-1, container model-runner: "
+            'cannot pull image "llmaz.local/missing:dev" (kubectl describe pod pg-0-1 shows why)'
+        )
+
+
+@pytest.mark.parametrize(
+    ("worker_index", "where"), [("1", "worker pod pg-0-1"), ("0", "pod pg-0-1"), (None, "pod pg-0-1")]
+)
+def test_only_a_pod_with_a_worker_index_above_zero_is_named_a_worker(worker_index: str | None, where: str) -> None:
+    unscheduled = [{"type": "PodScheduled", "status": "False", "message": "0/1 nodes are available"}]
+    finding = diagnose_pod(pod("pg-0-1", conditions=unscheduled, worker_index=worker_index))
+    assert finding is not None
+    assert finding.message == f"Unschedulable: {where}: 0/1 nodes are available"
+
+
+def test_a_leader_is_named_when_its_workers_are_fine() -> None:
+    gave_up = [runner(terminated(1, WAITED_TOO_LONG))]
+    leader = pod("pg-0", init=[LOADER_DONE], main=gave_up, conditions=SCHEDULED, worker_index="0")
+    worker = pod("pg-0-1", init=[LOADER_DONE], main=[runner(RUNNING)], conditions=SCHEDULED, worker_index="1")
+    finding = diagnose_pods([worker, leader])
+    assert finding is not None
+    crashed = "ContainerCrashLooping: pod pg-0, container model-runner exited with code 1"
+    assert finding.message == f"{crashed}: {WAITED_TOO_LONG}"
 
 
 def test_no_pods_or_only_ready_pods_give_no_finding() -> None:

@@ -276,6 +276,8 @@ def test_multi_host_injects_loaders_labels_and_flavor_into_both_templates() -> N
 def test_multi_host_carries_size_replicas_restart_and_subgroup_policies_and_rollout() -> None:
     lws = build_leader_worker_set(multi_host_service(), [hub_model("m", "a/b")], LOADER_IMAGE)
     spec = lws["spec"]
+    # Workers start with the leader: a leader whose engine waits for its workers would never be Ready first.
+    assert spec["startupPolicy"] == "LeaderCreated"
     assert spec["replicas"] == 2
     assert spec["leaderWorkerTemplate"]["size"] == 2
     assert spec["leaderWorkerTemplate"]["restartPolicy"] == "None"

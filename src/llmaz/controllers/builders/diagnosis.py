@@ -6,8 +6,10 @@ the pod, the container and what kubelet or the scheduler said, so a reconciler c
 message and record an Event.
 
 Invariants:
-- Deterministic: pods are taken in name order and the first one with a finding wins; within a pod, scheduling
-  comes first, then init containers and containers in the pod spec's order.
+- Deterministic: pods are taken in name order, a group's workers (LeaderWorkerSet worker index above 0) before
+  every leader, and the first one with a finding wins; within a pod, scheduling comes first, then init containers
+  and containers in the pod spec's order. A multi-host leader waits for its workers, so a worker's failure is
+  the cause of its leader's (a leader that gave up waiting), and the finding names the worker pod as such.
 - Ready pods, and pods being deleted, have no finding.
 - A finding stays the same while the same failure repeats. A crash is read from the last termination
   (`state.terminated`, else `lastState.terminated`), which kubelet keeps through CrashLoopBackOff and the
@@ -23,7 +25,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmaz.apis import constants as c
@@ -69,10 +71,11 @@ class PodFinding:
     init_container: bool = False
     exit_code: int | None = None
     adapter: str | None = None
+    worker: bool = False
 
     @property
     def message(self) -> str:
-        where = f"pod {self.pod}"
+        where = f"{'worker pod' if self.worker else 'pod'} {self.pod}"
         if self.container is not None:
             where += f", {'init container' if self.init_container else 'container'} {self.container}"
         if self.adapter is not None:
@@ -92,16 +95,27 @@ def one_line(text: str, limit: int = MAX_DETAIL) -> str:
 
 
 def diagnose_pods(pods: Iterable[Obj]) -> PodFinding | None:
-    """The finding of the first pod, by name, that has one."""
-    for pod in sorted(pods, key=_name):
+    """The finding of the first pod that has one: workers first, then leaders, each by name."""
+    for pod in sorted(pods, key=lambda pod: (not _is_worker(pod), _name(pod))):
         finding = diagnose_pod(pod)
         if finding is not None:
             return finding
     return None
 
 
+def _is_worker(pod: Obj) -> bool:
+    """A LeaderWorkerSet worker: a pod of a group whose worker index is not the leader's 0."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(c.LWS_WORKER_INDEX_LABEL, "0") != "0")
+
+
 def diagnose_pod(pod: Obj) -> PodFinding | None:
     """Why this pod is not ready, or None when it is ready, being deleted, or simply not there yet."""
+    finding = _diagnose(pod)
+    return replace(finding, worker=True) if finding is not None and _is_worker(pod) else finding
+
+
+def _diagnose(pod: Obj) -> PodFinding | None:
     metadata = pod.get("metadata") or {}
     status = pod.get("status") or {}
     if metadata.get("deletionTimestamp") or _condition(status, "Ready").get("status") == "True":

@@ -7,6 +7,9 @@ Invariants:
 - "Multi-host" means the Service has a leaderTemplate. Model, label and flavor injection then apply to BOTH
   templates; llmaz labelled only the leader, while its own validation read the worker's labels.
 - `restartPolicy` and `subGroupPolicy` are carried to the LeaderWorkerSet (llmaz dropped them: silently ignored).
+- The startup policy is `LeaderReady` (llmaz's) for a single-host Service and `LeaderCreated` for a multi-host one:
+  a multi-host leader's engine starts only once its workers answer (llama.cpp's `--rpc`, SGLang's `--nnodes`), so
+  waiting for the leader to be Ready before creating the workers never ends.
 - The `-lb` Service is a complete desired object, meant to be applied on every reconcile (llmaz created it once,
   so its port, selector and annotation drifted, and a deleted one came back only by chance).
 """
@@ -29,6 +32,9 @@ LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 # What the Service CRD defaults a present rollingUpdateConfiguration to.
 DEFAULT_MAX_UNAVAILABLE = 1
 DEFAULT_MAX_SURGE = 0
+# LeaderWorkerSet startup policies: the workers are created once the leader is Ready, or with it.
+LEADER_READY = "LeaderReady"
+LEADER_CREATED = "LeaderCreated"
 
 
 def _owned(service: Service, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -53,6 +59,11 @@ def _templates(service: Service) -> tuple[dict[str, Any] | None, dict[str, Any]]
     leader = workload.get("leaderTemplate")
     worker = workload.get("workerTemplate")
     return json_copy(leader) if leader is not None else None, json_copy(worker or {})
+
+
+def is_multi_host(service: Service) -> bool:
+    """Whether the Service runs a leader with workers of another template (it has a leaderTemplate)."""
+    return service.spec.workload_template.get("leaderTemplate") is not None
 
 
 def claimed_flavors(service: Service) -> list[str] | None:
@@ -105,7 +116,7 @@ def build_leader_worker_set(
             "replicas": 1 if service.spec.replicas is None else service.spec.replicas,
             "leaderWorkerTemplate": _leader_worker_template(service, models, init_container_image, active_flavor),
             "rolloutStrategy": _rollout_strategy(service.spec.rollout_strategy),
-            "startupPolicy": "LeaderReady",
+            "startupPolicy": LEADER_CREATED if is_multi_host(service) else LEADER_READY,
         },
     }
     result: dict[str, Any] = apply_ready(lws)
