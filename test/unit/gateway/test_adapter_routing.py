@@ -195,7 +195,9 @@ async def test_a_request_for_an_adapter_goes_only_to_the_llamacpp_replica_holdin
                 assert status == 200
                 assert answer["model"] == "sql"
             assert chats(old) == []
-            assert chats(holder) == [{**request, "lora": [{"id": 1, "scale": 0.5}]}] * 6  # its own id, not spec order
+            # Its own ids, not spec order; the adapter at its scale, the other at 0.
+            lora = [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.5}]
+            assert chats(holder) == [{**request, "lora": lora}] * 6
             assert gw.sample("llmaz_gateway_requests_total", model="sql", code="200") == 6
             assert gw.gateway.in_flight.of_model("m") == 0
 
@@ -233,8 +235,28 @@ async def test_without_listings_every_replica_is_a_holder_and_the_playgrounds_en
                 assert resp.status == 200
                 await resp.read()
                 resp.release()
-            lora = [{"id": 1, "scale": 1.0}]
+            lora = [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 1.0}]
             assert chats(a) == chats(b) == [{"model": "chat", "stream": True, "lora": lora}]
+
+
+async def test_the_base_models_requests_to_llamacpp_set_every_adapter_to_zero() -> None:
+    cluster = Cluster().synced()
+    async with engines(2) as (holder, old), scraping(cluster) as signals:
+        llamacpp(holder, "/workspace/models/adapters--chat/c.gguf", "/workspace/models/adapters--sql/s.gguf")
+        llamacpp(old)  # started before the adapters were added: sent the body as it came
+        serve_with_adapters(cluster, holder, old)
+        await signals.scrape()
+        async with running_gateway(cluster, adapters=signals) as gw:
+            request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            for _ in range(64):  # idle replicas tie and are picked at random: until each has had one
+                assert (await gw.post(CHAT, request))[0] == 200
+                if chats(holder) and chats(old):
+                    break
+            zeros = [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.0}]
+            assert chats(holder)
+            assert chats(old)
+            assert chats(holder) == [{**request, "lora": zeros}] * len(chats(holder))
+            assert chats(old) == [request] * len(chats(old))
 
 
 async def test_an_unknown_adapter_is_404_listing_models_and_adapters() -> None:

@@ -21,10 +21,10 @@ Invariants:
 - An attempt counts for its endpoint in the `InFlight` tracker (which the pickers read) until it ends, however it
   ends (`try`/`finally`).
 - The request body is sent as received, or as `body_for(endpoint)` makes it for the endpoint an attempt goes to
-  (a LoRA adapter's request to llama.cpp gets its `lora` member). Hop-by-hop headers, Host, Content-Length and
-  Content-Encoding (aiohttp has decoded a compressed body) are not forwarded; Authorization is not forwarded
-  when the gateway checks API keys (it carries the gateway's key, not the engine's). Engine responses are relayed
-  with their status and headers, minus hop-by-hop ones.
+  (llama.cpp is sent the scales of a model's LoRA adapters in a `lora` member). Hop-by-hop headers, Host,
+  Content-Length and Content-Encoding (aiohttp has decoded a compressed body) are not forwarded; Authorization is
+  not forwarded when the gateway checks API keys (it carries the gateway's key, not the engine's). Engine
+  responses are relayed with their status and headers, minus hop-by-hop ones.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ Invariants:
 - A request naming a LoRA adapter (`routing.adapters`) is routed to its base model's endpoints that hold the
   adapter, as the engines list them (`AdapterSignals`; every endpoint when an engine's listing is not known).
   When the model has ready endpoints but none holds it (a rollout adding the adapter), the request is held up to
-  `hold_timeout` for one that does (503 `model_not_ready`). Each attempt's body is made for its endpoint's engine.
+  `hold_timeout` for one that does (503 `model_not_ready`). Every request for a model with adapters, the base
+  model's too, has each attempt's body made for its endpoint's engine (llama.cpp is sent every adapter's scale).
 - A routed model with no ready endpoint: scaling says whether one is coming (`Waker.wake`, which scales a sleeping
   model up), and when one is the request waits on routing for it (`Catalog.await_endpoints`): up to
   `wake_timeout` for a model scaling up from zero (504), up to `hold_timeout` for replicas starting (503
@@ -259,22 +260,25 @@ class Gateway:
             key = None
             if picker.needs_key:
                 key = routing_key(inference.document, request.headers.get(SESSION_HEADER), name if adapter else None)
-            body_for = None if adapter is None else self._adapter_body(adapter, inference)
+            adapters = self.catalog.adapters_of(model)
+            body_for = self._adapter_body(model, adapters, adapter, inference) if adapters else None
             return await self.proxy.forward(request, inference, endpoints, exchange, picker, key, body_for)
 
     def _holding(self, adapter: Adapter, endpoints: list[Endpoint]) -> list[Endpoint]:
         """The endpoints holding `adapter`: those whose engine lists it, and those whose listing is not known."""
         return [e for e in endpoints if (listing := self.adapters.adapters(e)) is None or listing.holds(adapter)]
 
-    def _adapter_body(self, adapter: Adapter, inference: body.InferenceRequest) -> Callable[[Endpoint], bytes]:
-        """What each endpoint is sent for a request naming `adapter`: made for the engine recognised there, else
-        the engine its Playground runs."""
-        runtimes = self.catalog.endpoint_runtimes(adapter.model)
+    def _adapter_body(
+        self, model: str, adapters: list[Adapter], named: Adapter | None, inference: body.InferenceRequest
+    ) -> Callable[[Endpoint], bytes]:
+        """What each endpoint is sent for a request for `model`, which has `adapters`, naming the adapter `named` or
+        the base model (None): made for the engine recognised there, else the engine its Playground runs."""
+        runtimes = self.catalog.endpoint_runtimes(model)
 
         def body_for(endpoint: Endpoint) -> bytes:
             engine = self.adapters.engine(endpoint) or runtimes.get(endpoint)
             listing = self.adapters.adapters(endpoint)
-            return engine_body(engine, listing, adapter, inference.body, inference.document)
+            return engine_body(engine, listing, adapters, named, inference.body, inference.document)
 
         return body_for
 

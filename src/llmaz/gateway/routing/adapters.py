@@ -18,9 +18,13 @@ Rules:
   An endpoint whose engine says nothing (signals off, an engine without a listing, a failed or stale read) is
   taken to hold every adapter of its model: every replica starts with them, and only a rollout adding one has a
   window where an old replica lacks it.
-- The request: for llama.cpp the body gets `"lora": [{"id": <id>, "scale": <scale>}]` (llama.cpp ignores the
-  request's `model`, so it stays the adapter's name); a body that already has a `lora` member is sent as it is.
-  Any other engine gets the body unchanged: vLLM and SGLang serve an adapter under its own `model` name.
+- The request: to llama.cpp, every request for a model with adapters, the base model's included, carries every
+  adapter the endpoint holds, `"lora": [{"id": <id>, "scale": <scale>}, ...]`: the named adapter at its scale,
+  the others at 0. A request without the member would keep the scales of the slot's previous request, and a slot
+  whose last request named an adapter would answer the base model with that adapter's cached prompt; a request
+  whose scales differ from the slot's makes llama.cpp drop that cache. llama.cpp ignores the request's `model`, so
+  it stays as sent. A body that already has a `lora` member is sent as it is. Any other engine gets the body
+  unchanged: vLLM and SGLang serve an adapter under its own `model` name, and the base model under its own.
 """
 
 from __future__ import annotations
@@ -169,23 +173,40 @@ def parse_served_adapters(body: bytes) -> ServedAdapters:
     return ServedAdapters(frozenset(names))
 
 
-def with_lora(body: bytes, document: Mapping[str, Any], lora_id: int, scale: float) -> bytes:
-    """The body with `"lora": [{"id": lora_id, "scale": scale}]` added as its last member, byte for byte otherwise;
-    unchanged when it has a `lora` member already."""
-    if "lora" in document:
+def with_lora(body: bytes, document: Mapping[str, Any], scales: list[dict[str, Any]]) -> bytes:
+    """The body with `"lora": scales` added as its last member, byte for byte otherwise; unchanged when it has a
+    `lora` member already, or there are no scales (an endpoint holding none of the adapters)."""
+    if "lora" in document or not scales:
         return body
     end = body.rstrip().rfind(b"}")
-    member = b'"lora":' + orjson.dumps([{"id": lora_id, "scale": scale}])
+    member = b'"lora":' + orjson.dumps(scales)
     separator = b"," if document else b""
     return body[:end] + separator + member + body[end:]
 
 
+def lora_scales(
+    listing: EngineAdapters | None, adapters: Iterable[Adapter], named: Adapter | None
+) -> list[dict[str, Any]]:
+    """llama.cpp's per-request scales on an endpoint that lists `listing` (None: not known, every adapter held at
+    its position): each adapter it holds, `named` at its scale and the others at 0, by id."""
+    scales: dict[int, float] = {}
+    for adapter in adapters:
+        lora_id = adapter.index if listing is None else listing.lora_id(adapter)
+        if lora_id is not None:
+            scales[lora_id] = adapter.scale if adapter == named else 0.0
+    return [{"id": lora_id, "scale": scale} for lora_id, scale in sorted(scales.items())]
+
+
 def engine_body(
-    engine: str | None, listing: EngineAdapters | None, adapter: Adapter, body: bytes, document: Mapping[str, Any]
+    engine: str | None,
+    listing: EngineAdapters | None,
+    adapters: Iterable[Adapter],
+    named: Adapter | None,
+    body: bytes,
+    document: Mapping[str, Any],
 ) -> bytes:
-    """What an endpoint running `engine` (None: not known) that lists `listing` is sent for a request naming
-    `adapter` (see the module rules)."""
+    """What an endpoint running `engine` (None: not known) that lists `listing` is sent for a request for a model
+    with `adapters`, naming the adapter `named` or the base model (None; see the module rules)."""
     if engine != LLAMACPP:
         return body
-    lora_id = listing.lora_id(adapter) if listing is not None else None
-    return with_lora(body, document, adapter.index if lora_id is None else lora_id, adapter.scale)
+    return with_lora(body, document, lora_scales(listing, adapters, named))

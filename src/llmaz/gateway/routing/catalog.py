@@ -273,6 +273,10 @@ class Catalog:
         self._adapter_table()
         return self._adapter_names.get(name)
 
+    def adapters_of(self, model: str) -> list[Adapter]:
+        """The adapters served under `model`'s OpenModel, in spec order (empty without any)."""
+        return list(self._adapter_table().get(model, ()))
+
     def endpoints_with_adapters(self) -> set[Endpoint]:
         """The ready endpoints of every served model that has adapters (the engine signals list their adapters)."""
         return {endpoint for model in self._adapter_table() for endpoint in self.endpoints(model)}
