@@ -125,6 +125,7 @@ def check_ports(layout: NodeLayout) -> None:
         (layout.host_ip, ports.dns, socket.SOCK_STREAM, "CoreDNS"),
         ("127.0.0.1", ports.dns_health, socket.SOCK_STREAM, "CoreDNS health"),
         ("127.0.0.1", ports.dns_ready, socket.SOCK_STREAM, "CoreDNS ready"),
+        (layout.host_ip, ports.metrics_server, socket.SOCK_STREAM, "metrics-server"),
     ]
     taken = [f"{host}:{port} ({what})" for host, port, kind, what in wanted if not _bindable(host, port, kind)]
     if taken:
