@@ -120,8 +120,9 @@ def test_metrics_server_listens_on_the_bridge_and_verifies_kubelet(paths: _metri
     assert args["kubelet-preferred-address-types"] == "InternalIP"
     kubeconfig = str(tmp_path / "ms.kubeconfig")
     assert [args["kubeconfig"], args["authentication-kubeconfig"], args["authorization-kubeconfig"]] == [kubeconfig] * 3
-    # metrics-server refuses a resolution under 10 s.
+    # metrics-server refuses a resolution under 10 s, or a kubelet timeout over 90 % of it.
     assert args["metric-resolution"] == "10s"
+    assert int(args["kubelet-request-timeout"].removesuffix("s")) <= 9
 
 
 def by_kind(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -42,6 +42,8 @@ VERSION = "v1beta1"
 API_SERVICE = f"{VERSION}.{GROUP}"
 SERVICE_PORT = 443
 METRIC_RESOLUTION = "10s"
+# metrics-server wants a kubelet request to time out within 90 % of the resolution (its default is 10 s).
+KUBELET_REQUEST_TIMEOUT = "5s"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 _RBAC = "rbac.authorization.k8s.io"
 _MANAGED_BY = "llmaz-envtest"
@@ -124,6 +126,7 @@ def metrics_server_args(layout: NodeLayout, paths: MetricsPKI, kubeconfig: Path,
         "--kubelet-preferred-address-types=InternalIP",
         "--kubelet-use-node-status-port",
         f"--metric-resolution={METRIC_RESOLUTION}",
+        f"--kubelet-request-timeout={KUBELET_REQUEST_TIMEOUT}",
         "--v=1",
     ]
 
