@@ -10,6 +10,8 @@ import json
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,3 +192,50 @@ class Stream:
         finally:
             self.ended = time.monotonic()
             self.first_chunk.set()
+
+
+@dataclass
+class Streaming:
+    """`clients` threads, each streaming answers of `max_tokens` for `model` through `url` one after the other
+    until stopped; every stream it ran, and how many are in flight now."""
+
+    url: str
+    model: str
+    clients: int
+    max_tokens: int
+    streams: list[Stream] = field(default_factory=list)
+    in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def client(self) -> None:
+        while not self._stop.is_set():
+            stream = Stream(self.url, self.model, self.max_tokens)
+            with self._lock:
+                self.streams.append(stream)
+                self.in_flight += 1
+            try:
+                stream.run()
+            finally:
+                with self._lock:
+                    self.in_flight -= 1
+
+    def failed(self) -> list[Stream]:
+        return [s for s in self.streams if s.error or not s.done]
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@contextmanager
+def running(load: Streaming) -> Iterator[Streaming]:
+    threads = [threading.Thread(target=load.client, name=f"stream-{i}", daemon=True) for i in range(load.clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield load
+    finally:
+        load.stop()
+        for thread in threads:
+            thread.join(timeout=150)
+        assert not any(t.is_alive() for t in threads), "a client did not stop"

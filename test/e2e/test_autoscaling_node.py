@@ -21,7 +21,7 @@ import pytest
 
 from llmaz.envtest.objectstore import ObjectStore, tiny_model
 
-from .serving import BUCKET, Stream, credentials, gateway_events, gateway_url, routable, served, tiny_llama
+from .serving import BUCKET, Streaming, credentials, gateway_events, gateway_url, routable, running, served, tiny_llama
 from .support import Environment, ModelNames, eventually, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
@@ -36,53 +36,6 @@ ELASTIC = {
 }
 CLIENTS = 3
 MAX_TOKENS = 400
-
-
-@dataclass
-class Streaming:
-    """`clients` threads, each streaming answers of `max_tokens` for `model` through `url` one after the other
-    until stopped; every stream it ran, and how many are in flight now."""
-
-    url: str
-    model: str
-    clients: int
-    max_tokens: int
-    streams: list[Stream] = field(default_factory=list)
-    in_flight: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def client(self) -> None:
-        while not self._stop.is_set():
-            stream = Stream(self.url, self.model, self.max_tokens)
-            with self._lock:
-                self.streams.append(stream)
-                self.in_flight += 1
-            try:
-                stream.run()
-            finally:
-                with self._lock:
-                    self.in_flight -= 1
-
-    def failed(self) -> list[Stream]:
-        return [s for s in self.streams if s.error or not s.done]
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-@contextmanager
-def running(load: Streaming) -> Iterator[Streaming]:
-    threads = [threading.Thread(target=load.client, name=f"stream-{i}", daemon=True) for i in range(load.clients)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield load
-    finally:
-        load.stop()
-        for thread in threads:
-            thread.join(timeout=150)
-        assert not any(t.is_alive() for t in threads), "a client did not stop"
 
 
 @dataclass(frozen=True)

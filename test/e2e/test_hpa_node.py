@@ -1,0 +1,221 @@
+"""The HorizontalPodAutoscaler that `elasticConfig` creates, scaling on CPU for real: metrics-server (run by the
+node tier) reads the engines' CPU from kubelet, kube-controller-manager's HPA controller (synced every 3 s) scales
+the Playground through its scale subresource, from 1 to 2 replicas under chats through the gateway and back to 1
+after them.
+
+The Playground serves the prefill-heavy random llama (about 10 ms per decoded token here, so an engine under load
+keeps a core busy) with a CPU request of 100m, so utilization is measured against it: an idle engine shows a few
+percent, a busy one several hundred. The trigger is CPU at 50 % between 1 and 2 replicas, with a scale-down
+stabilization window of 15 s (the HPA's `behavior`, through `elasticConfig`) instead of the default 5 min. The
+load is three clients streaming 400-token answers through the gateway one after the other, for at most the
+scale-up wait (180 s). A sampler thread records `kubectl get hpa` (the HPA's own status line), its
+desiredReplicas, the Ready pods and the streams in flight every 2 s; the timeline is printed at the end. Every wait
+is for a positive signal.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from llmaz.envtest.objectstore import ObjectStore, tiny_model
+
+from .serving import BUCKET, Streaming, credentials, gateway_url, node_of, routable, running, served, tiny_llama
+from .support import Environment, ModelNames, conditions, eventually, wait_playground_ready
+
+pytestmark = pytest.mark.tier("node")
+NAME = "cpu-scaled"
+MAX_REPLICAS = 2
+TARGET_UTILIZATION = 50
+ELASTIC = {
+    "minReplicas": 1,
+    "maxReplicas": MAX_REPLICAS,
+    "scaleTrigger": {
+        "hpa": {
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": TARGET_UTILIZATION},
+                    },
+                }
+            ],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 15}},
+        }
+    },
+}
+# Utilization is usage over request: the engine must request CPU, or the HPA reports it cannot compute any.
+RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+CLIENTS = 3
+MAX_TOKENS = 400
+SAMPLE_EVERY = 2.0
+
+
+def hpa_utilization(hpa: dict[str, Any]) -> int | None:
+    """The CPU utilization the HPA last computed (percent of request), or None before it has one."""
+    for metric in (hpa.get("status") or {}).get("currentMetrics") or []:
+        current = (metric.get("resource") or {}).get("current") or {}
+        if metric.get("type") == "Resource" and "averageUtilization" in current:
+            return int(current["averageUtilization"])
+    return None
+
+
+@dataclass(frozen=True)
+class Reading:
+    at: float
+    line: str
+    desired: int
+    ready: int
+    streaming: int
+
+
+@dataclass
+class HpaTimeline:
+    """The HPA's status line and desiredReplicas, the Ready pods and the streams in flight, every 2 s on a thread."""
+
+    e2e: Environment
+    namespace: str
+    load: Streaming
+    readings: list[Reading] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        ticks = 0
+        while not self._stop.is_set():
+            at = time.monotonic() - self.started
+            try:
+                line = self.e2e.kubectl("get", "hpa", NAME, "-n", self.namespace, "--no-headers").strip()
+                desired = (self.e2e.must_get("hpas", NAME, self.namespace).get("status") or {})["desiredReplicas"]
+                ready = len(self.e2e.ready_pods_of(self.namespace, NAME))
+            except (OSError, RuntimeError, KeyError):  # an API server slow under the load: this reading is skipped
+                pass
+            else:
+                self.readings.append(Reading(at, " ".join(line.split()), desired, ready, self.load.in_flight))
+            ticks += 1
+            self._stop.wait(max(0.0, self.started + ticks * SAMPLE_EVERY - time.monotonic()))
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def desired_steps(self) -> list[int]:
+        """desiredReplicas over time, each run of equal readings as one step."""
+        steps: list[int] = []
+        for reading in self.readings:
+            if not steps or steps[-1] != reading.desired:
+                steps.append(reading.desired)
+        return steps
+
+    def text(self) -> str:
+        return "\n".join(f"  t={r.at:6.1f}s  {r.line}  | desired {r.desired}  Ready pods {r.ready}  "
+                         f"streaming {r.streaming}" for r in self.readings)  # fmt: skip
+
+
+@contextmanager
+def sampled(e2e: Environment, namespace: str, load: Streaming) -> Iterator[HpaTimeline]:
+    timeline = HpaTimeline(e2e, namespace, load)
+    thread = threading.Thread(target=timeline.run, name="hpa-timeline", daemon=True)
+    thread.start()
+    try:
+        yield timeline
+    finally:
+        timeline.stop()
+        thread.join(timeout=30)
+
+
+def test_an_hpa_on_cpu_scales_a_playground_from_one_to_two_replicas_under_chats_and_back_after_them(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model = models.new("hpa")
+    uri = object_store.upload(BUCKET, "prefill-heavy/prefill-heavy.gguf", tiny_model("prefill-heavy"))
+    e2e.apply([credentials()], namespace)
+    playground = served(NAME, model, object_store)
+    config = playground["spec"]["backendRuntimeConfig"]
+    config["args"] += ["-c", "2048", "-np", "2"]
+    config["resources"] = RESOURCES
+    playground["spec"]["elasticConfig"] = ELASTIC
+    e2e.apply([tiny_llama(model, uri), playground], namespace)
+    wait_playground_ready(e2e, namespace, NAME, replicas=1)
+    routable(e2e, model)
+
+    # metrics-server has scraped the engine, and the HPA controller reads it through the aggregated API.
+    admin = node_of(e2e).admin_client()
+    (leader,) = e2e.ready_pods_of(namespace, NAME)
+
+    def engine_measured() -> dict[str, Any] | None:
+        pods = admin.request("GET", f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods")["items"]
+        return next((p for p in pods if p["metadata"]["name"] == leader["metadata"]["name"] and p["containers"]), None)
+
+    measured = eventually(
+        engine_measured, within=90, what=f"metrics.k8s.io metrics of pod {leader['metadata']['name']}"
+    )
+    print(f"\nmetrics-server: {[(c['name'], c['usage']) for c in measured['containers']]}")
+
+    # The first reading may still hold the engine's start: wait for the idle engine below the target, at 1.
+    def hpa_reading_idle_cpu() -> dict[str, Any]:
+        hpa = e2e.must_get("hpas", NAME, namespace)
+        status = hpa.get("status") or {}
+        assert conditions(hpa).get("ScalingActive", ("", ""))[0] == "True", conditions(hpa)
+        utilization = hpa_utilization(hpa)
+        assert utilization is not None, status
+        assert utilization < TARGET_UTILIZATION, f"the idle engine uses {utilization}% of its request"
+        assert (status.get("desiredReplicas"), status.get("currentReplicas")) == (1, 1), status
+        return hpa
+
+    eventually(hpa_reading_idle_cpu, within=90, what=f"HPA {NAME} reading the idle engine's CPU")
+    print(f"idle: {e2e.kubectl('get', 'hpa', NAME, '-n', namespace, '--no-headers').strip()}")
+
+    def at_max() -> bool:
+        desired = (e2e.must_get("hpas", NAME, namespace).get("status") or {}).get("desiredReplicas")
+        replicas = e2e.must_get("playgrounds", NAME, namespace)["spec"]["replicas"]
+        return bool(desired == replicas == MAX_REPLICAS) and len(e2e.ready_pods_of(namespace, NAME)) == MAX_REPLICAS
+
+    def back_to_min() -> bool:
+        desired = (e2e.must_get("hpas", NAME, namespace).get("status") or {}).get("desiredReplicas")
+        replicas = e2e.must_get("playgrounds", NAME, namespace)["spec"]["replicas"]
+        return bool(desired == replicas == 1)
+
+    load = Streaming(gateway_url(e2e).removesuffix("/v1"), model, CLIENTS, MAX_TOKENS)
+    with sampled(e2e, namespace, load) as timeline:
+        with running(load):
+            eventually(
+                at_max, within=180, what=f"the HPA at {MAX_REPLICAS} replicas, all Ready, under {CLIENTS} streams"
+            )
+            scaled_up = timeline.now()
+        stopped = timeline.now()
+        eventually(back_to_min, within=120, what="the HPA back at 1 replica once the streams stopped")
+        scaled_down = timeline.now()
+    print(f"\n{len(load.streams)} streams; {MAX_REPLICAS} Ready at t={scaled_up:.1f}s, streams stopped at "
+          f"t={stopped:.1f}s, 1 replica at t={scaled_down:.1f}s (kubectl get hpa: NAME REFERENCE TARGETS MINPODS "
+          f"MAXPODS REPLICAS AGE):\n{timeline.text()}")  # fmt: skip
+
+    failed = load.failed()
+    assert failed == [], f"{len(failed)} of {len(load.streams)} streams failed: {[s.error for s in failed][:3]}"
+    assert len(load.streams) >= CLIENTS
+    assert timeline.desired_steps() == [1, MAX_REPLICAS, 1], timeline.text()
+
+    def rescaled_down() -> list[str] | None:
+        events = e2e.items("events", namespace)
+        messages = [
+            e["message"]
+            for e in events
+            if e.get("reason") == "SuccessfulRescale" and e["involvedObject"].get("kind") == "HorizontalPodAutoscaler"
+        ]
+        return messages if any(m.startswith("New size: 1;") for m in messages) else None
+
+    rescales = eventually(rescaled_down, what="the HPA's SuccessfulRescale Event back to 1")
+    print("\n".join(f"  SuccessfulRescale: {message}" for message in rescales))
+    up = f"New size: {MAX_REPLICAS}; reason: cpu resource utilization (percentage of request) above target"
+    # Listed by name, not by time: one rescale each way.
+    assert sorted(rescales) == sorted([up, "New size: 1; reason: All metrics below target"]), rescales
+    eventually(lambda: len(e2e.pods_of(namespace, NAME)) == 1, within=120, what="the second pod gone")
