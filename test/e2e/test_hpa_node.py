@@ -3,12 +3,13 @@ node tier) reads the engines' CPU from kubelet, kube-controller-manager's HPA co
 the Playground through its scale subresource, from 1 to 2 replicas under chats through the gateway and back to 1
 after them.
 
-The Playground serves the prefill-heavy random llama (about 10 ms per decoded token here, so an engine under load
-keeps a core busy) with a CPU request of 100m, so utilization is measured against it: an idle engine shows a few
-percent, a busy one several hundred. The trigger is CPU at 50 % between 1 and 2 replicas, with a scale-down
-stabilization window of 15 s (the HPA's `behavior`, through `elasticConfig`) instead of the default 5 min. The
-load is three clients streaming 400-token answers through the gateway one after the other, for at most the
-scale-up wait (180 s). A sampler thread records `kubectl get hpa` (the HPA's own status line), its
+The Playground is config/samples/tiny-llama-hpa.yaml as it stands (a CPU request of 100m; CPU at 50 % between 1
+and 2 replicas; a scale-down stabilization window of 15 s, the HPA's `behavior` through `elasticConfig`, instead
+of the default 5 min), with one change: it serves the prefill-heavy random llama (about 10 ms per decoded token
+here, so answers are long-ish and an engine under load keeps its core busy) under this test's model name, with
+room for two 400-token answers at once. An idle engine shows a few percent of its request, a busy one several
+hundred. The load is three clients streaming 400-token answers through the gateway one after the other, for at
+most the scale-up wait (180 s). A sampler thread records `kubectl get hpa` (the HPA's own status line), its
 desiredReplicas, the Ready pods and the streams in flight every 2 s; the timeline is printed at the end. Every wait
 is for a positive signal.
 """
@@ -20,42 +21,42 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from llmaz.envtest.objectstore import ObjectStore, tiny_model
 
-from .serving import BUCKET, Streaming, credentials, gateway_url, node_of, routable, running, served, tiny_llama
+from .serving import BUCKET, Streaming, credentials, gateway_url, node_of, routable, running
 from .support import Environment, ModelNames, conditions, eventually, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
-NAME = "cpu-scaled"
+SAMPLE = Path(__file__).resolve().parents[2] / "config" / "samples" / "tiny-llama-hpa.yaml"
+NAME = "tiny-llama-hpa"
 MAX_REPLICAS = 2
 TARGET_UTILIZATION = 50
-ELASTIC = {
-    "minReplicas": 1,
-    "maxReplicas": MAX_REPLICAS,
-    "scaleTrigger": {
-        "hpa": {
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {
-                        "name": "cpu",
-                        "target": {"type": "Utilization", "averageUtilization": TARGET_UTILIZATION},
-                    },
-                }
-            ],
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 15}},
-        }
-    },
-}
-# Utilization is usage over request: the engine must request CPU, or the HPA reports it cannot compute any.
-RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 CLIENTS = 3
 MAX_TOKENS = 400
 SAMPLE_EVERY = 2.0
+
+
+def sample(model: str, uri: str, store: ObjectStore) -> list[dict[str, Any]]:
+    """The sample's OpenModel and Playground, serving `model` from `uri`; the rest as the sample has it."""
+    openmodel, playground = [doc for doc in yaml.safe_load_all(SAMPLE.read_text()) if doc]
+    assert (openmodel["kind"], playground["kind"], playground["metadata"]["name"]) == ("OpenModel", "Playground", NAME)
+    spec = playground["spec"]
+    elastic, config = spec["elasticConfig"], spec["backendRuntimeConfig"]
+    (metric,) = elastic["scaleTrigger"]["hpa"]["metrics"]
+    assert (elastic["minReplicas"], elastic["maxReplicas"]) == (1, MAX_REPLICAS), elastic
+    assert metric["resource"]["target"]["averageUtilization"] == TARGET_UTILIZATION, metric
+    assert config["resources"]["requests"]["cpu"] == "100m", config
+    assert {"name": "AWS_ENDPOINT_URL", "value": store.url} in config["envs"], "the sample names the node's store"
+    openmodel["metadata"]["name"] = spec["modelClaim"]["modelName"] = model
+    openmodel["spec"]["source"]["uri"] = uri
+    config["args"] = ["--alias", model, "-c", "2048", "-np", "2"]
+    return [openmodel, playground]
 
 
 def hpa_utilization(hpa: dict[str, Any]) -> int | None:
@@ -139,12 +140,7 @@ def test_an_hpa_on_cpu_scales_a_playground_from_one_to_two_replicas_under_chats_
     model = models.new("hpa")
     uri = object_store.upload(BUCKET, "prefill-heavy/prefill-heavy.gguf", tiny_model("prefill-heavy"))
     e2e.apply([credentials()], namespace)
-    playground = served(NAME, model, object_store)
-    config = playground["spec"]["backendRuntimeConfig"]
-    config["args"] += ["-c", "2048", "-np", "2"]
-    config["resources"] = RESOURCES
-    playground["spec"]["elasticConfig"] = ELASTIC
-    e2e.apply([tiny_llama(model, uri), playground], namespace)
+    e2e.apply(sample(model, uri, object_store), namespace)
     wait_playground_ready(e2e, namespace, NAME, replicas=1)
     routable(e2e, model)
 
