@@ -16,11 +16,7 @@ is for a positive signal.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +25,7 @@ import yaml
 
 from llmaz.envtest.objectstore import ObjectStore, tiny_model
 
-from .serving import BUCKET, Streaming, credentials, gateway_url, node_of, routable, running
+from .serving import BUCKET, Streaming, credentials, gateway_url, node_of, routable, running, sampled
 from .support import Environment, ModelNames, conditions, eventually, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
@@ -77,61 +73,18 @@ class Reading:
     streaming: int
 
 
-@dataclass
-class HpaTimeline:
-    """The HPA's status line and desiredReplicas, the Ready pods and the streams in flight, every 2 s on a thread."""
-
-    e2e: Environment
-    namespace: str
-    load: Streaming
-    readings: list[Reading] = field(default_factory=list)
-    started: float = field(default_factory=time.monotonic)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        ticks = 0
-        while not self._stop.is_set():
-            at = time.monotonic() - self.started
-            try:
-                line = self.e2e.kubectl("get", "hpa", NAME, "-n", self.namespace, "--no-headers").strip()
-                desired = (self.e2e.must_get("hpas", NAME, self.namespace).get("status") or {})["desiredReplicas"]
-                ready = len(self.e2e.ready_pods_of(self.namespace, NAME))
-            except (OSError, RuntimeError, KeyError):  # an API server slow under the load: this reading is skipped
-                pass
-            else:
-                self.readings.append(Reading(at, " ".join(line.split()), desired, ready, self.load.in_flight))
-            ticks += 1
-            self._stop.wait(max(0.0, self.started + ticks * SAMPLE_EVERY - time.monotonic()))
-
-    def now(self) -> float:
-        return time.monotonic() - self.started
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def desired_steps(self) -> list[int]:
-        """desiredReplicas over time, each run of equal readings as one step."""
-        steps: list[int] = []
-        for reading in self.readings:
-            if not steps or steps[-1] != reading.desired:
-                steps.append(reading.desired)
-        return steps
-
-    def text(self) -> str:
-        return "\n".join(f"  t={r.at:6.1f}s  {r.line}  | desired {r.desired}  Ready pods {r.ready}  "
-                         f"streaming {r.streaming}" for r in self.readings)  # fmt: skip
+def desired_steps(readings: list[Reading]) -> list[int]:
+    """desiredReplicas over time, each run of equal readings as one step."""
+    steps: list[int] = []
+    for reading in readings:
+        if not steps or steps[-1] != reading.desired:
+            steps.append(reading.desired)
+    return steps
 
 
-@contextmanager
-def sampled(e2e: Environment, namespace: str, load: Streaming) -> Iterator[HpaTimeline]:
-    timeline = HpaTimeline(e2e, namespace, load)
-    thread = threading.Thread(target=timeline.run, name="hpa-timeline", daemon=True)
-    thread.start()
-    try:
-        yield timeline
-    finally:
-        timeline.stop()
-        thread.join(timeout=30)
+def timeline_text(readings: list[Reading]) -> str:
+    return "\n".join(f"  t={r.at:6.1f}s  {r.line}  | desired {r.desired}  Ready pods {r.ready}  "
+                     f"streaming {r.streaming}" for r in readings)  # fmt: skip
 
 
 def test_an_hpa_on_cpu_scales_a_playground_from_one_to_two_replicas_under_chats_and_back_after_them(
@@ -182,7 +135,14 @@ def test_an_hpa_on_cpu_scales_a_playground_from_one_to_two_replicas_under_chats_
         return bool(desired == replicas == 1)
 
     load = Streaming(gateway_url(e2e).removesuffix("/v1"), model, CLIENTS, MAX_TOKENS)
-    with sampled(e2e, namespace, load) as timeline:
+
+    def reading(at: float) -> Reading:
+        """The HPA's own status line (`kubectl get hpa`), its desiredReplicas, the Ready pods, the streams."""
+        line = " ".join(e2e.kubectl("get", "hpa", NAME, "-n", namespace, "--no-headers").split())
+        desired = (e2e.must_get("hpas", NAME, namespace).get("status") or {})["desiredReplicas"]
+        return Reading(at, line, desired, len(e2e.ready_pods_of(namespace, NAME)), load.in_flight)
+
+    with sampled(reading, every=SAMPLE_EVERY) as timeline:
         with running(load):
             eventually(
                 at_max, within=180, what=f"the HPA at {MAX_REPLICAS} replicas, all Ready, under {CLIENTS} streams"
@@ -193,12 +153,12 @@ def test_an_hpa_on_cpu_scales_a_playground_from_one_to_two_replicas_under_chats_
         scaled_down = timeline.now()
     print(f"\n{len(load.streams)} streams; {MAX_REPLICAS} Ready at t={scaled_up:.1f}s, streams stopped at "
           f"t={stopped:.1f}s, 1 replica at t={scaled_down:.1f}s (kubectl get hpa: NAME REFERENCE TARGETS MINPODS "
-          f"MAXPODS REPLICAS AGE):\n{timeline.text()}")  # fmt: skip
+          f"MAXPODS REPLICAS AGE):\n{timeline_text(timeline.readings)}")  # fmt: skip
 
     failed = load.failed()
     assert failed == [], f"{len(failed)} of {len(load.streams)} streams failed: {[s.error for s in failed][:3]}"
     assert len(load.streams) >= CLIENTS
-    assert timeline.desired_steps() == [1, MAX_REPLICAS, 1], timeline.text()
+    assert desired_steps(timeline.readings) == [1, MAX_REPLICAS, 1], timeline_text(timeline.readings)
 
     def rescaled_down() -> list[str] | None:
         events = e2e.items("events", namespace)
