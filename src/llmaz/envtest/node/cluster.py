@@ -14,10 +14,11 @@ kube-apiserver listens on the bridge address, so pods reach it through the `kube
 
 Invariants:
 - `start()` checks every prerequisite before starting anything, cleans what a crashed run left (saying what it
-  cleaned), and returns only when the node is Ready, kube-proxy and CoreDNS are healthy; on any failure
-  everything started is stopped and the host is restored before the error propagates. A node that never gets
-  Ready is reported with its conditions and kubelet's last log lines. metrics-server is live then; its API
-  answers once it has scraped kubelet twice (10-20 s later): whoever needs metrics waits for them.
+  cleaned), and returns only when the node is Ready, kube-proxy and CoreDNS are healthy, metrics-server is live
+  and its APIService Available; on any failure everything started is stopped and the host is restored before the
+  error propagates. A node that never gets Ready is reported with its conditions and kubelet's last log lines.
+  Pod metrics appear once metrics-server has scraped kubelet twice (10-20 s after a pod starts): whoever needs
+  them waits for them.
 - `stop()`, interpreter exit, SIGTERM and Ctrl-C stop the processes and undo every host change
   (`_host.teardown`); a SIGKILLed owner is cleaned up by the reaper process.
 """
@@ -113,7 +114,7 @@ class NodeCluster(SimulatedCluster):
             self._reaper = None
 
     def node_logs(self, lines: int = 30) -> str:
-        """The last `lines` of containerd's, kubelet's, kube-proxy's and CoreDNS's logs."""
+        """The last `lines` of containerd's, kubelet's, kube-proxy's, CoreDNS's and metrics-server's logs."""
         return "\n".join(f"--- {p.name} ---\n{p.log_tail(lines)}" for p in self._node_processes)
 
     def component_logs(self, lines: int = 30) -> str:
