@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kubectl and etcd from their Go modules and fetches the LeaderWorkerSet CRD; with --e2e
 # also the components of the e2e tier's simulated cluster: kube-controller-manager, kube-scheduler, kwok and the
-# LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy and CoreDNS; with
+# LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy, CoreDNS and
+# metrics-server; with
 # --prometheus only the Prometheus Operator and Prometheus that scrape llmaz there (hack/images/build.sh runs it).
 #
 # Usage: hack/cluster/build.sh            build what is missing, print the binary directory
 #        hack/cluster/build.sh --e2e      the same plus the e2e components
-#        hack/cluster/build.sh --node     the same plus kubelet, kube-proxy and CoreDNS
+#        hack/cluster/build.sh --node     the same plus kubelet, kube-proxy, CoreDNS and metrics-server
 #        hack/cluster/build.sh --print    print the binary directory only
 #        hack/cluster/build.sh --prometheus
 #                                         only the Prometheus Operator and Prometheus: build them if missing, print
@@ -14,10 +15,11 @@
 #
 # Invariants:
 # - Versions come only from the go.mod files next to this script (k8s.io/kubernetes in go.mod, etcd in
-#   etcd/go.mod, LWS in lws/go.mod, kwok in kwok/go.mod, CoreDNS in coredns/go.mod, the Prometheus Operator in
-#   prometheus-operator/go.mod, Prometheus in prometheus/go.mod); the output directories are keyed by those
-#   versions: $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd), bin/kwok-<v>/kwok, bin/lws-<v>/lws-controller,
-#   bin/coredns-<v>/coredns, bin/prometheus-operator-<v>/{operator,prometheus-config-reloader,bundle.yaml},
+#   etcd/go.mod, LWS in lws/go.mod, kwok in kwok/go.mod, CoreDNS in coredns/go.mod, metrics-server in
+#   metrics-server/go.mod, the Prometheus Operator in prometheus-operator/go.mod, Prometheus in prometheus/go.mod);
+#   the output directories are keyed by those versions: $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd),
+#   bin/kwok-<v>/kwok, bin/lws-<v>/lws-controller, bin/coredns-<v>/coredns, bin/metrics-server-<v>/metrics-server,
+#   bin/prometheus-operator-<v>/{operator,prometheus-config-reloader,bundle.yaml},
 #   bin/prometheus-<upstream v>/prometheus.
 # - A binary appears under its final name only when complete (built into a scratch dir, then renamed), so an
 #   interrupted build is simply re-run. A lock serialises concurrent runs.
@@ -38,6 +40,7 @@ etcd_version="$(module_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 lws_version="$(module_version "$here/lws/go.mod" sigs.k8s.io/lws)"
 kwok_version="$(module_version "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 coredns_version="$(module_version "$here/coredns/go.mod" github.com/coredns/coredns)"
+metrics_server_version="$(module_version "$here/metrics-server/go.mod" sigs.k8s.io/metrics-server)"
 promop_module=github.com/prometheus-operator/prometheus-operator
 promop_version="$(module_version "$here/prometheus-operator/go.mod" "$promop_module")"
 prom_module_version="$(module_version "$here/prometheus/go.mod" github.com/prometheus/prometheus)"
@@ -49,6 +52,7 @@ lws_crd_dir="$cache/crd/lws-$lws_version"
 kwok_bin="$cache/bin/kwok-$kwok_version/kwok"
 lws_bin="$cache/bin/lws-$lws_version/lws-controller"
 coredns_bin="$cache/bin/coredns-$coredns_version/coredns"
+metrics_server_bin="$cache/bin/metrics-server-$metrics_server_version/metrics-server"
 promop_dir="$cache/bin/prometheus-operator-$promop_version"
 prom_dir="$cache/bin/prometheus-$prom_version"
 
@@ -194,6 +198,17 @@ if $node && [[ ! -x "$coredns_bin" ]]; then
   echo "building CoreDNS $coredns_version into ${coredns_bin%/*} (~3 min)" >&2
   (cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$scratch/coredns" .)
   mkdir -p "${coredns_bin%/*}" && mv "$scratch/coredns" "$coredns_bin"
+fi
+
+# metrics-server reports its version through client-go's version package, as its own Makefile sets it.
+if $node && [[ ! -x "$metrics_server_bin" ]]; then
+  echo "building metrics-server $metrics_server_version into ${metrics_server_bin%/*} (~3 min)" >&2
+  ms_ldflags="-s -w -X k8s.io/client-go/pkg/version.gitVersion=$metrics_server_version"
+  ms_ldflags+=" -X k8s.io/client-go/pkg/version.gitTreeState=clean"
+  ms_ldflags+=" -X k8s.io/client-go/pkg/version.buildDate=1970-01-01T00:00:00Z"
+  (cd "$here/metrics-server" && go build -trimpath -ldflags "$ms_ldflags" -o "$scratch/metrics-server" \
+    sigs.k8s.io/metrics-server/cmd/metrics-server)
+  mkdir -p "${metrics_server_bin%/*}" && mv "$scratch/metrics-server" "$metrics_server_bin"
 fi
 
 echo "$bin_dir"

@@ -10,10 +10,10 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from llmaz.envtest.node import NodeCluster
 from llmaz.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore
@@ -25,6 +25,7 @@ GATEWAY_NAMESPACE = "llmaz-system"
 BUCKET = "models"
 KEY = "tiny-llama/tiny-llama.gguf"
 ADAPTER_KEY = "tiny-llama/tiny-lora.gguf"
+R = TypeVar("R")
 
 
 def node_of(e2e: Environment) -> NodeCluster:
@@ -259,3 +260,89 @@ def paced(url: str, model: str, period: float) -> Iterator[PacedClient]:
         client.stop()
         thread.join(timeout=90)
         assert not thread.is_alive(), "the client did not stop"
+
+
+@dataclass
+class Streaming:
+    """`clients` threads, each streaming answers of `max_tokens` for `model` through `url` one after the other
+    until stopped; every stream it ran, and how many are in flight now."""
+
+    url: str
+    model: str
+    clients: int
+    max_tokens: int
+    streams: list[Stream] = field(default_factory=list)
+    in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def client(self) -> None:
+        while not self._stop.is_set():
+            stream = Stream(self.url, self.model, self.max_tokens)
+            with self._lock:
+                self.streams.append(stream)
+                self.in_flight += 1
+            try:
+                stream.run()
+            finally:
+                with self._lock:
+                    self.in_flight -= 1
+
+    def failed(self) -> list[Stream]:
+        return [s for s in self.streams if s.error or not s.done]
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@contextmanager
+def running(load: Streaming) -> Iterator[Streaming]:
+    threads = [threading.Thread(target=load.client, name=f"stream-{i}", daemon=True) for i in range(load.clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield load
+    finally:
+        load.stop()
+        for thread in threads:
+            thread.join(timeout=150)
+        assert not any(t.is_alive() for t in threads), "a client did not stop"
+
+
+@dataclass
+class Timeline(Generic[R]):
+    """`read(at)` every `every` seconds on a thread (`at`: seconds since the start), keeping what it returns. A
+    reading the API server fails (slow under the load, or a field not written yet) is skipped."""
+
+    read: Callable[[float], R]
+    every: float = 1.0
+    readings: list[R] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        ticks = 0
+        while not self._stop.is_set():
+            with suppress(OSError, RuntimeError, KeyError):
+                self.readings.append(self.read(self.now()))
+            ticks += 1
+            self._stop.wait(max(0.0, self.started + ticks * self.every - time.monotonic()))
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@contextmanager
+def sampled(read: Callable[[float], R], every: float = 1.0) -> Iterator[Timeline[R]]:
+    """A `Timeline` of `read` running for the block."""
+    timeline = Timeline(read, every)
+    thread = threading.Thread(target=timeline.run, name="timeline", daemon=True)
+    thread.start()
+    try:
+        yield timeline
+    finally:
+        timeline.stop()
+        thread.join(timeout=30)

@@ -11,17 +11,24 @@ The clients' pace is the workload; every wait is for a positive signal.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
 from llmaz.envtest.objectstore import ObjectStore, tiny_model
 
-from .serving import BUCKET, Stream, credentials, gateway_events, gateway_url, routable, served, tiny_llama
+from .serving import (
+    BUCKET,
+    Streaming,
+    credentials,
+    gateway_events,
+    gateway_url,
+    routable,
+    running,
+    sampled,
+    served,
+    tiny_llama,
+)
 from .support import Environment, ModelNames, eventually, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
@@ -38,53 +45,6 @@ CLIENTS = 3
 MAX_TOKENS = 400
 
 
-@dataclass
-class Streaming:
-    """`clients` threads, each streaming answers of `max_tokens` for `model` through `url` one after the other
-    until stopped; every stream it ran, and how many are in flight now."""
-
-    url: str
-    model: str
-    clients: int
-    max_tokens: int
-    streams: list[Stream] = field(default_factory=list)
-    in_flight: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def client(self) -> None:
-        while not self._stop.is_set():
-            stream = Stream(self.url, self.model, self.max_tokens)
-            with self._lock:
-                self.streams.append(stream)
-                self.in_flight += 1
-            try:
-                stream.run()
-            finally:
-                with self._lock:
-                    self.in_flight -= 1
-
-    def failed(self) -> list[Stream]:
-        return [s for s in self.streams if s.error or not s.done]
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-@contextmanager
-def running(load: Streaming) -> Iterator[Streaming]:
-    threads = [threading.Thread(target=load.client, name=f"stream-{i}", daemon=True) for i in range(load.clients)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield load
-    finally:
-        load.stop()
-        for thread in threads:
-            thread.join(timeout=150)
-        assert not any(t.is_alive() for t in threads), "a client did not stop"
-
-
 @dataclass(frozen=True)
 class Reading:
     at: float
@@ -93,52 +53,9 @@ class Reading:
     streaming: int
 
 
-@dataclass
-class Timeline:
-    """The Playground's spec.replicas, its Ready pods and the streams in flight, read every second on a thread."""
-
-    e2e: Environment
-    namespace: str
-    load: Streaming
-    readings: list[Reading] = field(default_factory=list)
-    started: float = field(default_factory=time.monotonic)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        ticks = 0
-        while not self._stop.is_set():
-            at = time.monotonic() - self.started
-            try:
-                replicas = self.e2e.must_get("playgrounds", NAME, self.namespace)["spec"]["replicas"]
-                ready = len(self.e2e.ready_pods_of(self.namespace, NAME))
-            except (OSError, RuntimeError):  # an API server slow under the load: this reading is skipped
-                pass
-            else:
-                self.readings.append(Reading(at, replicas, ready, self.load.in_flight))
-            ticks += 1
-            self._stop.wait(max(0.0, self.started + ticks - time.monotonic()))
-
-    def now(self) -> float:
-        return time.monotonic() - self.started
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def text(self) -> str:
-        return "\n".join(f"  t={r.at:6.1f}s  replicas {r.replicas}  ready {r.ready}  streaming {r.streaming}"
-                         for r in self.readings)  # fmt: skip
-
-
-@contextmanager
-def sampled(e2e: Environment, namespace: str, load: Streaming) -> Iterator[Timeline]:
-    timeline = Timeline(e2e, namespace, load)
-    thread = threading.Thread(target=timeline.run, name="timeline", daemon=True)
-    thread.start()
-    try:
-        yield timeline
-    finally:
-        timeline.stop()
-        thread.join(timeout=30)
+def timeline_text(readings: list[Reading]) -> str:
+    return "\n".join(f"  t={r.at:6.1f}s  replicas {r.replicas}  ready {r.ready}  streaming {r.streaming}"
+                     for r in readings)  # fmt: skip
 
 
 def test_streams_through_the_gateway_scale_a_playground_up_to_its_max_and_it_comes_back_down_when_they_stop(
@@ -162,7 +79,12 @@ def test_streams_through_the_gateway_scale_a_playground_up_to_its_max_and_it_com
         return bool(e2e.must_get("playgrounds", NAME, namespace)["spec"]["replicas"] == 1)
 
     load = Streaming(gateway_url(e2e).removesuffix("/v1"), model, CLIENTS, MAX_TOKENS)
-    with sampled(e2e, namespace, load) as timeline:
+
+    def reading(at: float) -> Reading:
+        replicas = e2e.must_get("playgrounds", NAME, namespace)["spec"]["replicas"]
+        return Reading(at, replicas, len(e2e.ready_pods_of(namespace, NAME)), load.in_flight)
+
+    with sampled(reading) as timeline:
         with running(load):
             eventually(at_max, within=180, what=f"{MAX_REPLICAS} replicas, all Ready, under {CLIENTS} streams")
             scaled_up = timeline.now()
@@ -170,13 +92,13 @@ def test_streams_through_the_gateway_scale_a_playground_up_to_its_max_and_it_com
         eventually(back_to_min, within=90, what="1 replica again once the streams stopped")
         scaled_down = timeline.now()
     print(f"\n{len(load.streams)} streams; {MAX_REPLICAS} Ready at t={scaled_up:.1f}s, streams stopped at "
-          f"t={stopped:.1f}s, 1 replica at t={scaled_down:.1f}s:\n{timeline.text()}")  # fmt: skip
+          f"t={stopped:.1f}s, 1 replica at t={scaled_down:.1f}s:\n{timeline_text(timeline.readings)}")  # fmt: skip
     failed = load.failed()
     assert failed == [], f"{len(failed)} of {len(load.streams)} streams failed: {[s.error for s in failed][:3]}"
     assert len(load.streams) >= CLIENTS
-    assert max(r.replicas for r in timeline.readings) <= MAX_REPLICAS, timeline.text()
+    assert max(r.replicas for r in timeline.readings) <= MAX_REPLICAS, timeline_text(timeline.readings)
     loaded = [r.replicas for r in timeline.readings if scaled_up <= r.at <= stopped]
-    assert set(loaded) <= {MAX_REPLICAS}, f"the count moved under steady streams:\n{timeline.text()}"
+    assert set(loaded) <= {MAX_REPLICAS}, f"the count moved under steady streams:\n{timeline_text(timeline.readings)}"
     up = eventually(lambda: gateway_events(e2e, namespace, NAME, "ScaledUp"), what="the ScaledUp Event")
     down = eventually(lambda: gateway_events(e2e, namespace, NAME, "ScaledDown"), what="the ScaledDown Event")
     print("\n".join(f"  {e['reason']}: {e['message']}" for e in up + down))

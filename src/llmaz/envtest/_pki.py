@@ -85,6 +85,12 @@ def write_pki(directory: Path, extra_ips: Sequence[str] = ()) -> ControlPlanePKI
     return paths
 
 
+def write_key_pair(pair: pki.KeyPair, cert: Path, key: Path) -> None:
+    """A certificate and its key into two files, the key readable by its owner only."""
+    _write(cert, pair.cert_pem)
+    _write(key, pair.key_pem)
+
+
 def _write(path: Path, content: bytes) -> None:
     path.touch(mode=0o600, exist_ok=True)
     path.write_bytes(content)

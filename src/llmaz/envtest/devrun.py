@@ -170,7 +170,10 @@ def run_node(state_dir: Path, *, demo: bool) -> int:
         work_dir=state_dir / "run",
         kubeconfig=state_dir / "kubeconfig",
     )
-    _say("starting the node: control plane, controllers, LeaderWorkerSet, containerd, kubelet, kube-proxy, CoreDNS ...")
+    _say(
+        "starting the node: control plane, controllers, LeaderWorkerSet, containerd, kubelet, kube-proxy, CoreDNS,"
+        " metrics-server ..."
+    )
     started = time.monotonic()
     try:
         cluster.start()

@@ -70,7 +70,9 @@ def test_cni_bridge_never_masquerades_and_keeps_its_addresses_in_the_node_root()
 
 
 def test_kubelet_settings_that_this_machine_needs(tmp_path: Path) -> None:
-    config = yaml.safe_load(_config.kubelet_config(LAYOUT, tmp_path / "ca.crt"))
+    config = yaml.safe_load(
+        _config.kubelet_config(LAYOUT, tmp_path / "ca.crt", tmp_path / "tls.crt", tmp_path / "tls.key")
+    )
     assert config["failCgroupV1"] is False
     assert config["cgroupDriver"] == "cgroupfs"
     assert config["oomScoreAdj"] == 0
@@ -81,6 +83,10 @@ def test_kubelet_settings_that_this_machine_needs(tmp_path: Path) -> None:
     assert config["imageGCHighThresholdPercent"] == 100
     assert config["podLogsDir"].startswith(str(LAYOUT.root))
     assert (config["address"], config["healthzBindAddress"]) == ("10.244.0.1", "127.0.0.1")
+    assert (config["tlsCertFile"], config["tlsPrivateKeyFile"]) == (
+        str(tmp_path / "tls.crt"),
+        str(tmp_path / "tls.key"),
+    )
 
 
 def test_kube_proxy_uses_nftables_and_exposes_node_ports_on_the_bridge_only(tmp_path: Path) -> None:

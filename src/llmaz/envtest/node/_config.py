@@ -101,7 +101,8 @@ def cni_config(layout: NodeLayout) -> str:
     return json.dumps(network, indent=2) + "\n"
 
 
-def kubelet_config(layout: NodeLayout, ca_file: Path) -> str:
+def kubelet_config(layout: NodeLayout, ca_file: Path, tls_cert: Path, tls_key: Path) -> str:
+    """`ca_file` authenticates kubelet's clients; `tls_cert` and `tls_key` are what it serves with."""
     config: dict[str, Any] = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -111,6 +112,9 @@ def kubelet_config(layout: NodeLayout, ca_file: Path) -> str:
         "address": layout.host_ip,
         "port": layout.ports.kubelet,
         "readOnlyPort": 0,
+        # A certificate of the cluster CA (not a self-signed one): metrics-server verifies kubelet.
+        "tlsCertFile": str(tls_cert),
+        "tlsPrivateKeyFile": str(tls_key),
         "healthzBindAddress": "127.0.0.1",
         "healthzPort": layout.ports.kubelet_healthz,
         "authentication": {

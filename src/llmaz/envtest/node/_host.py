@@ -6,9 +6,10 @@ Invariants:
   owner's pid. `teardown` undoes exactly what that record says was ours, and nothing else.
 - `teardown` is idempotent and works from the record alone, so the process that started the node, its reaper
   (after a SIGKILL) and the next start (after a crash) all clean up the same way. It kills every process whose
-  command line names the node's root (kubelet, kube-proxy, CoreDNS, containerd and its shims) and every process
-  in kubelet's `kubepods` cgroups, unmounts everything under the root, removes the cgroups, kube-proxy's nft
-  tables, kubelet's iptables chains, the guard table and the bridge, restores ip_forward, and deletes the root.
+  command line names the node's root (kubelet, kube-proxy, CoreDNS, metrics-server, containerd and its shims) and
+  every process in kubelet's `kubepods` cgroups, unmounts everything under the root, removes the cgroups,
+  kube-proxy's nft tables, kubelet's iptables chains, the guard table and the bridge, restores ip_forward, and
+  deletes the root.
 - Every failed prerequisite is one `PrerequisiteError` line naming the missing thing and the fix.
 """
 
@@ -125,6 +126,7 @@ def check_ports(layout: NodeLayout) -> None:
         (layout.host_ip, ports.dns, socket.SOCK_STREAM, "CoreDNS"),
         ("127.0.0.1", ports.dns_health, socket.SOCK_STREAM, "CoreDNS health"),
         ("127.0.0.1", ports.dns_ready, socket.SOCK_STREAM, "CoreDNS ready"),
+        (layout.host_ip, ports.metrics_server, socket.SOCK_STREAM, "metrics-server"),
     ]
     taken = [f"{host}:{port} ({what})" for host, port, kind, what in wanted if not _bindable(host, port, kind)]
     if taken:

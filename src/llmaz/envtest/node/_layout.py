@@ -5,7 +5,8 @@ Invariants:
   `/var/lib/llmaz-node`), never the system's default containerd, kubelet or CNI locations, so a second start or a
   crashed run is detected from `state.json` there.
 - The node's addresses are private to this machine: pods on the bridge `llmaz0` in 10.244.0.0/16 with the host
-  at 10.244.0.1 (where kube-apiserver, CoreDNS and anything else pods must reach listen), Services in
+  at 10.244.0.1 (where kube-apiserver, CoreDNS, metrics-server and anything else pods or kube-apiserver's
+  aggregator must reach listen), Services in
   10.96.0.0/16, cluster DNS at 10.96.0.10.
 - Fixed ports sit below the ephemeral range, so the free ports other clusters pick never collide with them.
 """
@@ -29,6 +30,7 @@ class NodePorts:
     dns: int = 53
     dns_health: int = 10280
     dns_ready: int = 10281
+    metrics_server: int = 10282
     # Not the node's own: where the node tier's S3-compatible object store listens, on the bridge address.
     object_store: int = 10290
 

@@ -1,5 +1,5 @@
 """One real Kubernetes node on this machine: the simulated cluster's components plus containerd, kubelet,
-kube-proxy and CoreDNS, so that pods really run.
+kube-proxy, CoreDNS and metrics-server, so that pods really run and HPAs see their CPU and memory.
 
 On top of `SimulatedCluster` (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the LeaderWorkerSet
 controller, and kwok for any simulated node pools asked for) it runs:
@@ -7,20 +7,25 @@ controller, and kwok for any simulated node pools asked for) it runs:
   bridge and host-local plugins, and the project's images imported (the pod sandbox image among them);
 - kubelet, registered as `llmaz-node` with a client certificate of the `system:nodes` group;
 - kube-proxy in nftables mode;
-- CoreDNS on the bridge address, behind the `kube-dns` Service.
+- CoreDNS on the bridge address, behind the `kube-dns` Service;
+- metrics-server on the bridge address, behind the `kube-system/metrics-server` Service and the APIService
+  `v1beta1.metrics.k8s.io`, which kube-apiserver's aggregator proxies to it (`_metrics`).
 kube-apiserver listens on the bridge address, so pods reach it through the `kubernetes` Service.
 
 Invariants:
 - `start()` checks every prerequisite before starting anything, cleans what a crashed run left (saying what it
-  cleaned), and returns only when the node is Ready, kube-proxy and CoreDNS are healthy; on any failure
-  everything started is stopped and the host is restored before the error propagates. A node that never gets
-  Ready is reported with its conditions and kubelet's last log lines.
+  cleaned), and returns only when the node is Ready, kube-proxy and CoreDNS are healthy, metrics-server is live
+  and its APIService Available; on any failure everything started is stopped and the host is restored before the
+  error propagates. A node that never gets Ready is reported with its conditions and kubelet's last log lines.
+  Pod metrics appear once metrics-server has scraped kubelet twice (10-20 s after a pod starts): whoever needs
+  them waits for them.
 - `stop()`, interpreter exit, SIGTERM and Ctrl-C stop the processes and undo every host change
   (`_host.teardown`); a SIGKILLed owner is cleaned up by the reaper process.
 """
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -30,12 +35,12 @@ from pathlib import Path
 from typing import Any, Self
 
 from llmaz.certs import pki
-from llmaz.envtest._pki import ControlPlanePKI
+from llmaz.envtest._pki import ControlPlanePKI, write_key_pair
 from llmaz.envtest._process import ManagedProcess, on_exit, stop_detached, stop_in_reverse
 from llmaz.envtest._rest import ApiError
 from llmaz.envtest.control_plane import ControlPlaneError
 from llmaz.envtest.images import LocalImage
-from llmaz.envtest.node import _config, _host
+from llmaz.envtest.node import _config, _host, _metrics
 from llmaz.envtest.node._assets import NodeAssets, find_node_assets
 from llmaz.envtest.node._layout import NodeLayout
 from llmaz.envtest.simulated.cluster import SimulatedCluster, _condition_true, _http_ok
@@ -45,7 +50,8 @@ DEV_TAG = "dev"
 
 
 class NodeCluster(SimulatedCluster):
-    """SimulatedCluster + containerd + kubelet + kube-proxy + CoreDNS: one node where pods really run."""
+    """SimulatedCluster + containerd + kubelet + kube-proxy + CoreDNS + metrics-server: one node where pods really
+    run."""
 
     def __init__(
         self,
@@ -73,6 +79,7 @@ class NodeCluster(SimulatedCluster):
         self._host_state: _host.HostState | None = None
         self._reaper: ManagedProcess | None = None
         self._node_pki: ControlPlanePKI | None = None
+        self._metrics_pki: _metrics.MetricsPKI | None = None
 
     @property
     def node_name(self) -> str:
@@ -107,7 +114,7 @@ class NodeCluster(SimulatedCluster):
             self._reaper = None
 
     def node_logs(self, lines: int = 30) -> str:
-        """The last `lines` of containerd's, kubelet's, kube-proxy's and CoreDNS's logs."""
+        """The last `lines` of containerd's, kubelet's, kube-proxy's, CoreDNS's and metrics-server's logs."""
         return "\n".join(f"--- {p.name} ---\n{p.log_tail(lines)}" for p in self._node_processes)
 
     def component_logs(self, lines: int = 30) -> str:
@@ -159,13 +166,19 @@ class NodeCluster(SimulatedCluster):
 
     def _apiserver_args(self, pki_paths: ControlPlanePKI) -> list[str]:
         self._node_pki = pki_paths
+        self._metrics_pki = _metrics.write_pki(pki_paths.ca_cert.parent / "aggregation", self._ca(), self.layout)
         return [
             *super()._apiserver_args(pki_paths),
             # logs, exec and port-forward go through kubelet, which admits the admin's certificate.
             f"--kubelet-client-certificate={pki_paths.admin_cert}",
             f"--kubelet-client-key={pki_paths.admin_key}",
             "--kubelet-preferred-address-types=InternalIP",
+            *_metrics.aggregator_args(self._metrics_pki),
         ]
+
+    def _ca(self) -> pki.KeyPair:
+        assert self._node_pki is not None
+        return pki.KeyPair(self._node_pki.ca_cert.read_bytes(), self._node_pki.ca_key.read_bytes())
 
     def _start_node(self) -> None:
         layout, assets = self.layout, self.node_assets
@@ -174,9 +187,11 @@ class NodeCluster(SimulatedCluster):
         for directory in (layout.cni_conf_dir, layout.cni_ipam_dir, layout.kubelet_dir, layout.pod_logs_dir):
             directory.mkdir(parents=True, exist_ok=True)
         node_kubeconfig = self._write_node_kubeconfig(config / "kubelet.kubeconfig")
+        kubelet_cert, kubelet_key = config / "kubelet-serving.crt", config / "kubelet-serving.key"
+        write_key_pair(_metrics.kubelet_serving_pair(self._ca(), layout), kubelet_cert, kubelet_key)
         (config / "containerd.toml").write_text(_config.containerd_config(layout, self.sandbox_image.image))
         (layout.cni_conf_dir / "10-llmaz-node.conflist").write_text(_config.cni_config(layout))
-        (config / "kubelet.yaml").write_text(_config.kubelet_config(layout, self.ca_file))
+        (config / "kubelet.yaml").write_text(_config.kubelet_config(layout, self.ca_file, kubelet_cert, kubelet_key))
         (config / "kube-proxy.yaml").write_text(_config.kube_proxy_config(layout, self.kubeconfig))
         (config / "Corefile").write_text(_config.corefile(layout, self.kubeconfig))
 
@@ -200,10 +215,44 @@ class NodeCluster(SimulatedCluster):
         coredns = self._spawn_node("coredns", [str(assets.coredns), "-conf", str(config / "Corefile")])
         for manifest in _config.dns_manifests(layout):
             self.admin_client().apply(_manifest_path(manifest), manifest, _FIELD_MANAGER)
+        metrics_server = self._start_metrics_server(config)
         self._wait_node_ready(kubelet)
         ports = layout.ports
         self._wait(proxy, lambda: _http_ok(f"http://127.0.0.1:{ports.proxy_healthz}/healthz"), "kube-proxy /healthz")
         self._wait(coredns, lambda: _http_ok(f"http://127.0.0.1:{ports.dns_ready}/ready"), "CoreDNS /ready")
+        self._wait(metrics_server, self._metrics_server_live, "metrics-server /livez")
+        api_service = _metrics.api_service(self.ca_file.read_bytes())
+        self.admin_client().apply(_manifest_path(api_service), api_service, _FIELD_MANAGER)
+        self._wait(metrics_server, self._metrics_api_available, f"APIService {_metrics.API_SERVICE} Available")
+
+    def _start_metrics_server(self, config: Path) -> ManagedProcess:
+        """Apply metrics-server's RBAC, Service and EndpointSlice, then start it once kube-apiserver grants it what
+        it reads at start (the request-header CA's ConfigMap)."""
+        assert self._metrics_pki is not None
+        assert self._apiserver is not None
+        client = self.admin_client()
+        for manifest in _metrics.metrics_server_manifests(self.layout):
+            client.apply(_manifest_path(manifest), manifest, _FIELD_MANAGER)
+        self._wait(self._apiserver, self._metrics_server_authorized, "metrics-server's RBAC to take effect")
+        cert, key = self._metrics_pki.client_cert, self._metrics_pki.client_key
+        user = {"client-certificate": str(cert), "client-key": str(key)}
+        kubeconfig = self.write_kubeconfig(config / "metrics-server.kubeconfig", user, _metrics.NAME)
+        argv = _metrics.metrics_server_args(self.layout, self._metrics_pki, kubeconfig, self.ca_file)
+        return self._spawn_node(_metrics.NAME, [str(self.node_assets.metrics_server), *argv])
+
+    def _metrics_server_authorized(self) -> bool:
+        """kube-apiserver's RBAC cache has the RoleBinding that lets metrics-server read the request-header CA."""
+        answer = self.admin_client().request("POST", _metrics.ACCESS_REVIEWS, _metrics.startup_access_review())
+        return bool((answer.get("status") or {}).get("allowed"))
+
+    def _metrics_server_live(self) -> bool:
+        context = ssl.create_default_context(cadata=self.ca_file.read_text())
+        return _http_ok(f"https://{self.layout.host_ip}:{self.layout.ports.metrics_server}/livez", context)
+
+    def _metrics_api_available(self) -> bool:
+        """kube-apiserver's aggregator reached metrics-server through the Service (its discovery check passed)."""
+        path = f"/apis/apiregistration.k8s.io/v1/apiservices/{_metrics.API_SERVICE}"
+        return _condition_true(self.admin_client().request("GET", path), "Available")
 
     def _spawn_node(self, name: str, argv: list[str]) -> ManagedProcess:
         process = self._spawn(name, argv)
@@ -211,15 +260,11 @@ class NodeCluster(SimulatedCluster):
         return process
 
     def _write_node_kubeconfig(self, path: Path) -> Path:
-        assert self._node_pki is not None
-        ca = pki.KeyPair(self._node_pki.ca_cert.read_bytes(), self._node_pki.ca_key.read_bytes())
         node = pki.new_client_cert(
-            ca, datetime.now(UTC), f"system:node:{self.layout.node_name}", "system:nodes", new_key=pki.ec_key
+            self._ca(), datetime.now(UTC), f"system:node:{self.layout.node_name}", "system:nodes", new_key=pki.ec_key
         )
         cert, key = path.with_suffix(".crt"), path.with_suffix(".key")
-        cert.write_bytes(node.cert_pem)
-        key.touch(mode=0o600)
-        key.write_bytes(node.key_pem)
+        write_key_pair(node, cert, key)
         return self.write_kubeconfig(path, {"client-certificate": str(cert), "client-key": str(key)}, "node")
 
     def _wait_node_ready(self, kubelet: ManagedProcess) -> None:
@@ -245,6 +290,8 @@ class NodeCluster(SimulatedCluster):
 
 
 def _manifest_path(manifest: dict[str, Any]) -> str:
-    plural = {"Service": "services", "EndpointSlice": "endpointslices"}[manifest["kind"]]
+    """The object's own URL; the plural of each kind the node applies is its lower-cased kind plus "s"."""
     group = "/api/v1" if manifest["apiVersion"] == "v1" else f"/apis/{manifest['apiVersion']}"
-    return f"{group}/namespaces/{manifest['metadata']['namespace']}/{plural}/{manifest['metadata']['name']}"
+    metadata = manifest["metadata"]
+    namespace = f"/namespaces/{metadata['namespace']}" if "namespace" in metadata else ""
+    return f"{group}{namespace}/{manifest['kind'].lower()}s/{metadata['name']}"
