@@ -151,6 +151,7 @@ def test_an_hpa_on_cpu_scales_a_playground_from_one_to_two_replicas_under_chats_
         stopped = timeline.now()
         eventually(back_to_min, within=120, what="the HPA back at 1 replica once the streams stopped")
         scaled_down = timeline.now()
+    timeline.readings.append(reading(timeline.now()))  # the reading that saw 1 may fall between two samples
     print(f"\n{len(load.streams)} streams; {MAX_REPLICAS} Ready at t={scaled_up:.1f}s, streams stopped at "
           f"t={stopped:.1f}s, 1 replica at t={scaled_down:.1f}s (kubectl get hpa: NAME REFERENCE TARGETS MINPODS "
           f"MAXPODS REPLICAS AGE):\n{timeline_text(timeline.readings)}")  # fmt: skip
