@@ -8,6 +8,7 @@ At temperature 0 with a fixed seed the answers are deterministic, so "differs" a
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -21,11 +22,12 @@ from .serving import (
     credentials,
     gateway_completion,
     gateway_url,
+    paced,
     routable,
     served,
     tiny_llama,
 )
-from .support import Environment, ModelNames, eventually, http_request, wait_playground_ready
+from .support import Environment, ModelNames, eventually, http_request, pod_ready, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -99,5 +101,43 @@ def test_an_adapter_that_cannot_be_fetched_is_named_in_the_playgrounds_condition
         return str(progressing["message"])
 
     message = eventually(reported, what="the adapter loader's failure in the Playground's Progressing condition")
-    assert f"init container model-loader-adapter-0 (adapter {adapter}) exited with code 3" in message, message
+    assert "init container model-loader-adapter-0 exited with code 3" in message, message
+    assert f"adapter {adapter}: " in message, message
     assert missing in message, message
+
+
+def test_adding_an_adapter_to_a_serving_model_rolls_its_replicas_one_at_a_time_with_no_failed_request(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    # Adapters load at start: a new one changes the pod template, and LeaderWorkerSet replaces the groups one at a
+    # time while the others serve.
+    model, adapter = models.new("base"), models.new("added")
+    e2e.apply([credentials()], namespace)
+    e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served("grow", model, object_store, replicas=2)], namespace)
+    wait_playground_ready(e2e, namespace, "grow", replicas=2)
+    routable(e2e, model)
+    old = {p["metadata"]["uid"] for p in e2e.items("pods", namespace, f"{LWS_NAME_LABEL}=grow")}
+    marks: list[str] = []
+
+    def rolled() -> bool:
+        pods = e2e.items("pods", namespace, f"{LWS_NAME_LABEL}=grow")
+        new = [p for p in pods if p["metadata"]["uid"] not in old]
+        return len(pods) == len(new) == 2 and all(pod_ready(p) for p in new)
+
+    with paced(gateway_url(e2e), model, period=0.5) as client:
+        eventually(lambda: len(client.answers) >= 4, what="the base model answering before the adapter is added")
+        marks.append(f"adapter added at t={time.monotonic() - client.started:.2f}s")
+        e2e.apply([with_adapter(model, adapter)])
+        eventually(rolled, within=300, what="both replicas replaced by ones loading the adapter, Ready")
+        marks.append(f"both new pods Ready at t={time.monotonic() - client.started:.2f}s")
+        seen = len(client.answers)
+        eventually(lambda: len(client.answers) >= seen + 4, what="4 more answers from the new pods")
+    print(f"\n{'; '.join(marks)}:\n{client.timeline()}")
+    failed = [a for a in client.answers if a.status != 200]
+    assert failed == [], f"{len(failed)} failed: {[a.body[:200] for a in failed]}\n{client.timeline()}"
+    slowest = max(a.seconds for a in client.answers)
+    print(f"{len(client.answers)} requests to the base model, none failed, slowest {slowest * 1000:.0f} ms")
+    assert (
+        greedy(e2e, adapter)["choices"][0]["message"]["content"]
+        != greedy(e2e, model)["choices"][0]["message"]["content"]
+    )
