@@ -273,10 +273,14 @@ class Gateway:
     ) -> Callable[[Endpoint], bytes]:
         """What each endpoint is sent for a request for `model`, which has `adapters`, naming the adapter `named` or
         the base model (None): made for the engine recognised there, else the engine its Playground runs."""
-        runtimes = self.catalog.endpoint_runtimes(model)
+        runtimes: dict[Endpoint, str | None] | None = None  # read only for an endpoint whose engine is not known
 
         def body_for(endpoint: Endpoint) -> bytes:
-            engine = self.adapters.engine(endpoint) or runtimes.get(endpoint)
+            nonlocal runtimes
+            engine = self.adapters.engine(endpoint)
+            if engine is None:
+                runtimes = self.catalog.endpoint_runtimes(model) if runtimes is None else runtimes
+                engine = runtimes.get(endpoint)
             listing = self.adapters.adapters(endpoint)
             return engine_body(engine, listing, adapters, named, inference.body, inference.document)
 

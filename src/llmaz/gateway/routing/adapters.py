@@ -36,10 +36,10 @@ from typing import Any, Final
 
 import orjson
 
+from llmaz.apis.modelpath import ADAPTER_DIRECTORY_PREFIX
+
 LLAMACPP: Final = "llamacpp"
 DEFAULT_SCALE: Final = 1.0
-# The model loader puts each adapter in a directory (or file) of this prefix and the adapter's name.
-ADAPTER_PATH_PREFIX: Final = "adapters--"
 # A listing is a handful of entries (at most 16 adapters a model); far more is not a listing.
 MAX_LISTING_BYTES: Final = 1024 * 1024
 
@@ -133,8 +133,8 @@ EngineAdapters = LoraSlots | ServedAdapters
 def path_adapter_name(path: str) -> str | None:
     """The adapter a file path names by an `adapters--<name>` segment, or None."""
     for segment in reversed(path.replace("\\", "/").split("/")):
-        if segment.startswith(ADAPTER_PATH_PREFIX) and len(segment) > len(ADAPTER_PATH_PREFIX):
-            return segment.removeprefix(ADAPTER_PATH_PREFIX)
+        if segment.startswith(ADAPTER_DIRECTORY_PREFIX) and len(segment) > len(ADAPTER_DIRECTORY_PREFIX):
+            return segment.removeprefix(ADAPTER_DIRECTORY_PREFIX)
     return None
 
 
