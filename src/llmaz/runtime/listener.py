@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import ssl
@@ -176,11 +177,10 @@ class ListenerSite(web.BaseSite):
         await super().stop()
 
     async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await self._slots.acquire()
             try:
-                conn, _ = await loop.sock_accept(self._sock)
+                conn = await self._next_connection()
             except OSError as exc:
                 self._slots.release()
                 _log.warning("accepting a connection failed", site=self._name, error=repr(exc))
@@ -190,47 +190,59 @@ class ListenerSite(web.BaseSite):
                 self._slots.release()
                 raise
             self._held += 1
-            task = asyncio.create_task(self._open(conn))
+            slots = _Slots(self)
+            task = asyncio.create_task(self._open(conn, slots))
             self._opening.add(task)
-            task.add_done_callback(self._opening.discard)
+            task.add_done_callback(functools.partial(self._opened, conn, slots))
 
-    async def _open(self, conn: socket.socket) -> None:
-        held = {"slot": True, "served": False}
+    def _opened(self, conn: socket.socket, slots: _Slots, task: asyncio.Task[None]) -> None:
+        self._opening.discard(task)
+        if task.cancelled():  # the site stopped, perhaps before the task ever ran: nothing else closes it
+            slots.release()
+            conn.close()
 
-        def release() -> None:
-            if held["served"]:
-                held["served"] = False
-                self._served.release()
-            if held["slot"]:
-                held["slot"] = False
-                self._held -= 1
-                self._slots.release()
+    async def _next_connection(self) -> socket.socket:
+        """Accept one connection. Unlike `loop.sock_accept`, a cancellation can never come after the kernel handed
+        over a connection (which would then be open, unserved and unclosed): the accept itself is synchronous."""
+        loop = asyncio.get_running_loop()
+        fd = self._sock.fileno()
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                pass
+            else:
+                conn.setblocking(False)
+                return conn
+            readable: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(fd, _resolve, readable)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(fd)
 
+    async def _open(self, conn: socket.socket, slots: _Slots) -> None:
         timeout = self._limits.first_message_timeout
         tls = self._ssl_context is not None
         try:
             async with asyncio.timeout(timeout):
                 await _first_message(conn, _tls_record if tls else _http_head)
                 await self._take_served_slot()
-                held["served"] = True
+                slots.served = True
             server = self._runner.server
             assert server is not None
             limit = self._limits.tls_read_buffer
             connections = self._connections
             # The shutdown timeout too: a peer that never answers our close_notify would hold its slot 30 s.
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: _Connection(server(), connections, release, limit),
+                lambda: _Connection(server(), connections, slots.release, limit),
                 conn,
                 ssl=self._ssl_context,
                 ssl_handshake_timeout=timeout if tls else None,
                 ssl_shutdown_timeout=timeout if tls else None,
             )
-        except asyncio.CancelledError:
-            release()
-            conn.close()
-            raise
         except Exception as exc:  # the peer was too slow, went away, or failed its handshake
-            release()
+            slots.release()
             conn.close()
             _log.debug("connection not served", site=self._name, error=repr(exc))
 
@@ -309,6 +321,31 @@ async def serving(
         await connections.drain()
     finally:
         await runner.cleanup()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():  # cancelled, by a stop, in the turn the readiness was seen
+        future.set_result(None)
+
+
+class _Slots:
+    """The slots one accepted connection holds in its site: released once, whatever ends the connection."""
+
+    __slots__ = ("_held", "_site", "served")
+
+    def __init__(self, site: ListenerSite) -> None:
+        self._site = site
+        self._held = True
+        self.served = False  # a served slot is taken as well
+
+    def release(self) -> None:
+        if self.served:
+            self.served = False
+            self._site._served.release()
+        if self._held:
+            self._held = False
+            self._site._held -= 1
+            self._site._slots.release()
 
 
 class _Connection(asyncio.Protocol):

@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import pytest
 from aiohttp import web
 
-from llmaz.runtime.listener import IDLE_GRACE, ConnectionLimits, Connections, start_site
+from llmaz.runtime.listener import IDLE_GRACE, ConnectionLimits, Connections, start_site, stop_accepting
 from llmaz.testing.waiting import eventually
 
-from .helpers import closed_within
+from .helpers import closed_within, settle
 
 GET = b"GET /ping HTTP/1.1\r\nHost: t\r\n\r\n"
 
@@ -25,6 +27,7 @@ class Listening:
     port: int
     connections: Connections
     release: asyncio.Event  # lets GET /hold answer
+    runner: web.AppRunner
 
 
 @contextlib.asynccontextmanager
@@ -45,7 +48,7 @@ async def listening(limits: ConnectionLimits) -> AsyncIterator[Listening]:
     await runner.setup()
     try:
         port = await start_site(runner, "127.0.0.1", 0, limits=limits, connections=connections)
-        yield Listening(port, connections, release)
+        yield Listening(port, connections, release, runner)
     finally:
         release.set()
         await runner.cleanup()
@@ -185,3 +188,21 @@ async def test_draining_gives_up_after_its_bound_and_cleanup_closes_the_rest() -
         assert 0.3 <= time.monotonic() - started < 3
         assert len(served.connections.served) == 1  # still answering its request
         writer.close()
+
+
+@pytest.mark.parametrize("accepting", [False, True], ids=["before-the-first-accept", "while-accepting"])
+async def test_a_connection_arriving_as_the_site_stops_is_closed_not_left_hanging(accepting: bool) -> None:
+    # The connection is in the listen backlog when the site stops, in the event-loop turn in which the listening
+    # socket's readiness is seen: it must not be accepted after the stop, open and never served or closed.
+    for _ in range(20):
+        async with listening(ConnectionLimits()) as served:
+            if accepting:
+                await settle(5)  # the site waits for its listening socket to be readable
+            client = socket.create_connection(("127.0.0.1", served.port))
+            client.setblocking(False)
+            await asyncio.sleep(0)  # the next turn's select sees the listening socket readable
+            await stop_accepting(served.runner)
+            reader, writer = await asyncio.open_connection(sock=client)
+            writer.write(GET)
+            await closed_within(reader, 2.0)
+            writer.close()
