@@ -243,6 +243,16 @@ llmaz-go: ## Build Go llmaz LLMAZ_GO_REF (v0.1.4) from LLMAZ_GO_SRC=<checkout or
 	@hack/node/install-packages.sh
 	@LLMAZ_GO_SRC='$(LLMAZ_GO_SRC)' LLMAZ_GO_REF='$(LLMAZ_GO_REF)' hack/llmaz-go/build.sh image
 
+# make test-migration (opt-in, not part of `make test`: it needs Go llmaz's source, given at run time): on the real
+# node, Go llmaz LLMAZ_GO_REF serving a model, switched to this project and back while a client asks every 100 ms;
+# prints the per-switch report (test/e2e/test_migration.py, docs/migration.md).
+.PHONY: test-migration
+test-migration: install cluster-bins node-bins image-build $(KUSTOMIZE) ## Go llmaz -> llmaz for Python -> Go on the real node, with LLMAZ_GO_SRC=<checkout or git dir>.
+	@test -n '$(LLMAZ_GO_SRC)' || { echo "make test-migration needs LLMAZ_GO_SRC=<a checkout or git directory of llmaz>" >&2; exit 2; }
+	@source="$$(LLMAZ_GO_SRC='$(LLMAZ_GO_SRC)' LLMAZ_GO_REF='$(LLMAZ_GO_REF)' hack/llmaz-go/build.sh image | sed -n 's/^source=//p')" && \
+	  test -n "$$source" && \
+	  E2E_CLUSTER=migration LLMAZ_GO_SOURCE="$$source" KUSTOMIZE=$(KUSTOMIZE) $(PY) -m pytest test/e2e -s $(PYTEST_ARGS)
+
 .PHONY: bench
 bench: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Python vs Go llmaz benchmarks, serving on the real node (~75 min; BENCH_* knobs in bench/README.md).
 	$(PY) bench/run.py

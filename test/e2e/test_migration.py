@@ -1,0 +1,272 @@
+"""Switching a serving cluster from Go llmaz to this one and back, with a client asking all the while.
+
+Opt-in: `make test-migration LLMAZ_GO_SRC=<a checkout or git directory of llmaz>` builds Go llmaz (v0.1.4 by
+default, hack/llmaz-go/build.sh) and runs this on the `migration` tier: the real node with nothing of llmaz on it.
+
+1. Go llmaz is installed as its users install it: its own `config/default`, built with kustomize, with its manager
+   image set to the local build. Go llmaz v0.1.4 runs the model loader `inftyai/model-loader:v0.0.10` whatever its
+   global config says, and that image cannot be pulled here: this project's loader is tagged so on the node, and
+   this project is installed with `LOADER_IMG` naming it, as docs/migration.md (step 2) says, so the switch keeps
+   the loader image. This project's llama.cpp BackendRuntime (config/node's) is applied, so the switch
+   changes the manager alone, and the tiny model is served from the node's object store by a Playground on it
+   (from S3: Go llmaz v0.1.4 cannot serve a `host://` model, it writes the model volume twice).
+2. The Playground has 2 replicas. A client asks its `-lb` Service for a short chat every 100 ms, on its own
+   thread, until the end.
+3. Switch to llmaz for Python by docs/migration.md: Go's Deployment scaled to 0, its Lease left to expire, then
+   `make deploy` of config/node; done when this manager has written the Playground's conditions (they carry
+   observedGeneration, which Go's leave 0).
+4. Switch back the same way: this manager scaled to 0 (it releases its Lease), Go's manifests applied again; done
+   when Go has rewritten the conditions (observedGeneration back to 0).
+
+For each switch the report gives the requests and the failed ones, the model pods replaced or restarted, the
+LeaderWorkerSet template fields that changed, the time until the new manager had reconciled, and any child that
+is orphaned or has two controllers. Goals: no failed request; pods replaced only when the template changed (and
+then the fields are listed); no orphan.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llmaz.envtest.images import find_images
+from llmaz.envtest.node.install import install_llmaz, wait_admitting
+from llmaz.envtest.objectstore import ObjectStore
+
+from .managers import DEPLOYMENT, LEASE, NAMESPACE
+from .serving import BUCKET, KEY, Answer, PacedClient, credentials, lb_url, node_of, paced, served, tiny_llama
+from .support import Environment, ModelNames, eventually, wait_playground_ready
+
+pytestmark = pytest.mark.tier("migration")
+REPO = Path(__file__).resolve().parents[2]
+GO_SOURCE_ENV = "LLMAZ_GO_SOURCE"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+MANAGER_SELECTOR = "control-plane=controller-manager"
+NAME = "tiny"
+SWITCH_TIMEOUT = 300.0
+GO_LOADER_IMAGE = "inftyai/model-loader:v0.0.10"
+REPLICAS = 2  # a switch that rolls the pods does so one at a time: one replica serves while the other restarts
+
+
+def _kustomize() -> str:
+    found = os.environ.get("KUSTOMIZE") or shutil.which("kustomize")
+    assert found, "set KUSTOMIZE (make test-migration does) to build Go llmaz's config"
+    return found
+
+
+def go_manifests(source: Path, manager_image: str, work_dir: Path) -> str:
+    """Go llmaz's `config/default` as its users build it, with the local manager image."""
+    config = work_dir / "go-config"
+    shutil.rmtree(config, ignore_errors=True)
+    shutil.copytree(source / "config", config)
+    global_config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "global-config"},
+        "data": {"config.data": f"scheduler-name: default-scheduler\ninit-container-image: {GO_LOADER_IMAGE}\n"},
+    }
+    (config / "default" / "configmap.yaml").write_text(yaml.safe_dump(global_config))
+    kustomization_path = config / "manager" / "kustomization.yaml"
+    kustomization = yaml.safe_load(kustomization_path.read_text())
+    repository, tag = manager_image.rsplit(":", 1)
+    kustomization["images"] = [{"name": "controller", "newName": repository, "newTag": tag}]
+    kustomization_path.write_text(yaml.safe_dump(kustomization))
+    built = subprocess.run(
+        [_kustomize(), "build", str(config / "default")], capture_output=True, text=True, check=False
+    )
+    assert built.returncode == 0, built.stderr
+    return built.stdout
+
+
+def node_backend_runtime() -> str:
+    """config/node's llama.cpp BackendRuntime (the node's image and probes), as `make deploy` applies it."""
+    built = subprocess.run(
+        [_kustomize(), "build", str(REPO / "config" / "node")], capture_output=True, text=True, check=False
+    )
+    assert built.returncode == 0, built.stderr
+    (runtime,) = [
+        doc
+        for doc in yaml.safe_load_all(built.stdout)
+        if doc and doc["kind"] == "BackendRuntime" and doc["metadata"]["name"] == "llamacpp"
+    ]
+    return yaml.safe_dump(runtime)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    pods: dict[str, tuple[str, int]]
+    """Model pod name -> (uid, container restarts)."""
+    template: dict[str, Any]
+    """The LeaderWorkerSet's leaderWorkerTemplate."""
+
+
+def snapshot(e2e: Environment, namespace: str) -> Snapshot:
+    pods = {
+        p["metadata"]["name"]: (
+            p["metadata"]["uid"],
+            sum(s.get("restartCount", 0) for s in (p.get("status") or {}).get("containerStatuses") or []),
+        )
+        for p in e2e.items("pods", namespace, f"{LWS_NAME_LABEL}={NAME}")
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    lws = e2e.must_get("leaderworkersets", NAME, namespace)
+    return Snapshot(pods, lws["spec"]["leaderWorkerTemplate"])
+
+
+def changed_paths(before: Any, after: Any, path: str = "") -> list[str]:
+    """The JSON paths where `after` differs from `before`."""
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        keys = sorted(set(before) | set(after))
+        return [p for key in keys for p in changed_paths(before.get(key), after.get(key), f"{path}.{key}")]
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        pairs = enumerate(zip(before, after, strict=True))
+        return [p for i, (b, a) in pairs for p in changed_paths(b, a, f"{path}[{i}]")]
+    return [] if before == after else [path or "."]
+
+
+def controllers_of(e2e: Environment, namespace: str) -> dict[str, list[str]]:
+    """For each child of the Playground: the kinds/names of its controller owners that exist."""
+    children = {
+        "services.inference": e2e.get("services.inference", NAME, namespace),
+        "leaderworkersets": e2e.get("leaderworkersets", NAME, namespace),
+        "services": e2e.get("services", f"{NAME}-lb", namespace),
+    }
+    owners: dict[str, list[str]] = {}
+    for kind, child in children.items():
+        assert child is not None, f"{kind} of the Playground is gone"
+        refs = [r for r in child["metadata"].get("ownerReferences") or [] if r.get("controller")]
+        owners[kind] = [f"{r['kind']}/{r['name']}" for r in refs]
+    return owners
+
+
+def reconciled_by_python(playground: Mapping[str, Any]) -> bool:
+    """This project's manager writes every condition with the Playground's generation; Go's leave it 0."""
+    generation = playground["metadata"]["generation"]
+    conditions = (playground.get("status") or {}).get("conditions") or []
+    return bool(conditions) and all(c.get("observedGeneration") == generation for c in conditions)
+
+
+def reconciled_by_go(playground: Mapping[str, Any]) -> bool:
+    conditions = (playground.get("status") or {}).get("conditions") or []
+    return bool(conditions) and all(not c.get("observedGeneration") for c in conditions)
+
+
+def lease_free(e2e: Environment) -> bool:
+    lease = e2e.get("leases", LEASE, NAMESPACE)
+    if lease is None:
+        return True
+    spec = lease.get("spec") or {}
+    if not spec.get("holderIdentity") or not spec.get("renewTime"):
+        return True
+    renewed = datetime.fromisoformat(spec["renewTime"].replace("Z", "+00:00"))
+    return (datetime.now(UTC) - renewed).total_seconds() > float(spec.get("leaseDurationSeconds") or 15)
+
+
+def stop_manager(e2e: Environment) -> None:
+    """docs/migration.md, step 1: the Deployment scaled to 0, its pods gone, its Lease free."""
+    e2e.kubectl("scale", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--replicas=0")
+    eventually(lambda: not e2e.items("pods", NAMESPACE, MANAGER_SELECTOR), within=120, what="the manager's pods gone")
+    eventually(lambda: lease_free(e2e), within=60, what=f"Lease {LEASE} free")
+
+
+@dataclass
+class Switch:
+    name: str
+    started: float
+    reconciled: float
+    before: Snapshot
+    after: Snapshot
+    answers: list[Answer]
+    owners: dict[str, list[str]]
+
+    @property
+    def failed(self) -> list[Answer]:
+        return [a for a in self.answers if a.status != 200]
+
+    @property
+    def replaced(self) -> list[str]:
+        return sorted(n for n, (uid, _) in self.before.pods.items() if self.after.pods.get(n, ("",))[0] != uid)
+
+    @property
+    def restarts(self) -> int:
+        return sum(r for _, r in self.after.pods.values()) - sum(r for _, r in self.before.pods.values())
+
+    def report(self) -> str:
+        fields = changed_paths(self.before.template, self.after.template)
+        return "\n".join(
+            [
+                f"{self.name}:",
+                f"  reconciled {self.reconciled - self.started:.1f} s after the switch began",
+                f"  requests {len(self.answers)}, failed {len(self.failed)}",
+                f"  model pods replaced {len(self.replaced)} of {len(self.before.pods)} {self.replaced}, "
+                f"container restarts {self.restarts}",
+                f"  LeaderWorkerSet template fields changed: {fields or 'none'}",
+                f"  controller owners: {self.owners}",
+            ]
+        )
+
+
+def switch(e2e: Environment, namespace: str, client: PacedClient, name: str, start: Any, reconciled: Any) -> Switch:
+    before = snapshot(e2e, namespace)
+    first = len(client.answers)
+    started = time.monotonic()
+    stop_manager(e2e)
+    start()
+    eventually(lambda: reconciled(e2e.must_get("playgrounds", NAME, namespace)), within=SWITCH_TIMEOUT,
+               what=f"{name}: the Playground reconciled by the new manager")  # fmt: skip
+    done = time.monotonic()
+    wait_playground_ready(e2e, namespace, NAME, replicas=REPLICAS)
+    seen = len(client.answers)
+    eventually(lambda: len(client.answers) >= seen + 20, what=f"{name}: 20 answers after the switch")
+    return Switch(name, started, done, before, snapshot(e2e, namespace), client.answers[first:],
+                  controllers_of(e2e, namespace))  # fmt: skip
+
+
+def test_a_serving_playground_switches_from_go_llmaz_to_python_and_back_with_no_failed_request(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    source = os.environ.get(GO_SOURCE_ENV)
+    assert source, f"{GO_SOURCE_ENV} names Go llmaz's built source: run `make test-migration LLMAZ_GO_SRC=...`"
+    images = find_images(("manager", "loader", "llmaz-go"))
+    go = go_manifests(Path(source), images["llmaz-go"].image, tmp_path)
+    node_of(e2e).ctr("images", "tag", "--force", images["loader"].image, f"docker.io/{GO_LOADER_IMAGE}")
+
+    def start_go() -> None:
+        e2e.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=go)
+        e2e.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=180s")
+        wait_admitting(e2e.cluster, 180)
+
+    start_go()
+    e2e.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=node_backend_runtime())
+    model = models.new("tiny")
+    e2e.apply([credentials()], namespace)
+    e2e.apply(
+        [tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served(NAME, model, object_store, replicas=REPLICAS)], namespace
+    )
+    wait_playground_ready(e2e, namespace, NAME, replicas=REPLICAS)
+    assert reconciled_by_go(e2e.must_get("playgrounds", NAME, namespace))
+
+    switches: list[Switch] = []
+    try:
+        with paced(lb_url(e2e, namespace, NAME) + "/v1", model, period=0.1) as client:
+            eventually(lambda: len(client.answers) >= 10, what="answers from Go llmaz's Playground")
+            switches.append(switch(e2e, namespace, client, "Go v0.1.4 -> llmaz for Python", lambda: install_llmaz(
+                e2e.cluster, images["manager"].image, loader_image=GO_LOADER_IMAGE), reconciled_by_python))  # fmt: skip
+            switches.append(switch(e2e, namespace, client, "llmaz for Python -> Go v0.1.4", start_go, reconciled_by_go))
+    finally:
+        print("\nmigration report\n" + "\n".join(s.report() for s in switches))
+
+    for done in switches:
+        assert done.failed == [], f"{done.name}: {[a.body[:200] for a in done.failed]}"
+        assert done.replaced == [] or changed_paths(done.before.template, done.after.template), done.report()
+        assert all(len(owners) == 1 for owners in done.owners.values()), done.report()
