@@ -345,7 +345,14 @@ deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default con
 	@# init-container-image key, merged into the ConfigMap: it overrides config.data's and keeps every other setting.
 	@if [ "$(origin LOADER_IMG)" != file ]; then cd .dev/deploy && $(KUSTOMIZE) edit add configmap \
 	  llmaz-global-config --namespace=llmaz-system --behavior=merge '--from-literal=init-container-image=$(LOADER_IMG)'; fi
-	$(KUSTOMIZE) build .dev/deploy | $(KUBECTL) apply --server-side -f -
+	@# Replacing a running llmaz (docs/migration.md): the webhook configurations already exist and no manager serves
+	@# them yet, so the objects that need admission (the BackendRuntimes) are refused on the first pass; they are
+	@# applied again once the new manager is rolled out and admitting.
+	$(KUSTOMIZE) build .dev/deploy > .dev/deploy/manifests.yaml
+	$(KUBECTL) apply --server-side -f .dev/deploy/manifests.yaml || { \
+	  echo "some objects were refused (no manager admits them yet): applying again once llmaz-controller-manager is rolled out" >&2; \
+	  $(KUBECTL) -n llmaz-system rollout status deployment/llmaz-controller-manager --timeout=180s && \
+	  $(KUBECTL) apply --server-side -f .dev/deploy/manifests.yaml; }
 
 .PHONY: undeploy
 undeploy: $(KUSTOMIZE) ## Remove llmaz and its CRDs (and so every llmaz object) from the current kubectl context.

@@ -97,7 +97,10 @@ def _diagnostics(e2e: Environment, namespace: str) -> str:
             parts.append(e2e.kubectl(*args))
         except Exception as error:
             parts.append(f"kubectl {' '.join(args)}: {error}")
-    parts.append(e2e.manager.describe())
+    try:
+        parts.append(e2e.manager.describe())
+    except Exception as error:  # a report must not hide the failure it reports on
+        parts.append(f"the manager's state: {error}")
     if isinstance(e2e.cluster, SimulatedCluster):
         parts.append(e2e.cluster.component_logs())
     return "\n".join(parts)

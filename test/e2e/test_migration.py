@@ -8,8 +8,10 @@ default, hack/llmaz-go/build.sh) and runs this on the `migration` tier: the real
    global config says, and that image cannot be pulled here: this project's loader is tagged so on the node, and
    this project is installed with `LOADER_IMG` naming it, as docs/migration.md (step 2) says, so the switch keeps
    the loader image. This project's llama.cpp BackendRuntime (config/node's) is applied, so the switch
-   changes the manager alone, and the tiny model is served from the node's object store by a Playground on it
-   (from S3: Go llmaz v0.1.4 cannot serve a `host://` model, it writes the model volume twice).
+   changes the manager alone, and the tiny model is served by a Playground on it from an OSS bucket on the node
+   (`llmaz.testing.storage.OssServer` on the node's address, reached over http). Of this machine's sources it is
+   the one Go llmaz v0.1.4 can load: it writes a `host://` model's volume twice (the apply is rejected) and gives
+   the loader no source variables for S3.
 2. The Playground has 2 replicas. A client asks its `-lb` Service for a short chat every 100 ms, on its own
    thread, until the end.
 3. Switch to llmaz for Python by docs/migration.md: Go's Deployment scaled to 0, its Lease left to expire, then
@@ -30,7 +32,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,10 +43,11 @@ import yaml
 
 from llmaz.envtest.images import find_images
 from llmaz.envtest.node.install import install_llmaz, wait_admitting
-from llmaz.envtest.objectstore import ObjectStore
+from llmaz.envtest.objectstore import tiny_model
+from llmaz.testing.storage import OssServer
 
 from .managers import DEPLOYMENT, LEASE, NAMESPACE
-from .serving import BUCKET, KEY, Answer, PacedClient, credentials, lb_url, node_of, paced, served, tiny_llama
+from .serving import KEY, Answer, PacedClient, lb_url, node_of, paced, served, tiny_llama
 from .support import Environment, ModelNames, eventually, wait_playground_ready
 
 pytestmark = pytest.mark.tier("migration")
@@ -55,6 +58,7 @@ MANAGER_SELECTOR = "control-plane=controller-manager"
 NAME = "tiny"
 SWITCH_TIMEOUT = 300.0
 GO_LOADER_IMAGE = "inftyai/model-loader:v0.0.10"
+OSS_BUCKET = "models"
 REPLICAS = 2  # a switch that rolls the pods does so one at a time: one replica serves while the other restarts
 
 
@@ -100,6 +104,18 @@ def node_backend_runtime() -> str:
         if doc and doc["kind"] == "BackendRuntime" and doc["metadata"]["name"] == "llamacpp"
     ]
     return yaml.safe_dump(runtime)
+
+
+@pytest.fixture
+def oss(e2e: Environment) -> Iterator[OssServer]:
+    """An OSS bucket with the tiny model, on the node's address (pods reach it; anonymous, path-style)."""
+    server = OssServer(host=node_of(e2e).layout.host_ip)
+    server.buckets[OSS_BUCKET] = {KEY: tiny_model().read_bytes()}
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @dataclass(frozen=True)
@@ -233,7 +249,7 @@ def switch(e2e: Environment, namespace: str, client: PacedClient, name: str, sta
 
 
 def test_a_serving_playground_switches_from_go_llmaz_to_python_and_back_with_no_failed_request(
-    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore, tmp_path: Path
+    e2e: Environment, namespace: str, models: ModelNames, oss: OssServer, tmp_path: Path
 ) -> None:
     source = os.environ.get(GO_SOURCE_ENV)
     assert source, f"{GO_SOURCE_ENV} names Go llmaz's built source: run `make test-migration LLMAZ_GO_SRC=...`"
@@ -249,10 +265,9 @@ def test_a_serving_playground_switches_from_go_llmaz_to_python_and_back_with_no_
     start_go()
     e2e.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=node_backend_runtime())
     model = models.new("tiny")
-    e2e.apply([credentials()], namespace)
-    e2e.apply(
-        [tiny_llama(model, f"s3://{BUCKET}/{KEY}"), served(NAME, model, object_store, replicas=REPLICAS)], namespace
-    )
+    playground = served(NAME, model, None, replicas=REPLICAS)
+    playground["spec"]["backendRuntimeConfig"]["envs"] = [{"name": "OBJSTORE_ENDPOINT_SCHEME", "value": "http"}]
+    e2e.apply([tiny_llama(model, f"oss://{OSS_BUCKET}.{oss.host}:{oss.port}/{KEY}"), playground], namespace)
     wait_playground_ready(e2e, namespace, NAME, replicas=REPLICAS)
     assert reconciled_by_go(e2e.must_get("playgrounds", NAME, namespace))
 
