@@ -165,16 +165,21 @@ def controllers_of(e2e: Environment, namespace: str) -> dict[str, list[str]]:
     return owners
 
 
-def reconciled_by_python(playground: Mapping[str, Any]) -> bool:
-    """This project's manager writes every condition with the Playground's generation; Go's leave it 0."""
-    generation = playground["metadata"]["generation"]
+def _available(playground: Mapping[str, Any]) -> Mapping[str, Any] | None:
     conditions = (playground.get("status") or {}).get("conditions") or []
-    return bool(conditions) and all(c.get("observedGeneration") == generation for c in conditions)
+    return next((c for c in conditions if c.get("type") == "Available"), None)
+
+
+def reconciled_by_python(playground: Mapping[str, Any]) -> bool:
+    """This project's manager writes the conditions it sets with the Playground's generation; Go's leave it 0.
+    Available is set on every reconcile of a Playground by both."""
+    available = _available(playground)
+    return available is not None and available.get("observedGeneration") == playground["metadata"]["generation"]
 
 
 def reconciled_by_go(playground: Mapping[str, Any]) -> bool:
-    conditions = (playground.get("status") or {}).get("conditions") or []
-    return bool(conditions) and all(not c.get("observedGeneration") for c in conditions)
+    available = _available(playground)
+    return available is not None and not available.get("observedGeneration")
 
 
 def lease_free(e2e: Environment) -> bool:
