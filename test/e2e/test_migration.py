@@ -28,11 +28,13 @@ then the fields are listed); no orphan.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,12 +43,13 @@ from typing import Any
 import pytest
 import yaml
 
+from llmaz.envtest._cluster import ClusterOperationError
 from llmaz.envtest.images import find_images
-from llmaz.envtest.node.install import install_llmaz, wait_admitting
+from llmaz.envtest.node.install import InstallError, install_llmaz, wait_admitting
 from llmaz.envtest.objectstore import tiny_model
 from llmaz.testing.storage import OssServer
 
-from .managers import DEPLOYMENT, LEASE, NAMESPACE
+from .managers import DEPLOYMENT, LEASE, NAMESPACE, lease_holder
 from .serving import KEY, Answer, PacedClient, lb_url, node_of, paced, served, tiny_llama
 from .support import Environment, ModelNames, eventually, wait_playground_ready
 
@@ -124,6 +127,8 @@ class Snapshot:
     """Model pod name -> (uid, container restarts)."""
     template: dict[str, Any]
     """The LeaderWorkerSet's leaderWorkerTemplate."""
+    revisions: frozenset[str]
+    """The LeaderWorkerSet's ControllerRevisions: a template change that rolls pods makes a new one."""
 
 
 def snapshot(e2e: Environment, namespace: str) -> Snapshot:
@@ -136,7 +141,10 @@ def snapshot(e2e: Environment, namespace: str) -> Snapshot:
         if not p["metadata"].get("deletionTimestamp")
     }
     lws = e2e.must_get("leaderworkersets", NAME, namespace)
-    return Snapshot(pods, lws["spec"]["leaderWorkerTemplate"])
+    revisions = frozenset(
+        r["metadata"]["name"] for r in e2e.items("controllerrevisions", namespace, f"{LWS_NAME_LABEL}={NAME}")
+    )
+    return Snapshot(pods, lws["spec"]["leaderWorkerTemplate"], revisions)
 
 
 def changed_paths(before: Any, after: Any, path: str = "") -> list[str]:
@@ -148,6 +156,29 @@ def changed_paths(before: Any, after: Any, path: str = "") -> list[str]:
         pairs = enumerate(zip(before, after, strict=True))
         return [p for i, (b, a) in pairs for p in changed_paths(b, a, f"{path}[{i}]")]
     return [] if before == after else [path or "."]
+
+
+def _at(document: Any, path: str) -> Any:
+    for step in path.strip(".").replace("[", ".[").split("."):
+        if document is None:
+            return None
+        document = document[int(step[1:-1])] if step.startswith("[") else document.get(step)
+    return document
+
+
+def zero_or_absent(value: Any) -> bool:
+    """The LeaderWorkerSet controller hashes its Go types, where a zero value and an absent field are one."""
+    return value is None or value in (0, "", False) or value == [] or value == {}
+
+
+def changed_in_value(before: Any, after: Any) -> list[str]:
+    """`changed_paths` without those that only write a zero value in place of nothing or back: such a change
+    makes no new revision, so it rolls no pod."""
+    return [
+        p
+        for p in changed_paths(before, after)
+        if not (zero_or_absent(_at(before, p)) and zero_or_absent(_at(after, p)))
+    ]
 
 
 def controllers_of(e2e: Environment, namespace: str) -> dict[str, list[str]]:
@@ -209,6 +240,7 @@ class Switch:
     after: Snapshot
     answers: list[Answer]
     owners: dict[str, list[str]]
+    note: str = ""
 
     @property
     def failed(self) -> list[Answer]:
@@ -219,30 +251,49 @@ class Switch:
         return sorted(n for n, (uid, _) in self.before.pods.items() if self.after.pods.get(n, ("",))[0] != uid)
 
     @property
+    def new_revisions(self) -> list[str]:
+        return sorted(self.after.revisions - self.before.revisions)
+
+    @property
     def restarts(self) -> int:
         return sum(r for _, r in self.after.pods.values()) - sum(r for _, r in self.before.pods.values())
 
     def report(self) -> str:
-        fields = changed_paths(self.before.template, self.after.template)
-        return "\n".join(
-            [
-                f"{self.name}:",
-                f"  reconciled {self.reconciled - self.started:.1f} s after the switch began",
-                f"  requests {len(self.answers)}, failed {len(self.failed)}",
-                f"  model pods replaced {len(self.replaced)} of {len(self.before.pods)} {self.replaced}, "
-                f"container restarts {self.restarts}",
-                f"  LeaderWorkerSet template fields changed: {fields or 'none'}",
-                f"  controller owners: {self.owners}",
-            ]
-        )
+        written = changed_paths(self.before.template, self.after.template)
+        in_value = changed_in_value(self.before.template, self.after.template)
+        lines = [
+            f"{self.name}:",
+            f"  reconciled {self.reconciled - self.started:.1f} s after the switch began",
+            f"  requests {len(self.answers)}, failed {len(self.failed)}",
+            f"  model pods replaced {len(self.replaced)} of {len(self.before.pods)} {self.replaced}, "
+            f"container restarts {self.restarts}",
+            f"  LeaderWorkerSet template fields changed in value: {in_value or 'none'}; new revisions: "
+            f"{self.new_revisions or 'none'}",
+            f"  written differently, a zero value for none or back (no new revision): "
+            f"{sorted(set(written) - set(in_value)) or 'none'}",
+            f"  controller owners: {self.owners}",
+        ]
+        return "\n".join(lines + ([f"  {self.note}"] if self.note else []))
 
 
-def switch(e2e: Environment, namespace: str, client: PacedClient, name: str, start: Any, reconciled: Any) -> Switch:
+def switch(
+    e2e: Environment,
+    namespace: str,
+    client: PacedClient,
+    name: str,
+    start: Callable[[], str],
+    reconciled: Any,
+    *,
+    stop_first: bool = True,
+) -> Switch:
+    """Stop the running manager (unless not `stop_first`), `start` the other (it returns a note for the report),
+    and wait until it has reconciled the Playground, the pods are ready, and 20 more answers came."""
     before = snapshot(e2e, namespace)
     first = len(client.answers)
     started = time.monotonic()
-    stop_manager(e2e)
-    start()
+    if stop_first:
+        stop_manager(e2e)
+    note = start()
     eventually(lambda: reconciled(e2e.must_get("playgrounds", NAME, namespace)), within=SWITCH_TIMEOUT,
                what=f"{name}: the Playground reconciled by the new manager")  # fmt: skip
     done = time.monotonic()
@@ -250,7 +301,61 @@ def switch(e2e: Environment, namespace: str, client: PacedClient, name: str, sta
     seen = len(client.answers)
     eventually(lambda: len(client.answers) >= seen + 20, what=f"{name}: 20 answers after the switch")
     return Switch(name, started, done, before, snapshot(e2e, namespace), client.answers[first:],
-                  controllers_of(e2e, namespace))  # fmt: skip
+                  controllers_of(e2e, namespace), note)  # fmt: skip
+
+
+def pod_log(e2e: Environment, pod: str) -> str:
+    """The pod's log, and its previous container's (a pod that exits at start is mostly between runs)."""
+    logs = []
+    for previous in ("--previous=true", "--previous=false"):
+        with contextlib.suppress(ClusterOperationError):
+            logs.append(e2e.kubectl("logs", pod, "-n", NAMESPACE, previous))
+    return "\n".join(logs)
+
+
+def applied_beside_go(e2e: Environment, namespace: str, image: str, install: Callable[[float], None]) -> str:
+    """The mistake: this project applied while Go llmaz still runs. Its pods must refuse to start (the start-up
+    guard) and change nothing, Go's pod goes on; then the documented step 1 on the same Deployment and a scale back
+    finish the switch."""
+    go_holder = lease_holder(e2e.cluster)
+    try:
+        install(60.0)
+    except InstallError:
+        pass  # the rollout cannot finish while Go's pod leads
+    else:
+        raise AssertionError("this manager rolled out while Go llmaz ran")
+    ours = [
+        p["metadata"]["name"]
+        for p in e2e.items("pods", NAMESPACE, MANAGER_SELECTOR)
+        if p["spec"]["containers"][0]["image"] == image
+    ]
+    assert ours, "no pod of this manager was created"
+    refusal = eventually(lambda: next((line for line in pod_log(e2e, ours[0]).splitlines()
+                                       if "manager refused to start" in line), None),
+                         within=60, what="the start-up guard's refusal in the log")  # fmt: skip
+    assert lease_holder(e2e.cluster) == go_holder, "the Lease changed hands while Go llmaz ran"
+    assert reconciled_by_go(e2e.must_get("playgrounds", NAME, namespace)), "the Playground was written meanwhile"
+    stop_manager(e2e)
+    e2e.kubectl("scale", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--replicas=2")
+    e2e.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=180s")
+    wait_admitting(e2e.cluster, 180)
+    return f"applied while Go ran: {ours[0]} refused: {refusal[:400]}"
+
+
+def killed_while_adopting(e2e: Environment, namespace: str, install: Callable[[], None]) -> str:
+    """`install` this project's manager, and kill its pod (no graceful stop) the moment it takes the Lease, when
+    its first reconciles start; the Deployment's next pod takes over once the dead one's Lease expires."""
+    previous = lease_holder(e2e.cluster)
+    installing = threading.Thread(target=install, name="install-llmaz", daemon=True)
+    installing.start()
+    holder = eventually(lambda: (h := lease_holder(e2e.cluster)) != previous and h, within=SWITCH_TIMEOUT,
+                        what="this manager taking the Lease")  # fmt: skip
+    pod = holder.split("_", 1)[0]
+    adopted = reconciled_by_python(e2e.must_get("playgrounds", NAME, namespace))
+    e2e.kubectl("delete", "pod", pod, "-n", NAMESPACE, "--grace-period=0", "--force", "--wait=false")
+    installing.join(SWITCH_TIMEOUT)
+    assert not installing.is_alive(), "make deploy did not return"
+    return f"manager pod {pod} killed as it took the Lease (Playground already reconciled by it: {adopted})"
 
 
 def test_a_serving_playground_switches_from_go_llmaz_to_python_and_back_with_no_failed_request(
@@ -262,10 +367,18 @@ def test_a_serving_playground_switches_from_go_llmaz_to_python_and_back_with_no_
     go = go_manifests(Path(source), images["llmaz-go"].image, tmp_path)
     node_of(e2e).ctr("images", "tag", "--force", images["loader"].image, f"docker.io/{GO_LOADER_IMAGE}")
 
-    def start_go() -> None:
+    def start_go() -> str:
         e2e.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=go)
         e2e.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=180s")
         wait_admitting(e2e.cluster, 180)
+        return ""
+
+    def install_python(timeout: float = 180.0) -> None:
+        install_llmaz(e2e.cluster, images["manager"].image, timeout=timeout, loader_image=GO_LOADER_IMAGE)
+
+    def start_python() -> str:
+        install_python()
+        return ""
 
     start_go()
     e2e.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=node_backend_runtime())
@@ -280,13 +393,23 @@ def test_a_serving_playground_switches_from_go_llmaz_to_python_and_back_with_no_
     try:
         with paced(lb_url(e2e, namespace, NAME) + "/v1", model, period=0.1) as client:
             eventually(lambda: len(client.answers) >= 10, what="answers from Go llmaz's Playground")
-            switches.append(switch(e2e, namespace, client, "Go v0.1.4 -> llmaz for Python", lambda: install_llmaz(
-                e2e.cluster, images["manager"].image, loader_image=GO_LOADER_IMAGE), reconciled_by_python))  # fmt: skip
+            switches.append(switch(e2e, namespace, client, "Go v0.1.4 -> llmaz for Python", start_python,
+                                   reconciled_by_python))  # fmt: skip
             switches.append(switch(e2e, namespace, client, "llmaz for Python -> Go v0.1.4", start_go, reconciled_by_go))
+            switches.append(switch(e2e, namespace, client, "Go v0.1.4 -> llmaz for Python, applied while Go ran",
+                                   lambda: applied_beside_go(e2e, namespace, images["manager"].image, install_python),
+                                   reconciled_by_python, stop_first=False))  # fmt: skip
+            switches.append(switch(e2e, namespace, client, "llmaz for Python -> Go v0.1.4, again", start_go,
+                                   reconciled_by_go))  # fmt: skip
+            switches.append(switch(e2e, namespace, client, "Go v0.1.4 -> llmaz for Python, interrupted",
+                                   lambda: killed_while_adopting(e2e, namespace, install_python),
+                                   reconciled_by_python))  # fmt: skip
     finally:
         print("\nmigration report\n" + "\n".join(s.report() for s in switches))
 
     for done in switches:
         assert done.failed == [], f"{done.name}: {[a.body[:200] for a in done.failed]}"
-        assert done.replaced == [] or changed_paths(done.before.template, done.after.template), done.report()
+        changed = changed_in_value(done.before.template, done.after.template)
+        assert done.replaced == [] or changed, done.report()
+        assert done.new_revisions == [] or changed, done.report()
         assert all(len(owners) == 1 for owners in done.owners.values()), done.report()
