@@ -19,11 +19,15 @@ default, hack/llmaz-go/build.sh) and runs this on the `migration` tier: the real
    observedGeneration, which Go's leave 0).
 4. Switch back the same way: this manager scaled to 0 (it releases its Lease), Go's manifests applied again; done
    when Go has rewritten the conditions (observedGeneration back to 0).
+5. The mistake: this project applied while Go still runs. Its pod must refuse to start and write nothing; step 1
+   on the same Deployment and a scale back finish the switch. Then back to Go.
+6. An interrupted switch: this manager's pod killed the moment it takes the Lease; the next pod finishes.
 
 For each switch the report gives the requests and the failed ones, the model pods replaced or restarted, the
-LeaderWorkerSet template fields that changed, the time until the new manager had reconciled, and any child that
-is orphaned or has two controllers. Goals: no failed request; pods replaced only when the template changed (and
-then the fields are listed); no orphan.
+LeaderWorkerSet template fields that changed (in value, or only written differently) and its new revisions, the
+time until the new manager had reconciled, and each child's controller owners. Goals: no failed request; pods
+replaced and revisions made only when a template value changed (and then the fields are listed); one controller
+owner per child.
 """
 
 from __future__ import annotations
