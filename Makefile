@@ -243,6 +243,16 @@ llmaz-go: ## Build Go llmaz LLMAZ_GO_REF (v0.1.4) from LLMAZ_GO_SRC=<checkout or
 	@hack/node/install-packages.sh
 	@LLMAZ_GO_SRC='$(LLMAZ_GO_SRC)' LLMAZ_GO_REF='$(LLMAZ_GO_REF)' hack/llmaz-go/build.sh image
 
+# make test-migration (opt-in, not part of `make test`: it needs Go llmaz's source, given at run time): on the real
+# node, Go llmaz LLMAZ_GO_REF serving a model, switched to this project and back while a client asks every 100 ms;
+# prints the per-switch report (test/e2e/test_migration.py, docs/migration.md).
+.PHONY: test-migration
+test-migration: install cluster-bins node-bins image-build $(KUSTOMIZE) ## Go llmaz -> llmaz for Python -> Go on the real node, with LLMAZ_GO_SRC=<checkout or git dir>.
+	@test -n '$(LLMAZ_GO_SRC)' || { echo "make test-migration needs LLMAZ_GO_SRC=<a checkout or git directory of llmaz>" >&2; exit 2; }
+	@source="$$(LLMAZ_GO_SRC='$(LLMAZ_GO_SRC)' LLMAZ_GO_REF='$(LLMAZ_GO_REF)' hack/llmaz-go/build.sh image | sed -n 's/^source=//p')" && \
+	  test -n "$$source" && \
+	  E2E_CLUSTER=migration LLMAZ_GO_SOURCE="$$source" KUSTOMIZE=$(KUSTOMIZE) $(PY) -m pytest test/e2e -s $(PYTEST_ARGS)
+
 .PHONY: bench
 bench: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Python vs Go llmaz benchmarks, serving on the real node (~75 min; BENCH_* knobs in bench/README.md).
 	$(PY) bench/run.py
@@ -335,7 +345,14 @@ deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default con
 	@# init-container-image key, merged into the ConfigMap: it overrides config.data's and keeps every other setting.
 	@if [ "$(origin LOADER_IMG)" != file ]; then cd .dev/deploy && $(KUSTOMIZE) edit add configmap \
 	  llmaz-global-config --namespace=llmaz-system --behavior=merge '--from-literal=init-container-image=$(LOADER_IMG)'; fi
-	$(KUSTOMIZE) build .dev/deploy | $(KUBECTL) apply --server-side -f -
+	@# Replacing a running llmaz (docs/migration.md): the webhook configurations already exist and no manager serves
+	@# them yet, so the objects that need admission (the BackendRuntimes) are refused on the first pass; they are
+	@# applied again once the new manager is rolled out and admitting.
+	$(KUSTOMIZE) build .dev/deploy > .dev/deploy/manifests.yaml
+	$(KUBECTL) apply --server-side -f .dev/deploy/manifests.yaml || { \
+	  echo "some objects were refused (no manager admits them yet): applying again once llmaz-controller-manager is rolled out" >&2; \
+	  $(KUBECTL) -n llmaz-system rollout status deployment/llmaz-controller-manager --timeout=180s && \
+	  $(KUBECTL) apply --server-side -f .dev/deploy/manifests.yaml; }
 
 .PHONY: undeploy
 undeploy: $(KUSTOMIZE) ## Remove llmaz and its CRDs (and so every llmaz object) from the current kubectl context.

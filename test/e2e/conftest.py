@@ -8,6 +8,9 @@ Which cluster (`E2E_CLUSTER`):
 - `node`: a `NodeCluster` (one real node: containerd, kubelet, kube-proxy, CoreDNS) with the images of
   `make image-build` imported. llmaz is installed as users install it, `make deploy` of `config/node` with the
   local manager image: its pods really run, and admission goes through the webhook Service.
+- `migration` (`make test-migration LLMAZ_GO_SRC=<llmaz checkout>`, opt-in): the same real node with nothing of
+  llmaz installed and Go llmaz's image (hack/llmaz-go/build.sh) beside ours; its test installs Go llmaz, switches
+  to this one and back.
 - `USE_EXISTING_CLUSTER=true`: the cluster of `KUBECONFIG` (kind from `make test-e2e`, or yours), where llmaz is
   already deployed (`make deploy`), and kwok and LeaderWorkerSet are installed. The simulated node pools are
   created there if missing, and every test namespace carries a `type=kwok` node selector (honoured where the
@@ -43,7 +46,8 @@ from .support import Environment, ModelNames, eventually
 REPO = Path(__file__).resolve().parents[2]
 _HERE = Path(__file__).parent
 NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
-TIERS = ("simulated", "node")
+TIERS = ("simulated", "node", "migration")
+REAL_NODE_TIERS = ("node", "migration")
 NODE_IMAGES = ("pause", "manager", "loader", "llama-server")
 
 
@@ -93,7 +97,10 @@ def _diagnostics(e2e: Environment, namespace: str) -> str:
             parts.append(e2e.kubectl(*args))
         except Exception as error:
             parts.append(f"kubectl {' '.join(args)}: {error}")
-    parts.append(e2e.manager.describe())
+    try:
+        parts.append(e2e.manager.describe())
+    except Exception as error:  # a report must not hide the failure it reports on
+        parts.append(f"the manager's state: {error}")
     if isinstance(e2e.cluster, SimulatedCluster):
         parts.append(e2e.cluster.component_logs())
     return "\n".join(parts)
@@ -106,6 +113,8 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
         yield from _existing_cluster()
     elif tier == "node":
         yield from _node_cluster(tmp_path_factory.mktemp("node"))
+    elif tier == "migration":
+        yield from _migration_cluster(tmp_path_factory.mktemp("migration"))
     else:
         yield from _simulated_cluster(tmp_path_factory.mktemp("simulated"))
 
@@ -115,7 +124,7 @@ def namespace(e2e: Environment, request: pytest.FixtureRequest) -> Iterator[str]
     """A fresh namespace, ready for pods (its ServiceAccount exists), whose pods go to the simulated nodes except on
     the node tier."""
     name = e2e.cluster.create_namespace(request.node.name)
-    if e2e.mode != "node":
+    if e2e.mode not in REAL_NODE_TIERS:
         e2e.cluster.kubectl("annotate", "namespace", name, f"{NODE_SELECTOR_ANNOTATION}=type=kwok")
     eventually(lambda: e2e.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), what="default ServiceAccount")
     yield name
@@ -191,6 +200,16 @@ def _node_cluster(work_dir: Path) -> Iterator[Environment]:
     with cluster:
         install_llmaz(cluster, images["manager"].image)
         yield Environment(cluster, DeployedManager(cluster), "node")
+
+
+def _migration_cluster(work_dir: Path) -> Iterator[Environment]:
+    """The real node with no llmaz installed, and Go llmaz's image beside ours: the migration test installs each."""
+    images = find_images((*NODE_IMAGES, "llmaz-go"))
+    cluster = NodeCluster(
+        sandbox_image=images["pause"], images=list(images.values()), crd_paths=[], work_dir=work_dir / "cluster"
+    )
+    with cluster:
+        yield Environment(cluster, DeployedManager(cluster), "migration")
 
 
 def _install(cluster: Cluster, webhook_port: int) -> None:

@@ -45,6 +45,8 @@ _COLLECTIONS = {
     "nodes": "/api/v1/nodes",
     "openmodels": "/apis/llmaz.io/v1alpha1/openmodels",
     "backendruntimes": "/apis/inference.llmaz.io/v1alpha1/backendruntimes",
+    "leases": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+    "controllerrevisions": "/apis/apps/v1/namespaces/{ns}/controllerrevisions",
 }
 
 

@@ -20,9 +20,9 @@ import yaml
 import llmaz.apis.constants as c
 from llmaz.apis import BackendRuntime, OpenModel, Playground, Service
 from llmaz.controllers.builders import build_leader_worker_set, build_service
+from llmaz.testing.storage import HubServer, OssServer
 
 from .conftest import loader_env, run_loader, sample_repo
-from .servers import HubServer, OssServer
 
 VLLM = Path(__file__).resolve().parents[3] / "config" / "backends" / "vllm.yaml"
 SECRETS = {

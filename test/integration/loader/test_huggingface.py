@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from llmaz.testing.storage import HubRepo, HubServer
+
 from .conftest import loader_env, run_loader, sample_repo
-from .servers import HubRepo, HubServer
 
 
 def hub_env(hub: HubServer, model_dir: Path, **env: str) -> dict[str, str]:

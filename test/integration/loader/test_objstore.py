@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from llmaz.testing.storage import OssServer
+
 from .conftest import AWS_TEST_CREDENTIALS, loader_env, run_loader
-from .servers import OssServer
 
 MODEL_FILES = {
     "config.json": b'{"model_type": "qwen2"}',

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from llmaz.testing.storage import HubRepo, HubServer, OssServer, ThrottlingProxy
 from llmaz.testing.waiting import eventually_sync
 
 from .conftest import AWS_TEST_CREDENTIALS, finish, loader_env, run_loader, start_loader
-from .servers import HubRepo, HubServer, OssServer, ThrottlingProxy
 
 BIG = bytes(range(251)) * 12_000  # ~3 MB, not a multiple of any chunk size
 SLOW = 400_000  # bytes per second while the first run is killed

@@ -30,12 +30,15 @@ class InstallError(RuntimeError):
     """`make deploy` failed, or llmaz did not become ready; the message has make's or kubectl's output."""
 
 
-def install_llmaz(cluster: Cluster, image: str, timeout: float = 180.0) -> None:
+def install_llmaz(cluster: Cluster, image: str, timeout: float = 180.0, loader_image: str | None = None) -> None:
+    """`make deploy` of config/node with the manager `image` (and `LOADER_IMG=loader_image` when given)."""
     root = source_root()
     if root is None:
         raise AssetsMissingError("installing llmaz needs the source checkout (make deploy, config/node)")
     kubectl = f"{cluster.kubectl_path} --kubeconfig={cluster.kubeconfig}"
     argv = ["make", "--no-print-directory", "deploy", f"IMG={image}", "DEPLOY_CONFIG=config/node", f"KUBECTL={kubectl}"]
+    if loader_image is not None:
+        argv.append(f"LOADER_IMG={loader_image}")
     result = subprocess.run(argv, cwd=root, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise InstallError(f"make deploy failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -46,10 +49,11 @@ def install_llmaz(cluster: Cluster, image: str, timeout: float = 180.0) -> None:
             )
     except ClusterOperationError as error:
         raise InstallError(f"llmaz did not roll out: {error}") from None
-    _wait_admitting(cluster, timeout)
+    wait_admitting(cluster, timeout)
 
 
-def _wait_admitting(cluster: Cluster, timeout: float) -> None:
+def wait_admitting(cluster: Cluster, timeout: float) -> None:
+    """Return once a server-side dry run of an OpenModel passes admission (whichever llmaz serves the webhooks)."""
     probe = yaml.safe_dump(_PROBE)
     deadline = time.monotonic() + timeout
     while True:

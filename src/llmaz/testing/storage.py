@@ -1,4 +1,5 @@
-"""Local servers that speak just enough of each storage protocol for the loader, on loopback ports.
+"""Local servers that speak just enough of each storage protocol for the loader, on loopback ports (or on a given
+address, for pods of the real node to reach).
 
 - `HubServer`: the part of the Hugging Face Hub API that the loader uses through `huggingface_hub` (model info with
   file metadata, `resolve` downloads with ETag / X-Repo-Commit / Range). Private repos demand a bearer token.
@@ -48,9 +49,11 @@ class _ThreadLoop:
 
 
 class HttpServer:
-    """Base: an aiohttp app on 127.0.0.1 with a request log, failure injection and body throttling."""
+    """Base: an aiohttp app on `host` (default 127.0.0.1) with a request log, failure injection and body
+    throttling."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.seen: list[Seen] = []
         self.rate: int | None = None
         self.fail_next: list[int] = []  # statuses to answer to the next requests, in order
@@ -76,7 +79,7 @@ class HttpServer:
             app.add_routes(self.routes())
             self._runner = web.AppRunner(app)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, self.host, 0)
             await site.start()
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -90,7 +93,7 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def ranges_requested(self) -> list[str]:
         return [s.headers["Range"] for s in self.seen if "Range" in s.headers]
@@ -218,8 +221,8 @@ def _hub_error(status: int, code: str, message: str, commit: str | None = None) 
 class OssServer(HttpServer):
     """Path-style OSS: `/<bucket>/?list-type=2&prefix=...`, `/<bucket>/<key>`."""
 
-    def __init__(self, access_key_id: str | None = None) -> None:
-        super().__init__()
+    def __init__(self, access_key_id: str | None = None, host: str = "127.0.0.1") -> None:
+        super().__init__(host)
         self.buckets: dict[str, dict[str, bytes]] = {}
         self.access_key_id = access_key_id
 
