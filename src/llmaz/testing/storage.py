@@ -159,22 +159,23 @@ class HubServer(HttpServer):
             web.route("*", "/{org}/{name}/resolve/{revision}/{path:.+}", self.resolve),
         ]
 
-    def _repo(self, request: web.Request) -> tuple[HubRepo | None, web.Response | None]:
+    def _revision(self, request: web.Request) -> tuple[HubRepo, str, dict[str, bytes]] | web.Response:
+        """The repository, commit and files a request names, or the Hub's error response."""
         repo = self.repos.get(f"{request.match_info['org']}/{request.match_info['name']}")
         if repo is None:
-            return None, _hub_error(404, "RepoNotFound", "Repository not found")
+            return _hub_error(404, "RepoNotFound", "Repository not found")
         if repo.token is not None and request.headers.get("Authorization") != f"Bearer {repo.token}":
-            return None, _hub_error(401, "RepoNotFound", "Invalid username or password.")
-        return repo, None
-
-    async def model_info(self, request: web.Request) -> web.Response:
-        repo, error = self._repo(request)
-        if repo is None:
-            return error  # type: ignore[return-value]
+            return _hub_error(401, "RepoNotFound", "Invalid username or password.")
         found = repo.files_at(request.match_info["revision"])
         if found is None:
             return _hub_error(404, "RevisionNotFound", "Invalid rev id")
-        sha, files = found
+        return repo, *found
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        revision = self._revision(request)
+        if isinstance(revision, web.Response):
+            return revision
+        repo, sha, files = revision
         siblings = [_sibling(path, data) for path, data in sorted(files.items())]
         return web.json_response(
             {
@@ -186,13 +187,10 @@ class HubServer(HttpServer):
         )
 
     async def resolve(self, request: web.Request) -> web.StreamResponse:
-        repo, error = self._repo(request)
-        if repo is None:
-            return error  # type: ignore[return-value]
-        found = repo.files_at(request.match_info["revision"])
-        if found is None:
-            return _hub_error(404, "RevisionNotFound", "Invalid rev id")
-        sha, files = found
+        revision = self._revision(request)
+        if isinstance(revision, web.Response):
+            return revision
+        _, sha, files = revision
         data = files.get(request.match_info["path"])
         if data is None:
             return _hub_error(404, "EntryNotFound", "Entry not found", commit=sha)
