@@ -250,7 +250,10 @@ async def engines(count: int = 1) -> AsyncIterator[list[FakeEngine]]:
 
 @contextlib.asynccontextmanager
 async def scraping(cluster: Cluster, **options: Any) -> AsyncIterator[EngineSignals]:
-    """Engine signals over one of `cluster`'s catalogs (`signals.catalog`), closed on exit."""
+    """Engine signals over one of `cluster`'s catalogs (`signals.catalog`), closed on exit. Scrapes get `WAIT` unless
+    a test sets `timeout`: on a loaded machine a loopback answer can take longer than the default's fraction of a
+    second, and a listing that fails makes every endpoint a holder of every adapter."""
+    options.setdefault("timeout", WAIT)
     signals = EngineSignals(cluster.catalog(), registry=CollectorRegistry(), **options)
     try:
         yield signals
