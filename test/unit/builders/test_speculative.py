@@ -1,4 +1,4 @@
-"""Speculative decoding on the default `vllm` BackendRuntime: a Playground claiming a main and a draft
+"""Speculative decoding on the default `vllm` and `sglang` BackendRuntimes: a Playground claiming a main and a draft
 model renders the engine arguments the release in config/backends accepts, with the draft model's path in them.
 
 Each case names the release its arguments were checked against; the image assertion fails when config/backends moves
@@ -40,6 +40,31 @@ RELEASES: list[tuple[str, str, list[str]]] = [
             "1",
         ],
     ),
+    (
+        "sglang",
+        "lmsysorg/sglang:v0.5.19",
+        [
+            "--model-path",
+            MAIN_PATH,
+            "--served-model-name",
+            "llama3-8b",
+            # A separate small draft LLM is the STANDALONE algorithm; with top-k 1, draft tokens are steps + 1.
+            "--speculative-algorithm",
+            "STANDALONE",
+            "--speculative-draft-model-path",
+            DRAFT_PATH,
+            "--speculative-num-steps",
+            "5",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "6",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8080",
+        ],
+    ),
 ]
 
 
@@ -51,7 +76,7 @@ def speculative_runner(backend_name: str) -> dict[str, Any]:
     return runner
 
 
-@pytest.mark.parametrize(("backend_name", "image", "args"), RELEASES, ids=["vllm-v0.30.0"])
+@pytest.mark.parametrize(("backend_name", "image", "args"), RELEASES, ids=["vllm-v0.30.0", "sglang-v0.5.19"])
 def test_a_main_and_a_draft_model_render_the_speculative_arguments_of_the_release(
     backend_name: str, image: str, args: list[str]
 ) -> None:
@@ -70,12 +95,12 @@ def test_the_vllm_speculative_config_is_a_json_object_naming_the_draft_model() -
     assert config == {"model": DRAFT_PATH, "num_speculative_tokens": 5, "method": "draft_model"}
 
 
-@pytest.mark.parametrize("backend_name", ["vllm"])
+@pytest.mark.parametrize("backend_name", ["vllm", "sglang"])
 def test_a_single_model_keeps_the_default_config_without_speculative_flags(backend_name: str) -> None:
     pg = playground({"modelClaim": {"modelName": "llama3-8b"}, "backendRuntimeConfig": {"backendName": backend_name}})
-    runner = build_service(pg, [llama3_8b()], backend(backend_name))["spec"]["workloadTemplate"]["workerTemplate"]
+    template = build_service(pg, [llama3_8b()], backend(backend_name))["spec"]["workloadTemplate"]["workerTemplate"]
 
-    args = runner["spec"]["containers"][0]["args"]
+    args = template["spec"]["containers"][0]["args"]
 
     assert not [arg for arg in args if arg.startswith("--speculative")]
     assert args[1] == MAIN_PATH
