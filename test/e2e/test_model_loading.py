@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .support import Environment, ModelNames, open_model, playground, wait_playground_ready
@@ -26,9 +27,9 @@ def test_a_speculative_decoding_playground_runs_pods_with_a_loader_per_model(
     assert [c["name"] for c in loaders] == ["model-loader", "model-loader-1"]
     assert [_env(c)["MODEL_ID"] for c in loaders] == ["facebook/opt-6.7b", "facebook/opt-125m"]
     assert [s["state"]["terminated"]["reason"] for s in pod["status"]["initContainerStatuses"]] == ["Completed"] * 2
-    runner = pod["spec"]["containers"][0]
-    assert "--speculative_model" in runner["args"]
-    assert "/workspace/models/models--facebook--opt-125m" in runner["args"]
+    args = pod["spec"]["containers"][0]["args"]
+    speculative = json.loads(args[args.index("--speculative-config") + 1])
+    assert speculative["model"] == "/workspace/models/models--facebook--opt-125m"
 
 
 def test_skip_model_loader_runs_pods_without_init_containers_but_with_credentials(

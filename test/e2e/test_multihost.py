@@ -18,7 +18,7 @@ from .support import (
 def _template(role: str) -> dict[str, Any]:
     container = {
         "name": "model-runner",
-        "image": "lmsysorg/sglang:v0.4.5-cu121",
+        "image": "lmsysorg/sglang:v0.5.19",
         "command": ["sh", "-c", f"python3 -m sglang.launch_server --role {role}"],
         "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
     }

@@ -153,7 +153,7 @@ def test_llamacpp_loads_the_adapters_in_spec_order_with_scale_zero_after_the_con
 
 
 def test_vllm_enables_lora_with_one_module_per_adapter_and_room_for_all() -> None:
-    # vLLM v0.7.3 (config/backends/vllm.yaml) to current: --enable-lora, --lora-modules name=path ..., --max-loras.
+    # vLLM v0.7.3 to v0.30.0 (config/backends/vllm.yaml): --enable-lora, --lora-modules name=path ..., --max-loras.
     args = rendered_args(TWO, "vllm")
 
     start = args.index("--enable-lora")
@@ -161,7 +161,7 @@ def test_vllm_enables_lora_with_one_module_per_adapter_and_room_for_all() -> Non
 
 
 def test_sglang_names_each_adapter_in_lora_paths() -> None:
-    # SGLang v0.4.5 (config/backends/sglang.yaml) to current: --lora-paths name=path ...; current releases turn
+    # SGLang v0.4.5 to v0.5.19 (config/backends/sglang.yaml): --lora-paths name=path ...; current releases turn
     # --enable-lora on by themselves when --lora-paths is given, and v0.4.5 has no such flag.
     args = rendered_args(TWO, "sglang")
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -109,7 +110,7 @@ def test_backend_lifecycle_is_copied_verbatim() -> None:
     vllm = backend("vllm")
     runner = runner_of(build_service(playground(), [llama3_8b()], vllm))
     assert runner["lifecycle"] == vllm.spec.lifecycle
-    assert runner["image"] == "vllm/vllm-openai:v0.7.3"
+    assert runner["image"] == "vllm/vllm-openai:v0.30.0"
 
 
 def test_inference_flavors_of_the_claim_are_copied() -> None:
@@ -123,14 +124,14 @@ def test_speculative_decoding_selects_its_config_and_renders_the_draft_path() ->
     service = build_service(pg, [llama3_8b(), llama3_2b()], vllm_test_copy())
     assert service["spec"]["modelClaims"] == SPECULATIVE_CLAIMS
     runner = runner_of(service)
-    assert runner["args"][:6] == [
+    assert runner["args"][:5] == [
         "--model",
         "/workspace/models/models--meta-llama--Meta-Llama-3-8B",
         "--served-model-name",
         "llama3-8b",
-        "--speculative_model",
-        "/workspace/models/models--meta-llama--Meta-Llama-3-2B",
+        "--speculative-config",
     ]
+    assert json.loads(runner["args"][5])["model"] == "/workspace/models/models--meta-llama--Meta-Llama-3-2B"
     assert runner["resources"]["limits"] == {"cpu": "8", "memory": "16Gi"}
 
 
@@ -166,7 +167,7 @@ def test_config_name_is_explicit_else_detected_from_the_claims(
 def test_explicit_config_name_selects_that_config() -> None:
     pg = playground({"modelClaims": SPECULATIVE_CLAIMS, "backendRuntimeConfig": {"configName": "default"}})
     runner = runner_of(build_service(pg, [llama3_8b(), llama3_2b()], vllm_test_copy()))
-    assert "--speculative_model" not in runner["args"]
+    assert "--speculative-config" not in runner["args"]
     assert runner["resources"]["limits"] == {"cpu": "4", "memory": "8Gi"}
 
 
@@ -190,7 +191,10 @@ def test_draft_model_path_without_a_draft_model_is_a_render_error() -> None:
     )
     with pytest.raises(ArgRenderError) as caught:
         build_service(pg, [llama3_8b()], vllm_test_copy())
-    assert caught.value.message == "missing flag or the flag has format error: {{ .DraftModelPath }}"
+    assert caught.value.message == (
+        "missing flag or the flag has format error: "
+        '{"model": "{{ .DraftModelPath }}", "num_speculative_tokens": 5, "method": "draft_model"}'
+    )
 
 
 def test_no_models_is_a_typed_error() -> None:

@@ -15,8 +15,8 @@ Invariants:
   llama-server (0.3.36's llama.cpp) applies every adapter to a request without a `lora` field. The adapters are one
   comma-separated list: llama.cpp keeps only the last of a repeated flag. So a llama.cpp adapter path cannot hold
   `,` or `:` (an `InvalidModelSourceError` naming the adapter).
-- SGLang gets no `--enable-lora`: its releases before the flag existed (such as the v0.4.5 of config/backends) refuse
-  it, and the releases that have it turn it on whenever `--lora-paths` is given.
+- SGLang gets no `--enable-lora`: its releases before the flag existed (such as v0.4.5, llmaz's default) refuse it,
+  and the releases that have it (v0.5.19 of config/backends among them) turn it on whenever `--lora-paths` is given.
 - A model with adapters served by any other BackendRuntime is an `AdaptersUnsupportedError`, a condition naming the
   backend and the ones that can, rather than a replica that silently serves the base model under the adapter's name.
 - The flags follow the recommended config's arguments and precede the Playground's own `args`.
