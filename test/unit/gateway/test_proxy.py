@@ -12,6 +12,7 @@ import contextlib
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from llmaz.gateway.proxy.forwarding import ProxyOptions, upstream_headers
@@ -119,6 +120,37 @@ async def test_a_client_that_disconnects_before_the_answer_cancels_the_engine_re
             with contextlib.suppress(asyncio.CancelledError):
                 await request
             await asyncio.wait_for(engine.cancelled.wait(), WAIT)
+
+
+async def test_a_connection_that_carried_a_stream_is_not_reused_for_the_next_request() -> None:
+    # As llama.cpp does: keep-alive in the headers, but a connection that carried a stream is closed, so a request
+    # sent on it again is lost. The engine here drops such a connection when a second request arrives on it, which
+    # the gateway, with a single endpoint, could only answer 502.
+    streamed_on: set[object] = set()
+
+    async with engines(1) as (engine,):
+
+        async def stream_then_drop_the_connection(request: web.Request) -> web.StreamResponse:
+            assert request.transport is not None
+            if request.transport in streamed_on:
+                request.transport.close()
+                return web.Response()
+            streamed_on.add(request.transport)
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(FIRST_EVENT + LAST_EVENTS)
+            await resp.write_eof()
+            return resp
+
+        engine.handler = stream_then_drop_the_connection
+        cluster = Cluster().synced()
+        cluster.serve("m", engine.endpoint)
+        async with running_gateway(cluster) as gw:
+            for _ in range(3):
+                async with gw.session.post(gw.url + CHAT, data=STREAM_BODY) as resp:
+                    assert resp.status == 200
+                    assert await asyncio.wait_for(resp.content.read(), WAIT) == FIRST_EVENT + LAST_EVENTS
+            assert len(streamed_on) == 3  # each stream had a connection of its own
 
 
 async def test_a_refused_connection_is_retried_on_another_endpoint() -> None:

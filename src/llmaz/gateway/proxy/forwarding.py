@@ -20,6 +20,8 @@ Invariants:
   connection, which is how the engine learns to stop generating.
 - An attempt counts for its endpoint in the `InFlight` tracker (which the pickers read) until it ends, however it
   ends (`try`/`finally`).
+- A streamed request goes on a connection of its own, closed at its end (`Connection: close`): llama.cpp closes
+  a connection after a stream while its headers still say keep-alive, so a pooled one would lose the next request.
 - The request body is sent as received, or as `body_for(endpoint)` makes it for the endpoint an attempt goes to
   (llama.cpp is sent the scales of a model's LoRA adapters in a `lora` member). Hop-by-hop headers, Host,
   Content-Length and Content-Encoding (aiohttp has decoded a compressed body) are not forwarded; Authorization is
@@ -171,6 +173,8 @@ class Proxy:
         headers = upstream_headers(
             request.headers, request.remote, forward_authorization=self._options.forward_authorization
         )
+        if inference.stream:
+            headers[hdrs.CONNECTION] = "close"
         attempts = 1 + max(0, self._options.retries)
         tried: set[Endpoint] = set()
         failure: errors.OpenAIError | None = None
