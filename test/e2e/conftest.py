@@ -40,7 +40,7 @@ from llmaz.envtest.simulated import SimulatedCluster, default_node_pools
 from llmaz.envtest.simulated.nodes import node_manifests
 
 from .managers import DEPLOYMENT, NAMESPACE, DeployedManager, LocalManagers
-from .serving import ADAPTER_KEY, BUCKET, KEY, node_of
+from .serving import ADAPTER_KEY, BUCKET, KEY, OTHER_MODELS_ADAPTER_KEY, node_of
 from .support import Environment, ModelNames, eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,13 +142,15 @@ def models(e2e: Environment, namespace: str) -> Iterator[ModelNames]:
 
 @pytest.fixture(scope="module")
 def object_store(e2e: Environment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
-    """The node's S3-compatible store with the tiny model at s3://BUCKET/KEY and its LoRA adapter at
-    s3://BUCKET/ADAPTER_KEY (node tier)."""
+    """The node's S3-compatible store with the tiny model at s3://BUCKET/KEY, its LoRA adapter at
+    s3://BUCKET/ADAPTER_KEY, and an adapter made for another model at s3://BUCKET/OTHER_MODELS_ADAPTER_KEY (node
+    tier)."""
     node = node_of(e2e)
     log = tmp_path_factory.mktemp("object-store") / "moto.log"
     with ObjectStore(node.layout.host_ip, node.layout.ports.object_store, log) as store:
         store.upload(BUCKET, KEY, tiny_model())
         store.upload(BUCKET, ADAPTER_KEY, tiny_lora())
+        store.upload(BUCKET, OTHER_MODELS_ADAPTER_KEY, tiny_lora("prefill-heavy"))
         yield store
 
 

@@ -25,6 +25,8 @@ GATEWAY_NAMESPACE = "llmaz-system"
 BUCKET = "models"
 KEY = "tiny-llama/tiny-llama.gguf"
 ADAPTER_KEY = "tiny-llama/tiny-lora.gguf"
+# A LoRA adapter of the prefill-heavy model: its tensors do not fit the tiny model.
+OTHER_MODELS_ADAPTER_KEY = "tiny-llama/other-models-lora.gguf"
 R = TypeVar("R")
 
 

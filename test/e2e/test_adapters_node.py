@@ -19,6 +19,7 @@ from .serving import (
     ADAPTER_KEY,
     BUCKET,
     KEY,
+    OTHER_MODELS_ADAPTER_KEY,
     credentials,
     gateway_completion,
     gateway_url,
@@ -84,26 +85,73 @@ def test_an_adapter_is_listed_under_its_model_and_changes_the_answers_only_for_r
     print(f"base {model}: {base!r}; adapter {adapter}: {adapted['choices'][0]['message']['content']!r}")
 
 
-def test_an_adapter_that_cannot_be_fetched_is_named_in_the_playgrounds_condition(
+def test_adapters_that_fail_for_good_are_left_out_and_the_model_serves_without_them(
     e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
 ) -> None:
-    model, adapter = models.new("base"), models.new("gone")
+    # Three adapters: one whose object does not exist (its loader exits 3), one made for another model (llama.cpp
+    # exits at start), one that works. Each failure is recorded and left out in turn; then the pod starts with the
+    # good one and serves.
+    model = models.new("base")
+    gone, other, good = models.new("gone"), models.new("other"), models.new("good")
     missing = f"missing/{namespace}/lora.gguf"
+    document = tiny_llama(model, f"s3://{BUCKET}/{KEY}")
+    document["spec"]["adapters"] = [
+        {"name": gone, "source": {"uri": f"s3://{BUCKET}/{missing}"}},
+        {"name": other, "source": {"uri": f"s3://{BUCKET}/{OTHER_MODELS_ADAPTER_KEY}"}},
+        {"name": good, "source": {"uri": f"s3://{BUCKET}/{ADAPTER_KEY}"}},
+    ]
     e2e.apply([credentials()], namespace)
-    e2e.apply([with_adapter(model, adapter, missing), served("lora-gone", model, object_store)], namespace)
+    started = time.monotonic()
+    e2e.apply([document, served("lora-left-out", model, object_store)], namespace)
 
-    def reported() -> str:
-        playground = e2e.must_get("playgrounds", "lora-gone", namespace)
+    def left_out() -> dict[str, Any]:
+        playground = e2e.must_get("playgrounds", "lora-left-out", namespace)
         conditions = (playground.get("status") or {}).get("conditions") or []
-        progressing = next((c for c in conditions if c["type"] == "Progressing"), None)
-        assert progressing is not None, conditions
-        assert "ModelLoaderFailed" in progressing["message"], progressing
-        return str(progressing["message"])
+        adapters: dict[str, Any] | None = next((c for c in conditions if c["type"] == "AdaptersReady"), None)
+        assert adapters is not None, conditions
+        assert adapters["status"] == "False", adapters
+        assert f"adapter {gone} " in adapters["message"], adapters
+        assert f"adapter {other} " in adapters["message"], adapters
+        return adapters
 
-    message = eventually(reported, what="the adapter loader's failure in the Playground's Progressing condition")
-    assert "init container model-loader-adapter-0 exited with code 3" in message, message
-    assert f"adapter {adapter}: " in message, message
-    assert missing in message, message
+    condition = eventually(left_out, what="both failing adapters left out in the Playground's AdaptersReady")
+    recorded = time.monotonic() - started
+    message = condition["message"]
+    print(f"AdaptersReady: {condition['reason']}: {message}")
+    assert condition["reason"] == "AdapterUnavailable"
+    assert f"adapter {gone} (spec.adapters[0] of OpenModel {model}) is left out" in message, message
+    assert "init container model-loader-adapter-0" in message, message
+    assert "exited with code 3: NotFound" in message, message
+    assert f"adapter {other} (spec.adapters[1] of OpenModel {model}) is left out" in message, message
+    assert "container model-runner" in message, message
+    assert "failed to apply lora adapter" in message, message
+
+    wait_playground_ready(e2e, namespace, "lora-left-out", replicas=1)
+    ready = time.monotonic() - started
+    (pod,) = e2e.items("pods", namespace, f"{LWS_NAME_LABEL}=lora-left-out")
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["model-loader", "model-loader-adapter-2"]
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[args.index("--lora-scaled") + 1] == f"/workspace/models/adapters--{good}/tiny-lora.gguf:0", args
+    service = e2e.must_get("services.inference", "lora-left-out", namespace)
+    assert [entry["name"] for entry in service["status"]["unavailableAdapters"]] == [gone, other]
+
+    routable(e2e, model)
+    base = greedy(e2e, model)["choices"][0]["message"]["content"]
+    adapted = greedy(e2e, good)["choices"][0]["message"]["content"]
+    assert adapted != base, (base, adapted)
+    status, body = http_request(
+        f"{gateway_url(e2e)}/chat/completions",
+        method="POST",
+        body=json.dumps({"model": gone, "messages": [{"role": "user", "content": PROMPT}]}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    error = json.loads(body)["error"]
+    assert (status, error["code"]) == (503, "model_not_ready"), body
+    assert f"adapter {gone} is left out of model {model}" in error["message"], error
+    print(
+        f"both adapters left out {recorded:.1f} s after the apply, Playground ready at {ready:.1f} s; "
+        f"base {base!r}, adapter {good} {adapted!r}; {gone}: {status} {error['message']}"
+    )
 
 
 def test_adding_an_adapter_to_a_serving_model_rolls_its_replicas_one_at_a_time_with_no_failed_request(

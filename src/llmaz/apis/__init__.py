@@ -29,6 +29,7 @@ from llmaz.apis.inference_v1alpha1 import (
     Service,
     ServiceSpec,
     ServiceStatus,
+    UnavailableAdapter,
 )
 
 __all__ = [
@@ -58,4 +59,5 @@ __all__ = [
     "Service",
     "ServiceSpec",
     "ServiceStatus",
+    "UnavailableAdapter",
 ]

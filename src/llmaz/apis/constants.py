@@ -166,6 +166,14 @@ REASON_FLAVOR_NOT_FOUND: Final = "FlavorNotFound"
 REASON_FLAVORS_FOUND: Final = "FlavorsFound"
 MESSAGE_FLAVOR_NOT_FOUND: Final = "OpenModel {model} defines no inference flavor {flavors}; {using}"
 MESSAGE_FLAVORS_FOUND: Final = "Every claimed inference flavor is defined by OpenModel {model}"
+CONDITION_ADAPTERS_READY: Final = "AdaptersReady"
+REASON_ADAPTER_UNAVAILABLE: Final = "AdapterUnavailable"
+REASON_ADAPTERS_AVAILABLE: Final = "AdaptersAvailable"
+MESSAGE_ADAPTER_UNAVAILABLE: Final = (
+    "adapter {adapter} (spec.adapters[{index}] of OpenModel {model}) is left out, the model serves without it: "
+    "{finding}; fix or remove the adapter: a change of its source tries it again"
+)
+MESSAGE_ADAPTERS_AVAILABLE: Final = "No adapter of OpenModel {model} is left out"
 # Event reason and texts when the active flavor changes or no flavor is left.
 EVENT_FLAVOR_FALLBACK: Final = "FlavorFallback"
 EVENT_FLAVOR_RETURN: Final = "FlavorReturn"

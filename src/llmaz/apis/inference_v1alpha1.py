@@ -22,7 +22,7 @@ from llmaz.apis.base import (
     ResourceRequirements,
     RolloutStrategy,
 )
-from llmaz.apis.core_v1alpha1 import ModelClaim, ModelClaims
+from llmaz.apis.core_v1alpha1 import ModelClaim, ModelClaims, ModelSource
 from llmaz.apis.markers import Crd
 
 ROLLOUT_STRATEGY_DEFAULT = {
@@ -248,6 +248,17 @@ class ServiceSpec(ApiModel):
     )
 
 
+class UnavailableAdapter(ApiModel):
+    """A LoRA adapter of the served model that the engine is started without, and why."""
+
+    name: str = Field(description="The adapter's name in the OpenModel's spec.adapters.")
+    source: ModelSource = Field(
+        description="The adapter's source when it failed; a change of the source in the OpenModel retries it."
+    )
+    reason: str = Field(description="Why it cannot be served: ModelLoaderFailed or ContainerCrashLooping.")
+    message: str = Field(description="What failed: the pod, the container and its exit, as in Progressing.")
+
+
 class ServiceStatus(ApiModel):
     """The observed state of an inference Service."""
 
@@ -266,6 +277,14 @@ class ServiceStatus(ApiModel):
     )
     active_flavor_time: Annotated[str, Crd(format="date-time")] | None = Field(
         default=None, description="When activeFlavor last changed."
+    )
+    unavailable_adapters: list[UnavailableAdapter] | None = Field(
+        default=None,
+        description=(
+            "Adapters of the main model that failed for good (a loader that found no such adapter, was refused or\n"
+            "misconfigured, or an engine that could not apply it): a Playground's engine is started without them,\n"
+            "so the base model and the other adapters keep serving, until the adapter's source changes."
+        ),
     )
 
 

@@ -26,6 +26,7 @@ last segment is a weight file) lands in it under its own name, and the engine is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -160,3 +161,8 @@ def _source_path(source: ModelSource, skip_model_loader: bool, adapter: str | No
     if adapter is not None:
         return adapter_object_store_target(adapter, object_path).model_path
     return object_store_target(object_path).model_path
+
+
+def mentions_path(text: str, path: str) -> bool:
+    """Whether `text` (a log line, an engine argument) has `path` in it, itself and not a longer path."""
+    return bool(path) and re.search(re.escape(path) + r"(?![\w.-])", text) is not None

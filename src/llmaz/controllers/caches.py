@@ -27,7 +27,8 @@ back (`common.write_status_if_changed`). The readers, which this list must follo
 - HPAs: `PlaygroundReconciler` (`apply_if_changed`; `is_controlled_by`: owner reference; uid for the delete
   precondition); the `owns` watch (owner reference, generation). Nobody reads their status.
 - model pods: `diagnose_pod` (name, deletionTimestamp; name, image and restartPolicy of containers and init
-  containers; status conditions and container statuses), the `pod_service` index and `service_of_pod` (labels,
+  containers, the env of init containers; status conditions and container statuses), `unusable_adapters` (the
+  same), the `pod_service` index and `service_of_pod` (labels,
   namespace), `pod_finding_changed` (`diagnose_pod`), the flavor fallback (`flavors.decision.longest_waiting`:
   name, deletionTimestamp, the `PodScheduled` condition's status, reason, message and lastTransitionTime).
 - pods bound to a node (the flavor fit's factory, `configure_fit_caches`): the `pod_node` index (nodeName),
@@ -59,6 +60,8 @@ strip_child = strip_metadata(keep_managed_fields=applied_by(c.FIELD_MANAGER))
 strip_child_and_status = chain(strip_child, drop_fields("status"))
 
 _CONTAINER: Paths = {"name": True, "image": True, "restartPolicy": True}
+# An init container's env names the adapter it loads and where from (`diagnosis.unusable_adapters`).
+_INIT_CONTAINER: Paths = {**_CONTAINER, "env": True}
 POD_PATHS: Paths = {
     "apiVersion": True,
     "kind": True,
@@ -71,7 +74,7 @@ POD_PATHS: Paths = {
         "deletionTimestamp": True,
         "ownerReferences": True,
     },
-    "spec": {"containers": _CONTAINER, "initContainers": _CONTAINER},
+    "spec": {"containers": _CONTAINER, "initContainers": _INIT_CONTAINER},
     "status": {"conditions": True, "containerStatuses": True, "initContainerStatuses": True},
 }
 strip_pod = keep_paths(POD_PATHS)

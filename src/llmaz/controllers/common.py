@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from llmaz.apis import BackendRuntime, OpenModel, Playground, Service
 from llmaz.apis import constants as c
 from llmaz.apis.base import ApiModel
-from llmaz.apis.conditions import finding_reason, progressing_finding
+from llmaz.apis.conditions import find_condition, finding_reason, progressing_finding
 from llmaz.apis.core_v1alpha1 import ModelRef
 from llmaz.apis.resources import OPEN_MODELS
 from llmaz.apis.validation import FieldError
@@ -157,6 +157,16 @@ def record_new_finding(events: EventRecorder, live: Obj, status: dict[str, Any])
     after = progressing_finding(status)
     if after is not None and after != before:
         events.event(live, WARNING, finding_reason(after), after)
+
+
+def record_left_out_adapters(events: EventRecorder, live: Obj, status: dict[str, Any]) -> None:
+    """A Warning Event `AdapterUnavailable` when `status` leaves out an adapter that `live`'s status did not.
+
+    Call it after `status` was written, as `record_new_finding`."""
+    before = find_condition((live.get("status") or {}).get("conditions"), c.CONDITION_ADAPTERS_READY) or {}
+    after = find_condition(status.get("conditions"), c.CONDITION_ADAPTERS_READY) or {}
+    if after.get("status") == "False" and after.get("message") != before.get("message"):
+        events.event(live, WARNING, c.REASON_ADAPTER_UNAVAILABLE, str(after.get("message") or ""))
 
 
 def deleted_meanwhile(err: NotFound, resource: Resource, request: Request) -> bool:

@@ -42,6 +42,7 @@ from llmaz.controllers.builders import (
     playground_status,
     service_scheduler_name,
 )
+from llmaz.controllers.builders.adapters import left_out_adapters
 from llmaz.controllers.common import (
     ParentReconciler,
     apply_if_changed,
@@ -49,6 +50,7 @@ from llmaz.controllers.common import (
     is_controlled_by,
     live_child,
     parse_backend_runtime,
+    record_left_out_adapters,
     record_new_finding,
     write_status_if_changed,
 )
@@ -114,6 +116,7 @@ class PlaygroundReconciler(ParentReconciler[Playground]):
         status = playground_status(playground, Service.from_dict(service), self._clock.wall())
         if await write_status_if_changed(self._client, r.PLAYGROUNDS, obj, status):
             record_new_finding(self._events, obj, status)
+            record_left_out_adapters(self._events, obj, status)
         return Result()
 
     def _desired(self, playground: Playground, live_service: Obj | None) -> tuple[Obj, Obj | None]:
@@ -125,7 +128,8 @@ class PlaygroundReconciler(ParentReconciler[Playground]):
         # Until the global config has loaded the Service controller persists the name itself, as before.
         configured = settings.scheduler_name if (settings := self._settings.current) is not None else ""
         scheduler = service_scheduler_name(live_service, configured)
-        return build_service(playground, models, backend, scheduler), build_hpa(playground, backend)
+        left_out = left_out_adapters(Service.from_dict(live_service) if live_service else None, models[0])
+        return build_service(playground, models, backend, scheduler, left_out), build_hpa(playground, backend)
 
     async def _reconcile_hpa(
         self, request: Request, playground: Playground, desired: Obj | None, live: Obj | None

@@ -47,16 +47,20 @@ from llmaz.controllers.builders import (
     ownership_conflict,
     service_model_refs,
     service_status,
+    skip_model_loader,
     with_scheduler_name,
 )
+from llmaz.controllers.builders.adapters import adapter_loader_envs, adapter_paths, unavailable_adapters
+from llmaz.controllers.builders.diagnosis import unusable_adapters
 from llmaz.controllers.builders.flavors import flavor_order, missing_flavors
 from llmaz.controllers.builders.service import claimed_flavors
-from llmaz.controllers.builders.status import with_flavor
+from llmaz.controllers.builders.status import with_adapters, with_flavor
 from llmaz.controllers.common import (
     ParentReconciler,
     apply_if_changed,
     fetch_models,
     live_child,
+    record_left_out_adapters,
     record_new_finding,
     write_status_if_changed,
 )
@@ -170,6 +174,9 @@ class ServiceReconciler(ParentReconciler[Service]):
         main, claimed = models[0], claimed_flavors(service)
         missing = missing_flavors(main, claimed)
         with_flavor(service, status, flavor.active, flavor.changed, missing, main.metadata.name or "", now)
+        paths = adapter_paths(main, skip_model_loader(service.metadata.annotations))
+        failed = unusable_adapters(pods, paths, adapter_loader_envs(main))
+        with_adapters(service, status, unavailable_adapters(service, main, failed), main, now)
         if await write_status_if_changed(self._client, r.INFERENCE_SERVICES, obj, status):
             # After the write: a change whose status write failed is decided (and reported) again.
             if flavor.room is not None:
@@ -177,6 +184,7 @@ class ServiceReconciler(ParentReconciler[Service]):
             elif flavor.changed:
                 self._events.event(obj, WARNING, c.EVENT_FLAVOR_FALLBACK, fallback_message(flavor, now))
             record_new_finding(self._events, obj, status)
+            record_left_out_adapters(self._events, obj, status)
         return Result(requeue_after=flavor.requeue_after)
 
     def _return_if_room(

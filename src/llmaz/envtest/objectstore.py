@@ -106,14 +106,14 @@ def tiny_model(shape: str = "tiny") -> Path:
     return out
 
 
-def tiny_lora() -> Path:
-    """The tiny model's random LoRA adapter (`llmaz.testing.tinymodel.write_tiny_lora`), generated into the cache on
-    first use as `tiny-llama-lora.gguf`."""
-    from llmaz.testing.tinymodel import TINY, write_tiny_lora
+def tiny_lora(shape: str = "tiny") -> Path:
+    """A random LoRA adapter for the model of `shape` (`llmaz.testing.tinymodel.write_tiny_lora`), generated into
+    the cache on first use as `<shape>-llama-lora.gguf` (the tiny model's: `tiny-llama-lora.gguf`)."""
+    from llmaz.testing.tinymodel import SHAPES, write_tiny_lora
 
-    out = cache_root() / "models" / "tiny-llama-lora.gguf"
+    out = cache_root() / "models" / f"{shape}-llama-lora.gguf"
     if not out.is_file():
-        write_tiny_lora(TINY, out)
+        write_tiny_lora(SHAPES[shape], out)
     return out
 
 

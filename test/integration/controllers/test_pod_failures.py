@@ -207,3 +207,115 @@ async def test_only_llmaz_model_pods_are_cached_and_an_unschedulable_one_is_expl
     # The pod goes away (the LeaderWorkerSet is scaled down or re-creates it): the finding goes with it.
     await client.delete(r.PODS, "pg-0", namespace)
     await eventually(lambda: playground_says("Waiting for inference Service ready"))
+
+
+def _engine_args(service: dict[str, Any]) -> list[str]:
+    args: list[str] = service["spec"]["workloadTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def _loaders(lws: dict[str, Any]) -> list[str]:
+    template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    return [c["name"] for c in template.get("initContainers") or ()]
+
+
+def _adapter_loader_failing(pod: dict[str, Any]) -> dict[str, Any]:
+    """The adapter loader (second init container) exited 3 and backs off; the model's loader completed."""
+    done = {"exitCode": 0, "reason": "Completed", "startedAt": _now(), "finishedAt": _now()}
+    message = "adapter sql: NotFound: s3://loras/sql.gguf does not exist (NoSuchKey)"
+    failed = {"exitCode": 3, "reason": "Error", "message": message, "startedAt": _now(), "finishedAt": _now()}
+    loader, adapter_loader = (c["name"] for c in pod["spec"]["initContainers"][:2])
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()},
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": _now()},
+        ],
+        "initContainerStatuses": [
+            _container(loader, "loader:v1", {"terminated": done}, {}),
+            _container(
+                adapter_loader, "loader:v1", {"waiting": {"reason": "CrashLoopBackOff"}}, {"terminated": failed}
+            ),
+        ],
+        "containerStatuses": [
+            _container("model-runner", "engine:v1", {"waiting": {"reason": "PodInitializing"}}, {}),
+        ],
+    }
+
+
+async def test_an_adapter_that_fails_for_good_is_left_out_until_its_source_changes(
+    manager: Manager, client: Client, namespace: str
+) -> None:
+    model = f"qwen-{namespace.rsplit('-', 1)[-1]}"
+    document = open_model(model, uri="s3://models/qwen.gguf")
+    document["spec"]["adapters"] = [
+        {"name": "sql", "source": {"uri": "s3://loras/sql.gguf"}},
+        {"name": "chat", "source": {"uri": "s3://loras/chat.gguf"}},
+    ]
+    await client.create(r.OPEN_MODELS, document)
+    await client.create(r.PLAYGROUNDS, playground(namespace, "pg", model))
+    lws = await eventually(lambda: get_or_none(client, r.LEADER_WORKER_SETS, "pg", namespace))
+    assert _loaders(lws) == ["model-loader", "model-loader-adapter-0", "model-loader-adapter-1"]
+    service = await client.get(r.INFERENCE_SERVICES, "pg", namespace)
+    sql_module, chat_module = (
+        "sql=/workspace/models/adapters--sql/sql.gguf",
+        "chat=/workspace/models/adapters--chat/chat.gguf",
+    )
+    assert {sql_module, chat_module} <= set(_engine_args(service))
+
+    # The pod as the LeaderWorkerSet would make it, its adapter loader failing as kubelet reports.
+    await client.create(SERVICE_ACCOUNTS, {"metadata": {"name": "default", "namespace": namespace}}, namespace)
+    template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pg-0", "namespace": namespace, "labels": {**template["metadata"]["labels"],
+                     "leaderworkerset.sigs.k8s.io/name": "pg"}},
+        "spec": {**template["spec"], "automountServiceAccountToken": False},
+    }  # fmt: skip
+    pod = await client.create(r.PODS, pod, namespace)
+    await _write_pod_status(client, namespace, "pg-0", _adapter_loader_failing(pod))
+
+    async def left_out() -> dict[str, Any]:
+        playground_obj = await client.get(r.PLAYGROUNDS, "pg", namespace)
+        assert conditions(playground_obj).get("AdaptersReady") == ("False", "AdapterUnavailable"), playground_obj
+        service_obj = await client.get(r.INFERENCE_SERVICES, "pg", namespace)
+        assert sql_module not in _engine_args(service_obj)
+        lws_obj = await client.get(r.LEADER_WORKER_SETS, "pg", namespace)
+        assert _loaders(lws_obj) == ["model-loader", "model-loader-adapter-1"]
+        return service_obj
+
+    service = await eventually(left_out)
+    (entry,) = service["status"]["unavailableAdapters"]
+    assert entry == {
+        "name": "sql",
+        "source": {"uri": "s3://loras/sql.gguf"},
+        "reason": "ModelLoaderFailed",
+        "message": "ModelLoaderFailed: pod pg-0, init container model-loader-adapter-0 (adapter sql) exited with "
+        "code 3: NotFound: s3://loras/sql.gguf does not exist (NoSuchKey)",
+    }
+    assert chat_module in _engine_args(service)
+    (warning,) = [e for e in await _warnings(client, namespace, "Playground") if e["reason"] == "AdapterUnavailable"]
+    assert warning["note"].startswith(f"adapter sql (spec.adapters[0] of OpenModel {model}) is left out"), warning
+
+    # A fixed source is tried again, although the old pod still shows the old failure.
+    await client.patch(
+        r.OPEN_MODELS,
+        model,
+        {"spec": {"adapters": [{**document["spec"]["adapters"][0], "source": {"uri": "s3://loras/sql-v2.gguf"}},
+                               document["spec"]["adapters"][1]]}},
+    )  # fmt: skip
+
+    async def tried_again() -> bool:
+        playground_obj = await client.get(r.PLAYGROUNDS, "pg", namespace)
+        assert conditions(playground_obj).get("AdaptersReady") == ("True", "AdaptersAvailable"), playground_obj
+        service_obj = await client.get(r.INFERENCE_SERVICES, "pg", namespace)
+        assert "unavailableAdapters" not in service_obj["status"]
+        assert "sql=/workspace/models/adapters--sql/sql-v2.gguf" in _engine_args(service_obj)
+        lws_obj = await client.get(r.LEADER_WORKER_SETS, "pg", namespace)
+        assert _loaders(lws_obj) == ["model-loader", "model-loader-adapter-0", "model-loader-adapter-1"]
+        return True
+
+    await eventually(tried_again)
+    await settled(manager, client, namespace, [(r.PODS, "pg-0"), (r.INFERENCE_SERVICES, "pg")])
+    assert "unavailableAdapters" not in (await client.get(r.INFERENCE_SERVICES, "pg", namespace))["status"]

@@ -14,6 +14,7 @@ import pytest
 from llmaz.apis import constants as c
 from llmaz.apis import resources as r
 from llmaz.controllers.builders import build_hpa, build_lb_service, build_leader_worker_set, diagnose_pod
+from llmaz.controllers.builders.diagnosis import unusable_adapters
 from llmaz.controllers.caches import (
     CHILD_SELECTOR,
     LLMAZ_KINDS,
@@ -365,3 +366,28 @@ def test_the_fit_s_own_factory_caches_stripped_nodes_and_bound_pods() -> None:
     nodes._report_problem(Forbidden(403, "Forbidden", 'nodes is forbidden: cannot list resource "nodes"'))
     assert nodes.problem is not None
     assert nodes.problem.fix == RBAC_FIX
+
+
+def test_stripping_a_pod_keeps_what_names_a_failing_adapter_and_its_source() -> None:
+    env = [{"name": "BUCKET", "value": "loras"}, {"name": "ADAPTER_NAME", "value": "sql"}]
+    failed = {"exitCode": 3, "reason": "Error", "message": "adapter sql: NotFound: s3://loras/sql.gguf"}
+    pod = {
+        "metadata": {"name": "pg-0", "namespace": "ns", "labels": {"leaderworkerset.sigs.k8s.io/name": "pg"}},
+        "spec": {
+            "initContainers": [{"name": "model-loader-adapter-0", "image": "loader:v1", "env": env, "args": ["-v"]}],
+            "containers": [{"name": "model-runner", "image": "engine:v1", "env": env}],
+        },
+        "status": {
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "initContainerStatuses": [{"name": "model-loader-adapter-0", "state": {"terminated": failed}}],
+        },
+    }
+    stripped = strip_pod(pod)
+
+    finding = diagnose_pod(stripped)
+    assert finding is not None
+    assert finding.adapter == "sql"
+    paths = {"sql": "/workspace/models/adapters--sql/sql.gguf"}
+    assert list(unusable_adapters([stripped], paths, {"sql": env})) == ["sql"]
+    assert "env" not in stripped["spec"]["containers"][0]
+    assert "args" not in stripped["spec"]["initContainers"][0]

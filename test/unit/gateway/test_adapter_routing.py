@@ -23,6 +23,7 @@ from .support import (
     FakeEngine,
     endpoint_slice,
     engines,
+    inference_service,
     open_model,
     playground,
     running_gateway,
@@ -289,6 +290,28 @@ async def test_an_adapter_no_ready_replica_holds_is_held_then_503_model_not_read
             )
             assert (await gw.post(CHAT, {"model": "m"}))[0] == 200  # the base model keeps serving
             assert chats(a) + chats(b) == [{"model": "m"}]
+
+
+async def test_an_adapter_its_service_left_out_is_503_at_once_with_why_and_the_rest_serves() -> None:
+    cluster = Cluster().synced()
+    async with engines(1) as (engine,), scraping(cluster) as signals:
+        llamacpp(engine, "/workspace/models/adapters--chat/chat.gguf")
+        serve_with_adapters(cluster, engine)
+        why = "ModelLoaderFailed: pod p-0, init container model-loader-adapter-0 (adapter sql) exited with code 3"
+        left_out = [{"name": "sql", "source": HUB, "reason": "ModelLoaderFailed", "message": why}]
+        cluster.services.add({**inference_service("p", "m"), "status": {"unavailableAdapters": left_out}})
+        await signals.scrape()
+        async with running_gateway(cluster, GatewayOptions(hold_timeout=WAIT), adapters=signals) as gw:
+            started = time.monotonic()
+            status, answer = await gw.post(CHAT, {"model": "sql"})
+            assert (status, answer["error"]["code"]) == (503, "model_not_ready")
+            assert time.monotonic() - started < WAIT  # not held: no replica will ever hold it
+            assert answer["error"]["message"] == (
+                f"The model `sql` has no ready endpoint, and none is coming: adapter sql is left out of model m: {why}"
+            )
+            assert (await gw.post(CHAT, {"model": "chat"}))[0] == 200
+            assert (await gw.post(CHAT, {"model": "m"}))[0] == 200
+            assert [body["lora"] for body in chats(engine)] == [[{"id": 0, "scale": 1.0}], [{"id": 0, "scale": 0.0}]]
 
 
 async def test_a_held_adapter_request_goes_to_the_replica_that_lists_it_once_it_does() -> None:

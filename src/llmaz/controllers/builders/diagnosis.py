@@ -20,11 +20,16 @@ Invariants:
   with the error) and at most `MAX_DETAIL` characters of detail.
 - A container loading an adapter (its env sets `ADAPTER_NAME`) is named with the adapter, whatever ended it (the
   loader's own termination message, or kubelet's: OOMKilled, an image it cannot pull).
+- `unusable_adapters` finds the adapters that will not load as they are, in every pod that is not ready: a loader
+  whose exit code says the source itself is wrong (`LOADER_EXITS_FOR_GOOD`; a transient failure, 5, is retried by
+  kubelet instead), or an engine that exited with an adapter's path in its termination message (its last log
+  lines, with `FallbackToLogsOnError`: llama.cpp logs `failed to load lora adapter '<path>'` when an adapter does
+  not fit the base model).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,8 +42,12 @@ from llmaz.apis.conditions import (
 )
 from llmaz.apis.conditions import REASON_UNSCHEDULABLE as REASON_UNSCHEDULABLE  # the flavors' finding too
 from llmaz.apis.conditions import finding_reason as finding_reason
+from llmaz.apis.modelpath import mentions_path
 
 MAX_DETAIL = 400
+# The model loader's exit codes for a source that will not load however often it is retried: 2 bad
+# configuration, 3 not found, 4 unauthorized (docs/model-loader.md).
+LOADER_EXITS_FOR_GOOD = frozenset({2, 3, 4})
 ELLIPSIS = "..."
 
 # Kubelet's waiting reasons for images it cannot get.
@@ -206,3 +215,73 @@ def _condition(status: Obj, type_: str) -> Obj:
 
 def _by_name(statuses: Iterable[Obj] | None) -> dict[str, Obj]:
     return {str(s.get("name")): s for s in statuses or ()}
+
+
+def unusable_adapters(
+    pods: Iterable[Obj], paths: Mapping[str, str], loaded_from: Mapping[str, Sequence[Obj]] | None = None
+) -> dict[str, PodFinding]:
+    """The adapters (of `paths`: adapter name -> the path the engine reads it from) that fail for good in some pod
+    that is not ready, each with the first such finding (pods by name), in the order of `paths`.
+
+    `loaded_from` (adapter name -> the env its loader has now: the source's coordinates) keeps out a pod that
+    loaded an adapter from another source: an old pod of a rollout that fixes the adapter's source."""
+    found: dict[str, PodFinding] = {}
+    current = loaded_from or {}
+    for pod in sorted(pods, key=_name):
+        metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if metadata.get("deletionTimestamp") or _condition(status, "Ready").get("status") == "True":
+            continue
+        spec = pod.get("spec") or {}
+        init_statuses = _by_name(status.get("initContainerStatuses"))
+        findings: list[PodFinding | None] = []
+        for container in spec.get("initContainers") or ():
+            container_status = init_statuses.get(container.get("name"))
+            if container_status is None or _adapter(container) is None:
+                continue
+            finding = _diagnose_container(_name(pod), container, container_status, init=True, runs_once=True)
+            if finding is not None and finding.exit_code in LOADER_EXITS_FOR_GOOD:
+                findings.append(finding)
+        statuses = _by_name(status.get("containerStatuses"))
+        for container in spec.get("containers") or ():
+            findings.append(
+                _engine_failed_on_adapter(_name(pod), container, statuses.get(container.get("name")), paths)
+            )
+        for finding in findings:
+            adapter = finding.adapter if finding is not None else None
+            if finding is not None and adapter is not None and _loaded_as_now(spec, adapter, current.get(adapter)):
+                found.setdefault(adapter, finding)
+    return {name: found[name] for name in paths if name in found}
+
+
+def _loaded_as_now(spec: Obj, adapter: str, env: Sequence[Obj] | None) -> bool:
+    """Whether the pod's loader of `adapter` has `env` (a pod without one, or no `env` to compare: yes)."""
+    loader = next((c for c in spec.get("initContainers") or () if _adapter(c) == adapter), None)
+    if loader is None or not env:
+        return True
+    return all(entry in (loader.get("env") or ()) for entry in env)
+
+
+def _engine_failed_on_adapter(
+    pod: str, container: Obj, status: Obj | None, paths: Mapping[str, str]
+) -> PodFinding | None:
+    state = (status or {}).get("state") or {}
+    terminated = state.get("terminated") or ((status or {}).get("lastState") or {}).get("terminated") or {}
+    exit_code = int(terminated.get("exitCode") or 0)
+    if exit_code == 0:
+        return None
+    lines = [line.strip() for line in str(terminated.get("message") or "").splitlines() if line.strip()]
+    for index in range(len(lines) - 1, -1, -1):
+        for adapter, path in paths.items():
+            if mentions_path(lines[index], path):
+                cause = _cause(lines[:index]) or lines[index]
+                detail = f"exited with code {exit_code}: {one_line(cause)}"
+                return PodFinding(
+                    pod, REASON_CONTAINER_CRASH_LOOPING, detail, str(container.get("name")), False, exit_code, adapter
+                )
+    return None
+
+
+def _cause(before: list[str]) -> str | None:
+    """The engine's reason, logged just before the line naming the adapter: the nearest of the 3 lines before it
+    that speaks of LoRA."""
+    return next((line for line in reversed(before[-3:]) if "lora" in line.lower()), None)

@@ -12,15 +12,18 @@ Invariants:
 - The adapters of the main model (the one the engine serves) are weights like the models': their loaders,
   `model-loader-adapter-<adapter index>`, follow the models' into the same `model-volume`; a `host://` adapter gets
   the hostPath volume `adapter-volume-<adapter index>`. Adapters of a draft model are not served, so not loaded.
+  Adapters left out (`left_out`: they failed for good and no container names their path) get nothing; the others
+  keep their indexes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from llmaz.apis import Flavor, OpenModel
 from llmaz.apis import constants as c
+from llmaz.apis.modelpath import mentions_path
 from llmaz.controllers.builders.flavors import with_node_selector
 from llmaz.controllers.builders.merge import append_absent, merge_kvs, quantity_text
 from llmaz.controllers.builders.sources import (
@@ -57,18 +60,21 @@ def _append_volume(template: dict[str, Any], volume: dict[str, Any]) -> None:
     append_absent(_field(_field(template, "spec", dict), "volumes", list), [volume])
 
 
-def served_adapters(models: Sequence[OpenModel]) -> list[Weights]:
-    """The adapters the engine serves: the main model's, in spec order."""
-    return adapters(models[0]) if models else []
+def served_adapters(models: Sequence[OpenModel], left_out: Collection[str] = frozenset()) -> list[tuple[int, Weights]]:
+    """The adapters the engine serves, with their indexes: the main model's in spec order, but those `left_out`."""
+    listed = enumerate(adapters(models[0])) if models else iter(())
+    return [(index, weights) for index, weights in listed if weights.adapter and weights.adapter.name not in left_out]
 
 
-def needs_model_volume(models: Sequence[OpenModel], skip: bool) -> bool:
+def needs_model_volume(models: Sequence[OpenModel], skip: bool, left_out: Collection[str] = frozenset()) -> bool:
     """The shared emptyDir is needed unless the loader is skipped or every model and adapter lives on the host."""
-    weights = [*map(Weights, models), *served_adapters(models)]
+    weights = [*map(Weights, models), *(adapter for _, adapter in served_adapters(models, left_out))]
     return not skip and any(host_path(item) is None for item in weights)
 
 
-def inject_loaders(template: dict[str, Any], models: Sequence[OpenModel], image: str) -> None:
+def inject_loaders(
+    template: dict[str, Any], models: Sequence[OpenModel], image: str, left_out: Collection[str] = frozenset()
+) -> None:
     """One loader init container per model, then per served adapter, that needs one, with the `model-runner` env
     as its base (llmaz copied `containers[0]`'s env, duplicating the names the loader sets)."""
     runner_list = runners(template)
@@ -76,7 +82,7 @@ def inject_loaders(template: dict[str, Any], models: Sequence[OpenModel], image:
     named: list[tuple[OpenModel | Weights, str]] = [
         (model, loader_container_name(index)) for index, model in enumerate(models)
     ]
-    named += [(adapter, adapter_loader_container_name(index)) for index, adapter in enumerate(served_adapters(models))]
+    named += [(adapter, adapter_loader_container_name(index)) for index, adapter in served_adapters(models, left_out)]
     loaders = []
     for weights, name in named:
         loader = loader_container(weights, name, image, runner_env)
@@ -86,15 +92,19 @@ def inject_loaders(template: dict[str, Any], models: Sequence[OpenModel], image:
         append_absent(_field(template["spec"], "initContainers", list), loaders)
 
 
-def inject_credentials(template: dict[str, Any], models: Sequence[OpenModel]) -> None:
+def inject_credentials(
+    template: dict[str, Any], models: Sequence[OpenModel], left_out: Collection[str] = frozenset()
+) -> None:
     """With the loader skipped the engine reads the sources itself: add their credential envs unless already set."""
-    for weights in [*map(Weights, models), *served_adapters(models)]:
+    for weights in [*map(Weights, models), *(adapter for _, adapter in served_adapters(models, left_out))]:
         envs = credential_envs(weights)
         if envs:
             _append_to_runners(template, "env", envs, "name")
 
 
-def inject_host_volumes(template: dict[str, Any], models: Sequence[OpenModel], model_volume: bool) -> None:
+def inject_host_volumes(
+    template: dict[str, Any], models: Sequence[OpenModel], model_volume: bool, left_out: Collection[str] = frozenset()
+) -> None:
     for index, model in enumerate(models):
         path = host_path(model)
         if path is None:
@@ -102,7 +112,7 @@ def inject_host_volumes(template: dict[str, Any], models: Sequence[OpenModel], m
         alone = index == 0 and not model_volume
         name = c.MODEL_VOLUME_NAME if alone else f"{c.MODEL_VOLUME_NAME}-{index}"
         _mount_host_path(template, name, path)
-    for index, adapter in enumerate(served_adapters(models)):
+    for index, adapter in served_adapters(models, left_out):
         path = host_path(adapter)
         if path is not None:
             _mount_host_path(template, f"{ADAPTER_VOLUME_PREFIX}{index}", path)
@@ -119,15 +129,21 @@ def inject_model_volume(template: dict[str, Any]) -> None:
     _append_volume(template, {"name": c.MODEL_VOLUME_NAME, "emptyDir": {}})
 
 
-def inject_models(template: dict[str, Any], models: Sequence[OpenModel], skip: bool, image: str) -> None:
-    """Everything a template needs to find the models' weights."""
+def inject_models(
+    template: dict[str, Any],
+    models: Sequence[OpenModel],
+    skip: bool,
+    image: str,
+    left_out: Collection[str] = frozenset(),
+) -> None:
+    """Everything a template needs to find the models' weights and the adapters not `left_out`."""
     _field(template, "spec", dict)
-    model_volume = needs_model_volume(models, skip)
+    model_volume = needs_model_volume(models, skip, left_out)
     if skip:
-        inject_credentials(template, models)
+        inject_credentials(template, models, left_out)
     else:
-        inject_loaders(template, models, image)
-    inject_host_volumes(template, models, model_volume)
+        inject_loaders(template, models, image, left_out)
+    inject_host_volumes(template, models, model_volume, left_out)
     if model_volume:
         inject_model_volume(template)
 
@@ -155,3 +171,10 @@ def inject_flavor(template: dict[str, Any], flavor: Flavor | None) -> None:
     for name, quantity in flavor.limits.items():
         _field(resources, "requests", dict)[name] = quantity_text(quantity)
         _field(resources, "limits", dict)[name] = quantity_text(quantity)
+
+
+def names_path(template: dict[str, Any] | None, path: str) -> bool:
+    """Whether a container of `template` has `path` (itself, not a longer path) in its command or arguments."""
+    containers = ((template or {}).get("spec") or {}).get("containers") or []
+    words = (str(word) for container in containers for key in ("command", "args") for word in container.get(key) or ())
+    return any(mentions_path(word, path) for word in words)

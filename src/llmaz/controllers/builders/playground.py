@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from llmaz.apis import BackendRuntime, OpenModel, Playground, RecommendedConfig
@@ -63,12 +63,16 @@ def _selected_config(playground: Playground, backend: BackendRuntime) -> Recomme
 
 
 def _runner_container(
-    playground: Playground, models: Sequence[OpenModel], backend: BackendRuntime, config: RecommendedConfig
+    playground: Playground,
+    models: Sequence[OpenModel],
+    backend: BackendRuntime,
+    config: RecommendedConfig,
+    left_out: Collection[str],
 ) -> dict[str, Any]:
     overrides = playground.spec.backend_runtime_config
     skip = skip_model_loader(playground.metadata.annotations)
     values = template_values(models, skip)
-    adapters = adapter_flags(backend_name(playground), models[0], skip)
+    adapters = adapter_flags(backend_name(playground), models[0], skip, left_out)
     args = render_args(config.args, values) + adapters + list((overrides.args if overrides else None) or ())
     env = merge_envs(backend.spec.envs, overrides.envs if overrides else None)
     version = (overrides.version if overrides else None) or backend.spec.version
@@ -84,6 +88,8 @@ def _runner_container(
         "startupProbe": json_copy(backend.spec.startup_probe),
         "livenessProbe": json_copy(backend.spec.liveness_probe),
         "readinessProbe": json_copy(backend.spec.readiness_probe),
+        # The engine's last log lines say which adapter it could not apply (diagnosis.unusable_adapters).
+        "terminationMessagePolicy": "FallbackToLogsOnError" if models[0].spec.adapters else None,
     }
 
 
@@ -100,14 +106,19 @@ def _pod_spec(container: dict[str, Any], shared_memory_size: int | str | None, s
 
 
 def build_service(
-    playground: Playground, models: Sequence[OpenModel], backend: BackendRuntime, scheduler_name: str = ""
+    playground: Playground,
+    models: Sequence[OpenModel],
+    backend: BackendRuntime,
+    scheduler_name: str = "",
+    left_out: Collection[str] = frozenset(),
 ) -> dict[str, Any]:
     """The desired `inference.llmaz.io/v1alpha1` Service for `playground`, served by `backend`.
 
     `scheduler_name` (see `service_scheduler_name`) goes into the pod template, so the Service is created with the
     name the Service controller would otherwise persist into it with a write of its own.
 
-    The main model's adapters are loaded with the flags of `adapters.ADAPTER_FLAGS`, after the config's arguments.
+    The main model's adapters are loaded with the flags of `adapters.ADAPTER_FLAGS`, after the config's arguments,
+    but for those named in `left_out` (`adapters.left_out_adapters`: they failed for good).
 
     Raises `RecommendedConfigNotFoundError`, `ArgRenderError`, `InvalidModelSourceError`, `NoModelClaimedError` or
     `AdaptersUnsupportedError`.
@@ -115,7 +126,7 @@ def build_service(
     config = _selected_config(playground, backend)
     overrides = playground.spec.backend_runtime_config
     shm = (overrides.shared_memory_size if overrides else None) or config.shared_memory_size
-    container = _runner_container(playground, models, backend, config)
+    container = _runner_container(playground, models, backend, config, left_out)
     annotations = playground.metadata.annotations or {}
     copied = {key: annotations[key] for key in (c.SKIP_MODEL_LOADER_ANNOTATION,) if key in annotations}
     service = {

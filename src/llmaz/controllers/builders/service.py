@@ -22,8 +22,9 @@ from typing import Any
 from llmaz.apis import OpenModel, Service
 from llmaz.apis import constants as c
 from llmaz.apis.serving import lb_service_name
+from llmaz.controllers.builders.adapters import adapter_paths, left_out_adapters
 from llmaz.controllers.builders.flavors import find_flavor, flavor_order
-from llmaz.controllers.builders.inject import inject_flavor, inject_labels, inject_models
+from llmaz.controllers.builders.inject import inject_flavor, inject_labels, inject_models, names_path
 from llmaz.controllers.builders.merge import json_copy
 from llmaz.controllers.builders.meta import apply_ready, owned_metadata
 from llmaz.controllers.builders.models import require_models, skip_model_loader
@@ -71,6 +72,20 @@ def claimed_flavors(service: Service) -> list[str] | None:
     return claims.inference_flavors if claims is not None else None
 
 
+def _left_out(
+    service: Service, main: OpenModel, skip: bool, templates: Sequence[dict[str, Any] | None]
+) -> frozenset[str]:
+    """The unavailable adapters whose path no container names any more: their loaders would only fail again.
+    While an engine still names one (a Playground that has not yet dropped its flag, or a hand-written Service's
+    own arguments) its loader stays, so the pods never start an engine on a path that is not there."""
+    paths = adapter_paths(main, skip)
+    return frozenset(
+        name
+        for name in left_out_adapters(service, main)
+        if not any(names_path(template, paths.get(name, "")) for template in templates)
+    )
+
+
 def _leader_worker_template(
     service: Service, models: Sequence[OpenModel], image: str, active_flavor: str | None
 ) -> dict[str, Any]:
@@ -82,9 +97,10 @@ def _leader_worker_template(
     flavor = find_flavor(main, active_flavor)
     skip = skip_model_loader(service.metadata.annotations)
     leader, worker = _templates(service)
+    left_out = _left_out(service, main, skip, (leader, worker))
     for template in (leader, worker):
         if template is not None:
-            inject_models(template, models, skip, image)
+            inject_models(template, models, skip, image, left_out)
             inject_labels(template, main, flavors)
             inject_flavor(template, flavor)
     workload = service.spec.workload_template

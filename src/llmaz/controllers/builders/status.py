@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from llmaz.apis import Playground, Service
+from llmaz.apis import OpenModel, Playground, Service
 from llmaz.apis import constants as c
 from llmaz.apis.conditions import FINDING_SEPARATOR, find_condition, progressing_finding
 from llmaz.apis.conditions import PLAYGROUND_PROGRESSING as _PLAYGROUND_PROGRESSING
@@ -131,6 +131,7 @@ def playground_status(playground: Playground, service: Service | None, now: date
     observed = service.status if service is not None else None
     service_finding = progressing_finding(observed.to_dict()) if observed is not None else None
     _mirror_finding(status, _PLAYGROUND_PROGRESSING, service_finding, now, generation)
+    _mirror_adapters(status, service, now, generation)
     _copy_scale(status, observed.replicas if observed else 0, observed.selector if observed else None)
     return status
 
@@ -188,3 +189,39 @@ def with_flavor(
         message = c.MESSAGE_FLAVORS_FOUND.format(model=model)
         set_condition(status, resolved, TRUE, c.REASON_FLAVORS_FOUND, message, now, generation)
     return status
+
+
+def with_adapters(
+    service: Service, status: dict[str, Any], unavailable: list[dict[str, Any]], main: OpenModel, now: datetime
+) -> dict[str, Any]:
+    """`status` (mutated and returned) recording the adapters left out (`adapters.unavailable_adapters`) and the
+    `AdaptersReady` condition: written once an adapter was left out, then kept up to date."""
+    if unavailable:
+        status["unavailableAdapters"] = unavailable
+    else:
+        status.pop("unavailableAdapters", None)
+    generation = service.metadata.generation
+    model = main.metadata.name or ""
+    ready = c.CONDITION_ADAPTERS_READY
+    if unavailable:
+        index = {adapter.name: i for i, adapter in enumerate(main.spec.adapters or ())}
+        message = "; ".join(
+            c.MESSAGE_ADAPTER_UNAVAILABLE.format(
+                adapter=entry["name"], index=index.get(entry["name"]), model=model, finding=entry["message"]
+            )
+            for entry in unavailable
+        )
+        set_condition(status, ready, FALSE, c.REASON_ADAPTER_UNAVAILABLE, message, now, generation)
+    elif find_condition(status.get("conditions"), ready) is not None:
+        message = c.MESSAGE_ADAPTERS_AVAILABLE.format(model=model)
+        set_condition(status, ready, TRUE, c.REASON_ADAPTERS_AVAILABLE, message, now, generation)
+    return status
+
+
+def _mirror_adapters(status: dict[str, Any], service: Service | None, now: datetime, generation: int | None) -> None:
+    """The Service's `AdaptersReady` condition, copied to its Playground."""
+    conditions = service.status.conditions if service is not None and service.status is not None else None
+    observed = find_condition(conditions, c.CONDITION_ADAPTERS_READY)
+    if observed is not None:
+        state, reason, message = (str(observed.get(key) or "") for key in ("status", "reason", "message"))
+        set_condition(status, c.CONDITION_ADAPTERS_READY, state, reason, message, now, generation)

@@ -28,8 +28,10 @@ Invariants:
 - A request naming a LoRA adapter (`routing.adapters`) is routed to its base model's endpoints that hold the
   adapter, as the engines list them (`AdapterSignals`; every endpoint when an engine's listing is not known).
   When the model has ready endpoints but none holds it (a rollout adding the adapter), the request is held up to
-  `hold_timeout` for one that does (503 `model_not_ready`). Every request for a model with adapters, the base
-  model's too, has each attempt's body made for its endpoint's engine (llama.cpp is sent every adapter's scale).
+  `hold_timeout` for one that does (503 `model_not_ready`). An adapter that every inference Service of its model
+  left out (it failed for good: `status.unavailableAdapters`) is answered 503 `model_not_ready` at once, with
+  why. Every request for a model with adapters, the base model's too, has each attempt's body made for its
+  endpoint's engine (llama.cpp is sent every adapter's scale).
 - A routed model with no ready endpoint: scaling says whether one is coming (`Waker.wake`, which scales a sleeping
   model up), and when one is the request waits on routing for it (`Catalog.await_endpoints`): up to
   `wake_timeout` for a model scaling up from zero (504), up to `hold_timeout` for replicas starting (503
@@ -234,6 +236,8 @@ class Gateway:
         if adapter is None and not self.catalog.serves(name):
             raise errors.model_not_found(name, self.catalog.served_names())
         exchange.model = name  # a served name only: client input never becomes a label
+        if adapter is not None and (why := self.catalog.left_out(adapter)) is not None:
+            raise errors.no_ready_endpoint(name, why)
         model = name if adapter is None else adapter.model
         holding = None if adapter is None else functools.partial(self._holding, adapter)
         with self.in_flight.request(model):
