@@ -225,6 +225,8 @@ def unusable_adapters(
 
     `loaded_from` (adapter name -> the env its loader has now: the source's coordinates) keeps out a pod that
     loaded an adapter from another source: an old pod of a rollout that fixes the adapter's source."""
+    if not paths:
+        return {}
     found: dict[str, PodFinding] = {}
     current = loaded_from or {}
     for pod in sorted(pods, key=_name):

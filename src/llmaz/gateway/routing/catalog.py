@@ -280,15 +280,15 @@ class Catalog:
     def left_out(self, adapter: Adapter) -> str | None:
         """Why no replica will hold `adapter`: every inference Service serving its model left it out (their
         `status.unavailableAdapters`, the first one's finding), or None."""
-        reasons = []
+        first: str | None = None
         for backend in self._routes().get(adapter.model, ()):
             service = self._services.store.get(f"{backend.namespace}/{backend.service.removesuffix(LB_SERVICE_SUFFIX)}")
             recorded = ((service or {}).get("status") or {}).get("unavailableAdapters") or ()
             entry = next((e for e in recorded if isinstance(e, dict) and e.get("name") == adapter.name), None)
             if entry is None:
                 return None
-            reasons.append(f"adapter {adapter.name} is left out of model {adapter.model}: {entry.get('message')}")
-        return reasons[0] if reasons else None
+            first = first or f"adapter {adapter.name} is left out of model {adapter.model}: {entry.get('message')}"
+        return first
 
     def endpoints_with_adapters(self) -> set[Endpoint]:
         """The ready endpoints of every served model that has adapters (the engine signals list their adapters)."""
