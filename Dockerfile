@@ -34,7 +34,7 @@ RUN python -m venv /opt/llmaz && python -m venv /opt/build \
 
 FROM deps AS build
 COPY README.md ./
-COPY src ./src
+COPY src/llmaz ./src/llmaz
 # pip compiles the bytecode here, so nothing needs writing at run time; `pip check` catches a dependency the
 # requirements above missed.
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/wheel . \

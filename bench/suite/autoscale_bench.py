@@ -2,7 +2,7 @@
 
 `make bench-autoscale` (`BENCH_SCENARIOS=autoscale`, needs root and the node tier: `make node-bins image-build`):
 one real node with llmaz installed by `make deploy` (llmaz-gateway's autoscaler on, engine signals every 0.25 s,
-the defaults), the prefill-heavy random llama (`llmaz.testing.tinymodel.PREFILL_HEAVY`, about 10 ms per decoded
+the defaults), the prefill-heavy random llama (`llmaz_dev.tinymodel.PREFILL_HEAVY`, about 10 ms per decoded
 token here) served by one Playground whose llama.cpp servers have 2 slots each (`-np 2 -t 1`), scaled by the
 autoscaler:
 
@@ -44,9 +44,9 @@ from typing import Any
 import aiohttp
 import yaml
 
-from llmaz.envtest._rest import RestClient
-from llmaz.envtest.node.install import GATEWAY, NAMESPACE
-from llmaz.testing.waiting import eventually_sync
+from llmaz_dev.envtest._rest import RestClient
+from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE
+from llmaz_dev.testing.waiting import eventually_sync
 from suite.routing_bench import model_node, model_source, ready_count
 
 MODEL = "bench-autoscale"

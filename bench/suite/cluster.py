@@ -16,7 +16,7 @@ from types import TracebackType
 
 import yaml
 
-from llmaz.envtest import ControlPlane
+from llmaz_dev.envtest import ControlPlane
 from suite import procstat
 from suite.settings import BENCH_DIR, REPO
 

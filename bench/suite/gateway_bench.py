@@ -47,7 +47,7 @@ from typing import Any
 
 import aiohttp
 
-from llmaz.envtest._process import free_loopback_ports
+from llmaz_dev.envtest._process import free_loopback_ports
 from suite import procstat
 from suite.settings import BENCH_DIR, REPO
 from suite.subjects import Subject, SubjectFailedError

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from suite.report import CONTROLLER_ROWS, GROWTH_PER_OBJECT, RUNTIME_ROWS, growth_runs, runs
+from suite.readings import CONTROLLER_ROWS, GROWTH_PER_OBJECT, RUNTIME_ROWS, growth_runs, runs
 
 COLORS = {"python": "tab:blue", "go": "tab:orange"}
 

@@ -2,7 +2,7 @@
 
 `make bench-serving` (`BENCH_SCENARIOS=routing`, needs root and the node tier: `make node-bins image-build`):
 one real node with llmaz installed by `make deploy`, 4 replicas of a prefill-heavy random llama
-(`llmaz.testing.tinymodel.PREFILL_HEAVY`: context 4,096, so a 1,000-token prompt takes about a second to prefill
+(`llmaz_dev.tinymodel.PREFILL_HEAVY`: context 4,096, so a 1,000-token prompt takes about a second to prefill
 on this machine and a cached one a tenth of that), each llama.cpp server with 2 slots and its prompt cache on.
 
 Caches are sized like a GPU's, per workload, so that one replica holds a quarter (shared prefixes) to three
@@ -47,10 +47,10 @@ from typing import Any
 import aiohttp
 import yaml
 
-from llmaz.envtest.images import find_images
-from llmaz.envtest.node import NodeCluster
-from llmaz.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
-from llmaz.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore, tiny_model
+from llmaz_dev.envtest.images import find_images
+from llmaz_dev.envtest.node import NodeCluster
+from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
+from llmaz_dev.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore, tiny_model
 from suite.settings import REPO
 
 MODEL = "bench-llama"

@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmaz.envtest._process import free_loopback_ports
-from llmaz.envtest.images import find_images
-from llmaz.envtest.node import NodeCluster
-from llmaz.envtest.node.demo import DEMO_NAME, serve_demo, upload_tiny_model, wait_answer
-from llmaz.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
-from llmaz.envtest.objectstore import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, ObjectStore
+from llmaz_dev.envtest._process import free_loopback_ports
+from llmaz_dev.envtest.images import find_images
+from llmaz_dev.envtest.node import NodeCluster
+from llmaz_dev.envtest.node.demo import DEMO_NAME, serve_demo, upload_tiny_model, wait_answer
+from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
+from llmaz_dev.envtest.objectstore import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, ObjectStore
 from suite.settings import REPO
 
 _BUCKET = "bench"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports
+from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports
 from suite import procstat
 from suite.cluster import NAMESPACE, BenchCluster
 from suite.settings import BENCH_DIR, REPO

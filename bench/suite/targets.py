@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from suite.report import (
+from suite.readings import (
     CONTROLLER_ROWS,
     GATEWAY_ADDED,
     GROWTH_PER_OBJECT,

@@ -24,7 +24,7 @@
 # - A binary appears under its final name only when complete (built into a scratch dir, then renamed), so an
 #   interrupted build is simply re-run. A lock serialises concurrent runs.
 # - Nothing is rebuilt when the binary exists, and no binary is built at all when KUBEBUILDER_ASSETS names a
-#   directory holding kube-apiserver and etcd (the envtest convention; llmaz.envtest then uses those). The e2e
+#   directory holding kube-apiserver and etcd (the envtest convention; llmaz_dev.envtest then uses those). The e2e
 #   Kubernetes binaries are then still built into the cache unless that directory holds them too.
 set -euo pipefail
 

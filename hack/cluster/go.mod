@@ -1,7 +1,7 @@
-// Builds the Kubernetes binaries used by llmaz.envtest, `make dev-up` and the e2e tier (controller-manager, scheduler).
+// Builds the Kubernetes binaries used by llmaz_dev.envtest, `make dev-up` and the e2e tier (controller-manager, scheduler).
 //
 // The k8s.io/kubernetes version on the require line below is the single statement of the Kubernetes
-// release: the Makefile and llmaz.envtest read it from here. k8s.io/kubernetes refers to its staging
+// release: the Makefile and llmaz_dev.envtest read it from here. k8s.io/kubernetes refers to its staging
 // modules as v0.0.0, so each one is pinned below to the matching v0.<minor>.<patch> release;
 // hack/cluster/build.sh refuses to build when those pins disagree with the require line.
 module llmaz.io/hack/cluster

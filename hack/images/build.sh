@@ -24,7 +24,8 @@
 #
 # Invariants:
 # - Tags are content hashes. base: its package list, suite and recipe. manager, loader: what the build context lets in
-#   (pyproject.toml, README.md, src/ without bytecode caches), the Dockerfile, the base and the build recipe. pause:
+#   (pyproject.toml, README.md, src/llmaz/ without bytecode caches: the package that ships), the Dockerfile, the
+#   base and the build recipe. pause:
 #   its Go sources and recipe. llama-server is tagged with its build directory's version (the llama.cpp version and
 #   the build's revision, e.g. 0.3.36-r2), the Prometheus Operator's two images and prometheus with their releases;
 #   their archives are keyed by the binaries, the base (llama-server) and the recipe. A change gives a new key;
@@ -268,7 +269,7 @@ snapshot_context() {
   [[ -d "$context" ]] && return
   mkdir -p "$context"
   (cd "$repo" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - pyproject.toml README.md .dockerignore Dockerfile \
-    Dockerfile.loader src) | tar -C "$context" -xf -
+    Dockerfile.loader src/llmaz) | tar -C "$context" -xf -
 }
 
 context_tag() { # <dockerfile> [more key material...]
@@ -276,7 +277,7 @@ context_tag() { # <dockerfile> [more key material...]
   shift
   snapshot_context
   {
-    files_digest "$context" pyproject.toml README.md src .dockerignore "$dockerfile"
+    files_digest "$context" pyproject.toml README.md src/llmaz .dockerignore "$dockerfile"
     printf '%s\n' "$base_ref" "$@"
     declare -f python_image
   } | short_hash

@@ -6,7 +6,7 @@ Run by the Python of the test-webui venv (hack/webui/install.sh: open-webui and 
 
 1. Asks the gateway (`--gateway`, default $WEBUI_GATEWAY_URL, else http://127.0.0.1:8000/v1, where `make run`
    serves) for its models, and fails in one line when nothing answers there. `--standin PYTHON` first starts
-   `PYTHON -m llmaz.testing.standin_gateway` (the real gateway over a scripted engine) on a free port and uses it.
+   `PYTHON -m llmaz_dev.testing.standin_gateway` (the real gateway over a scripted engine) on a free port and uses it.
 2. Starts Open WebUI on 127.0.0.1 (a free port) with the gateway as its only connection: single-user (no login),
    no Ollama, offline (no model downloads, no update checks, no telemetry), no background title/tag/follow-up
    requests, replies capped at WEBUI_MAX_TOKENS (48), its data in DIR/data (new for every run), its log in
@@ -138,9 +138,9 @@ def stop(proc: subprocess.Popen[Any], name: str) -> None:
 
 @contextlib.contextmanager
 def standin_gateway(python: str) -> Iterator[str]:
-    """`python -m llmaz.testing.standin_gateway` on a free port; yields its base URL."""
+    """`python -m llmaz_dev.testing.standin_gateway` on a free port; yields its base URL."""
     proc = subprocess.Popen(
-        [python, "-m", "llmaz.testing.standin_gateway", "--port", "0"],
+        [python, "-m", "llmaz_dev.testing.standin_gateway", "--port", "0"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         text=True,
@@ -150,7 +150,7 @@ def standin_gateway(python: str) -> Iterator[str]:
         ready, _, _ = select.select([proc.stdout], [], [], STEP_TIMEOUT)
         line = proc.stdout.readline().strip() if ready else ""
         if not line.startswith("http://"):
-            raise StepError(f"{python} -m llmaz.testing.standin_gateway printed no URL (exit {proc.poll()})")
+            raise StepError(f"{python} -m llmaz_dev.testing.standin_gateway printed no URL (exit {proc.poll()})")
         yield line
     finally:
         stop(proc, "the stand-in gateway")
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / ".dev" / "webui", help="output dir (default .dev/webui)")
     parser.add_argument("--model", default=os.environ.get("WEBUI_MODEL", ""), help="default: the only/first listed")
     parser.add_argument("--message", default=os.environ.get("WEBUI_MESSAGE") or DEFAULT_MESSAGE)
-    parser.add_argument("--standin", metavar="PYTHON", help="serve llmaz.testing.standin_gateway with PYTHON")
+    parser.add_argument("--standin", metavar="PYTHON", help="serve llmaz_dev.testing.standin_gateway with PYTHON")
     args = parser.parse_args(argv)
 
     def terminated(signum: int, frame: FrameType | None) -> None:
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             gateway = args.gateway.rstrip("/")
             if args.standin:
                 gateway = stack.enter_context(standin_gateway(args.standin))
-                say(f"serving the stand-in gateway (llmaz.testing.standin_gateway) at {gateway}")
+                say(f"serving the stand-in gateway (llmaz_dev.testing.standin_gateway) at {gateway}")
             models = gateway_models(gateway)
             if not models:
                 raise StepError(f"{gateway}/models lists no model yet: wait until `make run` prints `via gateway`")

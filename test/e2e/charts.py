@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from llmaz.envtest import Cluster
-from llmaz.envtest.helm import Helm
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.envtest.helm import Helm
 
 from .conftest import REPO
 

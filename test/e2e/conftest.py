@@ -29,15 +29,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmaz.envtest import Cluster, ExistingCluster
-from llmaz.envtest._rest import ApiError
-from llmaz.envtest.forward import TcpForwarder
-from llmaz.envtest.images import find_images
-from llmaz.envtest.node import NodeCluster
-from llmaz.envtest.node.install import install_llmaz
-from llmaz.envtest.objectstore import ObjectStore, tiny_lora, tiny_model
-from llmaz.envtest.simulated import SimulatedCluster, default_node_pools
-from llmaz.envtest.simulated.nodes import node_manifests
+from llmaz_dev.envtest import Cluster, ExistingCluster
+from llmaz_dev.envtest._rest import ApiError
+from llmaz_dev.envtest.forward import TcpForwarder
+from llmaz_dev.envtest.images import find_images
+from llmaz_dev.envtest.node import NodeCluster
+from llmaz_dev.envtest.node.install import install_llmaz
+from llmaz_dev.envtest.objectstore import ObjectStore, tiny_lora, tiny_model
+from llmaz_dev.envtest.simulated import SimulatedCluster, default_node_pools
+from llmaz_dev.envtest.simulated.nodes import node_manifests
 
 from .managers import DEPLOYMENT, NAMESPACE, DeployedManager, LocalManagers
 from .serving import ADAPTER_KEY, BUCKET, KEY, OTHER_MODELS_ADAPTER_KEY, node_of

@@ -4,7 +4,7 @@ Two implementations of one interface:
 - `LocalManagers` (simulated cluster): replicas are local `llmaz-manager` processes started with the command and
   arguments of the installed Deployment, authenticated with a TokenRequest token of its ServiceAccount (so only
   the generated RBAC applies), listening on loopback. The webhook configurations call a `TcpForwarder`
-  (`llmaz.envtest.forward`) that, like the in-cluster webhook Service, forwards each connection to a replica that
+  (`llmaz_dev.envtest.forward`) that, like the in-cluster webhook Service, forwards each connection to a replica that
   accepts it.
 - `DeployedManager` (kind or an existing cluster): the Deployment `llmaz-system/llmaz-controller-manager`,
   scaled with kubectl; replicas are its pods.
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmaz.certs import ensure_self_signed
-from llmaz.envtest import Cluster
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports
-from llmaz.envtest.forward import TcpForwarder
-from llmaz.testing.waiting import eventually_sync
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports
+from llmaz_dev.envtest.forward import TcpForwarder
+from llmaz_dev.testing.waiting import eventually_sync
 
 NAMESPACE = "llmaz-system"
 DEPLOYMENT = "llmaz-controller-manager"

@@ -1,6 +1,6 @@
 """What the node-tier serving tests share: the tiny llama in the node's object store, served by a Playground.
 
-The model is the tiny random-weight llama (`llmaz.testing.tinymodel`): its text is meaningless, every step of the
+The model is the tiny random-weight llama (`llmaz_dev.tinymodel`): its text is meaningless, every step of the
 path to it is real.
 """
 
@@ -15,8 +15,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from llmaz.envtest.node import NodeCluster
-from llmaz.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore
+from llmaz_dev.envtest.node import NodeCluster
+from llmaz_dev.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore
 
 from .support import Environment, ModelNames, chat_request, eventually, http_request, playground, wait_playground_ready
 

@@ -19,9 +19,9 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
-from llmaz.envtest import Cluster
-from llmaz.envtest._rest import ApiError
-from llmaz.testing.waiting import eventually_sync
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.envtest._rest import ApiError
+from llmaz_dev.testing.waiting import eventually_sync
 
 from .managers import Manager
 
@@ -51,7 +51,7 @@ _COLLECTIONS = {
 
 
 def eventually(check: Callable[[], T | Literal[False] | None], within: float = WAIT, what: str = "condition") -> T:
-    """`llmaz.testing.waiting.eventually_sync` with the e2e default wait (scaled by E2E_TIMEOUT_SCALE)."""
+    """`llmaz_dev.testing.waiting.eventually_sync` with the e2e default wait (scaled by E2E_TIMEOUT_SCALE)."""
     return eventually_sync(check, within, what, interval=0.25)
 
 

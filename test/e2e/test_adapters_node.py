@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest.objectstore import ObjectStore
+from llmaz_dev.envtest.objectstore import ObjectStore
 
 from .serving import (
     ADAPTER_KEY,

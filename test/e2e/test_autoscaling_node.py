@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from llmaz.envtest.objectstore import ObjectStore, tiny_model
+from llmaz_dev.envtest.objectstore import ObjectStore, tiny_model
 
 from .serving import (
     BUCKET,

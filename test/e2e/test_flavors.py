@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest.scheduler import kube_scheduler_with_extender
-from llmaz.envtest.simulated import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from llmaz_dev.envtest.scheduler import kube_scheduler_with_extender
+from llmaz_dev.envtest.simulated import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
 from .managers import NAMESPACE as MANAGER_NAMESPACE
 from .managers import LocalManagers

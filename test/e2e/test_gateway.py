@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 
-from llmaz.envtest.objectstore import ObjectStore
+from llmaz_dev.envtest.objectstore import ObjectStore
 
 from .serving import (
     BUCKET,

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from llmaz.envtest.objectstore import ObjectStore, tiny_model
+from llmaz_dev.envtest.objectstore import ObjectStore, tiny_model
 
 from .serving import (
     BUCKET,

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest.helm import Helm, HelmError
-from llmaz.envtest.simulated import SimulatedCluster
+from llmaz_dev.envtest.helm import Helm, HelmError
+from llmaz_dev.envtest.simulated import SimulatedCluster
 
 from .charts import (
     CHART,

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest import ClusterOperationError
-from llmaz.envtest.helm import Helm, HelmError
-from llmaz.envtest.images import find_images
-from llmaz.envtest.node.cluster import DEV_TAG
-from llmaz.envtest.node.install import install_llmaz
-from llmaz.envtest.objectstore import ObjectStore
+from llmaz_dev.envtest import ClusterOperationError
+from llmaz_dev.envtest.helm import Helm, HelmError
+from llmaz_dev.envtest.images import find_images
+from llmaz_dev.envtest.node.cluster import DEV_TAG
+from llmaz_dev.envtest.node.install import install_llmaz
+from llmaz_dev.envtest.objectstore import ObjectStore
 
 from .charts import CHART, CRD_NAMES, NAMESPACE, RELEASE, labelled_leftovers, live, release_objects, release_records
 from .conftest import REPO

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest.objectstore import ObjectStore, tiny_model
+from llmaz_dev.envtest.objectstore import ObjectStore, tiny_model
 
 from .serving import BUCKET, Streaming, credentials, gateway_url, node_of, routable, running, sampled
 from .support import Environment, ModelNames, conditions, eventually, wait_playground_ready

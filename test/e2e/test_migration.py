@@ -9,7 +9,7 @@ default, hack/llmaz-go/build.sh) and runs this on the `migration` tier: the real
    this project is installed with `LOADER_IMG` naming it, as docs/migration.md (step 2) says, so the switch keeps
    the loader image. This project's llama.cpp BackendRuntime (config/node's) is applied, so the switch
    changes the manager alone, and the tiny model is served by a Playground on it from an OSS bucket on the node
-   (`llmaz.testing.storage.OssServer` on the node's address, reached over http). Of this machine's sources it is
+   (`llmaz_dev.testing.storage.OssServer` on the node's address, reached over http). Of this machine's sources it is
    the one Go llmaz v0.1.4 can load: it writes a `host://` model's volume twice (the apply is rejected) and gives
    the loader no source variables for S3.
 2. The Playground has 2 replicas. A client asks its `-lb` Service for a short chat every 100 ms, on its own
@@ -47,11 +47,11 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest._cluster import ClusterOperationError
-from llmaz.envtest.images import find_images
-from llmaz.envtest.node.install import InstallError, install_llmaz, wait_admitting
-from llmaz.envtest.objectstore import tiny_model
-from llmaz.testing.storage import OssServer
+from llmaz_dev.envtest._cluster import ClusterOperationError
+from llmaz_dev.envtest.images import find_images
+from llmaz_dev.envtest.node.install import InstallError, install_llmaz, wait_admitting
+from llmaz_dev.envtest.objectstore import tiny_model
+from llmaz_dev.testing.storage import OssServer
 
 from .managers import DEPLOYMENT, LEASE, NAMESPACE, lease_holder
 from .serving import KEY, Answer, PacedClient, lb_url, node_of, paced, served, tiny_llama

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest.objectstore import ObjectStore
+from llmaz_dev.envtest.objectstore import ObjectStore
 
 from .conftest import REPO
 from .serving import assert_completion, credentials, first_answer, gateway_chat, lb_url, routable

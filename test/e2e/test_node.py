@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest.node import NodeCluster
+from llmaz_dev.envtest.node import NodeCluster
 
 from .conftest import REPO
 from .managers import DEPLOYMENT, NAMESPACE, DeployedManager, lease_holder

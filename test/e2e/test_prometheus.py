@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest import ClusterOperationError
-from llmaz.envtest.images import find_images
-from llmaz.envtest.prometheus import (
+from llmaz_dev.envtest import ClusterOperationError
+from llmaz_dev.envtest.images import find_images
+from llmaz_dev.envtest.prometheus import (
     NAMESPACE,
     POD,
     PORT,

@@ -1,6 +1,6 @@
 """A model really served: Playground -> Service -> LeaderWorkerSet -> pod -> model loader -> llama.cpp -> answer.
 
-On the node tier only. The model is the tiny random-weight llama (`llmaz.testing.tinymodel`): its text is
+On the node tier only. The model is the tiny random-weight llama (`llmaz_dev.tinymodel`): its text is
 meaningless, every step of the path to it is real. It is uploaded to the node's S3-compatible object store, and
 each Playground loads it with the project's model-loader image (the node overlay's `init-container-image`), with
 credentials from a Secret and the endpoint from the loader's documented `AWS_ENDPOINT_URL`.
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest.objectstore import ObjectStore, tiny_model
+from llmaz_dev.envtest.objectstore import ObjectStore, tiny_model
 
 from .serving import (
     BUCKET,

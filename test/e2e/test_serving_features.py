@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmaz.envtest.objectstore import ObjectStore
+from llmaz_dev.envtest.objectstore import ObjectStore
 
 from .serving import BUCKET, KEY, credentials, gateway_completion, routable, served, tiny_llama
 from .support import Environment, ModelNames, http_request, wait_playground_ready

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest._process import is_gone
-from llmaz.testing.processes import recorded_state, wait_all_gone
+from llmaz_dev.envtest._process import is_gone
+from llmaz_dev.testing.processes import recorded_state, wait_all_gone
 
 pytestmark = pytest.mark.simulated
 START_TIMEOUT = 120.0
@@ -19,7 +19,7 @@ START_TIMEOUT = 120.0
 
 def _start_driver(tmp_path: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     state_file = tmp_path / "state.json"
-    argv = [sys.executable, "-m", "llmaz.envtest.simulated", "--state-file", str(state_file)]
+    argv = [sys.executable, "-m", "llmaz_dev.envtest.simulated", "--state-file", str(state_file)]
     driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return driver, recorded_state(driver, state_file, within=START_TIMEOUT)
 

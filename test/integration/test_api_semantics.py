@@ -13,8 +13,8 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from llmaz.envtest import Cluster
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.testing.waiting import eventually
 
 
 class CustomResource(TypedDict):

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest._devcluster import dev_down, dev_up
-from llmaz.envtest._process import child_setup, is_gone
-from llmaz.envtest.control_plane import _new_temporary_work_dir
-from llmaz.testing.processes import recorded_state, wait_all_gone
+from llmaz_dev.envtest._devcluster import dev_down, dev_up
+from llmaz_dev.envtest._process import child_setup, is_gone
+from llmaz_dev.envtest.control_plane import _new_temporary_work_dir
+from llmaz_dev.testing.processes import recorded_state, wait_all_gone
 
 INNER_TEST = textwrap.dedent(
     """
@@ -51,7 +51,7 @@ def run_inner_session(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen[byte
         "pytest",
         "-q",
         "-p",
-        "llmaz.envtest.pytest_plugin",
+        "llmaz_dev.envtest.pytest_plugin",
         "-p",
         "no:cacheprovider",
     ]

@@ -9,8 +9,8 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from llmaz.envtest import ControlPlane, find_assets, kubernetes_version
-from llmaz.envtest._crds import load_crds
+from llmaz_dev.envtest import ControlPlane, find_assets, kubernetes_version
+from llmaz_dev.envtest._crds import load_crds
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,15 +21,15 @@ from typing import Any
 import pytest
 
 from llmaz.certs import pki
-from llmaz.envtest import ControlPlane
-from llmaz.envtest._pki import ControlPlanePKI
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports
-from llmaz.envtest._rest import APPLY_CONTENT_TYPE
-from llmaz.envtest.node import _metrics
-from llmaz.envtest.node._assets import find_node_assets
-from llmaz.envtest.node._layout import NodeLayout, NodePorts
-from llmaz.envtest.node.cluster import _manifest_path
-from llmaz.testing.waiting import eventually_sync
+from llmaz_dev.envtest import ControlPlane
+from llmaz_dev.envtest._pki import ControlPlanePKI
+from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports
+from llmaz_dev.envtest._rest import APPLY_CONTENT_TYPE
+from llmaz_dev.envtest.node import _metrics
+from llmaz_dev.envtest.node._assets import find_node_assets
+from llmaz_dev.envtest.node._layout import NodeLayout, NodePorts
+from llmaz_dev.envtest.node.cluster import _manifest_path
+from llmaz_dev.testing.waiting import eventually_sync
 
 # The HPA controller's own identity (kube-controller-manager with service-account credentials): kube-apiserver's
 # bootstrap RBAC lets it list metrics.k8s.io pods.

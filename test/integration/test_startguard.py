@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest import ControlPlane
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports
-from llmaz.runtime.leaderelection import micro_time
-from llmaz.testing.waiting import eventually_sync as eventually
+from llmaz.runtime.timestamp import micro_time
+from llmaz_dev.envtest import ControlPlane
+from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports
+from llmaz_dev.testing.waiting import eventually_sync as eventually
 
 LEASE = "fbb36db9.llmaz.io"
 

@@ -53,9 +53,9 @@ def test_the_image_entrypoint_is_the_manager_script_the_package_installs() -> No
     (entrypoint,) = _instructions("ENTRYPOINT")
     program = yaml.safe_load(entrypoint)[0]
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts[program] == "llmaz.__main__:main"
+    assert scripts[program] == "llmaz.manager.__main__:main"
     installed = {e.name: e.value for e in entry_points(group="console_scripts") if e.dist and e.dist.name == "llmaz"}
-    assert installed.get(program) == "llmaz.__main__:main", "the installed package provides the entry point"
+    assert installed.get(program) == "llmaz.manager.__main__:main", "the installed package provides the entry point"
     manager = _manifests(REPO / "config" / "manager" / "manager.yaml")["Deployment"]
     assert manager["spec"]["template"]["spec"]["containers"][0]["command"] == [program]
 

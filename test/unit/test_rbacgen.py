@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from llmaz.__main__ import add_scheduler_extender, parse_args
 from llmaz.apis import resources as r
 from llmaz.controllers import setup
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
-from llmaz.rbacgen import ROLE_FILES, main, render
+from llmaz.manager.__main__ import add_scheduler_extender, parse_args
 from llmaz.runtime import rbac
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import RestConfig
 from llmaz.runtime.manager import Manager
 from llmaz.runtime.resource import Resource
+from llmaz_dev.rbacgen import ROLE_FILES, main, render
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest._assets import module_version, tool_path
-from llmaz.settings import parse_global_config
+from llmaz.controllers.settings import parse_global_config
+from llmaz_dev.envtest._assets import module_version, tool_path
 
 REPO = Path(__file__).resolve().parents[2]
 

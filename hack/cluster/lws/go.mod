@@ -1,4 +1,4 @@
-// The LeaderWorkerSet release llmaz runs against: llmaz.envtest installs its CRD, and the e2e tier's simulated
+// The LeaderWorkerSet release llmaz runs against: llmaz_dev.envtest installs its CRD, and the e2e tier's simulated
 // cluster runs its controller (the upstream command named by the tool directive below; nothing else is compiled).
 module llmaz.io/hack/cluster/lws
 

@@ -5,7 +5,7 @@ this version does not know (a newer client's data is kept, not dropped), and uns
 rather than sent as `null`.
 
 Embedded Kubernetes types (EnvVar, Probe, pod templates, HPA metrics) are plain mappings in Python; their CRD
-schemas come from pinned upstream sources (see `llmaz.apis.crdgen.upstream`).
+schemas come from pinned upstream sources (see `llmaz_dev.crdgen.upstream`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Schema markers: the facts a CRD needs that Python types cannot say by themselves.
 
 They play the part of kubebuilder's `+kubebuilder:...` comments: attached to a field with `Annotated[...]`, they are
-read by `llmaz.apis.crdgen` and ignored by pydantic (validation of the same rules is spelled out in the type where it
+read by `llmaz_dev.crdgen` and ignored by pydantic (validation of the same rules is spelled out in the type where it
 matters to Python callers).
 """
 
@@ -16,7 +16,7 @@ class Crd:
     """Extra OpenAPI facts for one field or type.
 
     `default` is a CRD (structural) default, applied by the API server while decoding, before any webhook runs.
-    `upstream` names a vendored upstream schema (see `llmaz.apis.crdgen.upstream`) that replaces the Python type's
+    `upstream` names a vendored upstream schema (see `llmaz_dev.crdgen.upstream`) that replaces the Python type's
     schema entirely: used for embedded Kubernetes types that Python keeps as plain mappings.
     """
 

@@ -24,6 +24,7 @@ from llmaz.apis.core_v1alpha1 import ModelRef
 from llmaz.apis.resources import OPEN_MODELS
 from llmaz.apis.validation import FieldError
 from llmaz.controllers.builders import BuildError, InvalidSpecError, abort_status, main_first
+from llmaz.controllers.settings import SettingsHolder
 from llmaz.runtime.cache import Obj, SharedInformerFactory, Store
 from llmaz.runtime.client import Client, NotFound
 from llmaz.runtime.client.applycheck import apply_is_noop
@@ -32,7 +33,6 @@ from llmaz.runtime.controller import Request, Result, TerminalError
 from llmaz.runtime.events import WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.resource import Resource
-from llmaz.settings import SettingsHolder
 
 ModelT = TypeVar("ModelT", bound=ApiModel)
 

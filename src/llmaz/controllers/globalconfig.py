@@ -17,10 +17,10 @@ Services reconciled meanwhile wait quietly: the ConfigMap watch re-enqueues ever
 from __future__ import annotations
 
 from llmaz.apis import constants as c
+from llmaz.controllers.settings import SettingsError, SettingsHolder
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Informer, Obj
-from llmaz.runtime.healthz import CheckFailed
 from llmaz.runtime.log import get_logger
-from llmaz.settings import SettingsError, SettingsHolder
+from llmaz.runtime.server.healthz import CheckFailed
 
 DEPLOY_FIX = (
     "apply llmaz's config/default (`make deploy`, or `kubectl apply --server-side -k config/default`), which "

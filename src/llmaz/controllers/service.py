@@ -71,7 +71,6 @@ from llmaz.controllers.flavors.decision import (
     fallback_message,
     flavor_request,
     no_flavor_fits,
-    parse_time,
     pods_per_service,
     return_candidates,
     return_if_room,
@@ -86,6 +85,7 @@ from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import NORMAL, WARNING
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import READ, allow
+from llmaz.runtime.timestamp import parse_timestamp
 
 # Where the API server enforces owner-reference permissions (OwnerReferencesPermissionEnforcement, on in
 # OpenShift): blockOwnerDeletion needs `update` on the owner's finalizers, and changing the owner reference of
@@ -141,7 +141,7 @@ class ServiceReconciler(ParentReconciler[Service]):
             models = fetch_models(self._models, service_model_refs(service))
             order = flavor_order(models[0], claimed_flavors(service))
             current = service.status.active_flavor if service.status is not None else None
-            since = parse_time(service.status.active_flavor_time) if service.status is not None else None
+            since = parse_timestamp(service.status.active_flavor_time) if service.status is not None else None
             fallback_after = settings.flavor_fallback_after
             flavor = decide_flavor(order, current, since, pods, now, fallback_after)
             if settings.flavor_return_when_fits and flavor.previous is None and flavor.waiting is None:

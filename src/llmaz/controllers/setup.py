@@ -41,12 +41,12 @@ from llmaz.controllers.legacy import LegacyHpaRelabeler
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.readiness import backend_reconciler, model_reconciler
 from llmaz.controllers.service import ServiceReconciler
+from llmaz.controllers.settings import SettingsHolder
 from llmaz.runtime.cache import SharedInformerFactory
 from llmaz.runtime.controller import Controller, ControllerBuilder, Scope
 from llmaz.runtime.controller import predicate as p
 from llmaz.runtime.manager import Manager
 from llmaz.runtime.rbac import READ, allow
-from llmaz.settings import SettingsHolder
 
 SPEC_OR_STATUS = p.or_(p.generation_changed(), p.status_changed())
 SPEC = p.generation_changed()

@@ -34,71 +34,18 @@ from llmaz.gateway.scaling.autoscaler import Autoscaler, AutoscalerMetrics, Auto
 from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
 from llmaz.gateway.scaling.scale import PlaygroundScale
 from llmaz.gateway.scaling.waker import Waker
-from llmaz.runtime import log
-from llmaz.runtime.address import split_host_port
+from llmaz.runtime import flags, log
 from llmaz.runtime.client.config import in_cluster_namespace, load
 from llmaz.runtime.entrypoint import add_process_flags, exit_status, run_manager, start_logging
 from llmaz.runtime.manager import Manager, ManagerOptions
-from llmaz.runtime.metrics_server import MetricsServer
+from llmaz.runtime.server.address import split_host_port
+from llmaz.runtime.server.metrics_server import MetricsServer
 
 # Time the stop sequence gets beyond the drain: informers and servers winding down.
 SHUTDOWN_MARGIN = 5.0
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, got {text}")
-    return value
-
-
-def _weight(text: str) -> float:
-    try:
-        return parse_weight(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _load_factor(text: str) -> float:
-    value = float(text)
-    if not 1 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of at least 1, got {text}")
-    return value
-
-
-def _address_pair(text: str) -> tuple[str, str]:
-    address, sep, target = text.partition("=")
-    if not sep or not address or not target:
-        raise argparse.ArgumentTypeError(f"expected ADDRESS=TARGET, got {text!r}")
-    return address, target
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port (0-65535), got {text}")
-    return value
-
-
-def _namespaced_name(text: str) -> str:
-    namespace, sep, name = text.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
-    return text
+_weight = flags.parsed_by(parse_weight)
 
 
 def default_gateway_service() -> str:
@@ -111,20 +58,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="llmaz-gateway", description="One OpenAI-compatible endpoint for every model llmaz serves."
     )
     add = parser.add_argument
-    add("--bind-address", default=":8000", help="OpenAI API address (default :8000)")
-    add("--metrics-bind-address", default=":8080", help="/metrics address, plain HTTP; 0 disables it (default :8080)")
-    add("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address (default :8081)")
+    add("--bind-address", type=flags.bind_address, default=":8000", help="OpenAI API address (default :8000)")
+    add(
+        "--metrics-bind-address",
+        type=flags.bind_address,
+        default=":8080",
+        help="/metrics address, plain HTTP; 0 disables it (default :8080)",
+    )
+    add(
+        "--health-probe-bind-address",
+        type=flags.bind_address,
+        default=":8081",
+        help="/healthz and /readyz address (default :8081)",
+    )
     add("--api-keys-file", type=Path, default=None, help="file of accepted API keys, one per line (default: none)")
-    add("--max-request-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES, help="largest request body")
-    add("--header-timeout", type=_positive_float, default=30.0, help="seconds to receive request headers")
-    add("--max-connections", type=_positive_int, default=DEFAULT_MAX_CONNECTIONS, help="connections held per port")
-    add("--body-timeout", type=_positive_float, default=60.0, help="seconds to receive a request body")
-    add("--upstream-connect-timeout", type=_positive_float, default=5.0, help="seconds to connect to an engine")
-    add("--upstream-timeout", type=_positive_float, default=300.0, help="seconds to wait for each engine read")
+    add("--max-request-bytes", type=flags.positive_int, default=DEFAULT_MAX_BODY_BYTES, help="largest request body")
+    add("--header-timeout", type=flags.positive_seconds, default=30.0, help="seconds to receive request headers")
+    add("--max-connections", type=flags.positive_int, default=DEFAULT_MAX_CONNECTIONS, help="connections held per port")
+    add("--body-timeout", type=flags.positive_seconds, default=60.0, help="seconds to receive a request body")
+    add("--upstream-connect-timeout", type=flags.positive_seconds, default=5.0, help="seconds to connect to an engine")
+    add("--upstream-timeout", type=flags.positive_seconds, default=300.0, help="seconds to wait for each engine read")
     add("--upstream-retries", type=int, default=2, choices=range(10), metavar="{0..9}", help="default 2")
-    add("--drain-timeout", type=_positive_float, default=30.0, help="seconds in-flight requests get on stop")
-    add("--wake-timeout", type=_positive_float, default=300.0, help="seconds a request waits for a model to wake")
-    add("--hold-timeout", type=_positive_float, default=30.0, help="seconds a request waits for replicas to start")
+    add("--drain-timeout", type=flags.positive_seconds, default=30.0, help="seconds in-flight requests get on stop")
+    add(
+        "--wake-timeout", type=flags.positive_seconds, default=300.0, help="seconds a request waits for a model to wake"
+    )
+    add(
+        "--hold-timeout",
+        type=flags.positive_seconds,
+        default=30.0,
+        help="seconds a request waits for replicas to start",
+    )
     add(
         "--scale-to-zero",
         default="true",
@@ -149,35 +113,35 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     add(
         "--load-factor",
-        type=_load_factor,
+        type=flags.at_least_one,
         default=DEFAULT_LOAD_FACTOR,
         help="prefix-aware: an endpoint takes a prefix's requests while its load stays within this factor of the "
         f"average (default {DEFAULT_LOAD_FACTOR})",
     )
     add(
         "--activator-port",
-        type=_port,
+        type=flags.port,
         default=DEFAULT_PORT,
         help="port where direct clients of a sleeping Playground's -lb Service are held and forwarded "
         f"(on --bind-address's host; 0 disables the activator; default {DEFAULT_PORT})",
     )
     add(
         "--gateway-service",
-        type=_namespaced_name,
+        type=flags.namespaced_name,
         default=None,
         help="NAMESPACE/NAME of the gateway's own Service, whose ready pods the activator's EndpointSlices list "
         "(default: llmaz-gateway in the pod's namespace, else llmaz-system/llmaz-gateway)",
     )
     add(
         "--engine-metrics-interval",
-        type=_non_negative_float,
+        type=flags.non_negative_seconds,
         default=DEFAULT_INTERVAL,
         help="seconds between reads of every routed engine's /metrics, the load routing sees; 0 turns engine "
         f"signals off (default {DEFAULT_INTERVAL})",
     )
     add(
         "--engine-metrics-timeout",
-        type=_positive_float,
+        type=flags.positive_seconds,
         default=None,
         help=f"seconds one engine's metrics read may take (default: the interval, at least {MIN_DEFAULT_TIMEOUT})",
     )
@@ -190,13 +154,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     add(
         "--autoscaler-interval",
-        type=_positive_float,
+        type=flags.positive_seconds,
         default=AUTOSCALER_INTERVAL,
         help=f"seconds between the autoscaler's decisions (default {AUTOSCALER_INTERVAL:g})",
     )
     add(
         "--resolve",
-        type=_address_pair,
+        type=flags.address_pair,
         action="append",
         default=[],
         metavar="ADDRESS=TARGET",

@@ -1,7 +1,7 @@
 """Time as a dependency: queues, limiters, reflector backoff and leader election take a Clock.
 
 Deadlines and delays use the monotonic clock; `wall()` is only for timestamps written to the API (Lease renew
-times, Event timestamps). Tests step `llmaz.testing.FakeClock` instead of sleeping.
+times, Event timestamps). Tests step `llmaz_dev.testing.FakeClock` instead of sleeping.
 """
 
 from __future__ import annotations

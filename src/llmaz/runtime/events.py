@@ -29,12 +29,12 @@ from llmaz.runtime.client.client import Client
 from llmaz.runtime.client.errors import ApiConnectionError, ApiError, NotFound, ServerError
 from llmaz.runtime.client.throttle import TokenBucket
 from llmaz.runtime.clock import REAL_CLOCK, Clock
-from llmaz.runtime.leaderelection import micro_time
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.rbac import allow
 from llmaz.runtime.resource import Resource
 from llmaz.runtime.runnable import grace_remains
+from llmaz.runtime.timestamp import micro_time
 
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
 # Events live in the namespace of the object they are about; a repeated one is patched as a series.

@@ -31,7 +31,6 @@ import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
@@ -42,6 +41,7 @@ from llmaz.runtime.log import get_logger
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.rbac import allow
 from llmaz.runtime.resource import Resource
+from llmaz.runtime.timestamp import micro_time
 
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 RBAC_RULES = (allow(LEASES, "get", "create", "update", own_namespace=True),)
@@ -87,11 +87,6 @@ def check_timings(lease_duration: float, renew_deadline: float, retry_period: fl
     """Raise ValueError unless the leader can renew, with room for a retry, before a follower may take over."""
     if not lease_duration > renew_deadline > JITTER_FACTOR * retry_period > 0:
         raise ValueError("need lease_duration > renew_deadline > 1.2 * retry_period > 0")
-
-
-def micro_time(t: datetime) -> str:
-    """The API's MicroTime format: RFC 3339 with microseconds, in UTC."""
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True, slots=True)

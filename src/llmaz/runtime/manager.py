@@ -48,7 +48,6 @@ from llmaz.runtime.client.client import Client
 from llmaz.runtime.client.config import in_cluster_namespace
 from llmaz.runtime.clock import REAL_CLOCK, Clock
 from llmaz.runtime.events import EventBroadcaster, EventRecorder
-from llmaz.runtime.healthz import Check, CheckFailed, HealthProbeServer
 from llmaz.runtime.leaderelection import (
     LeaderElectionConfig,
     LeaderElector,
@@ -57,6 +56,7 @@ from llmaz.runtime.leaderelection import (
 )
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.runnable import AnyRunnable, cancel_without_grace, run_until_cancelled, until_cancelled
+from llmaz.runtime.server.healthz import Check, CheckFailed, HealthProbeServer
 
 __all__ = ["CacheSyncTimeoutError", "LeadershipLostError", "Manager", "ManagerOptions"]
 

@@ -1,7 +1,7 @@
 """RBAC rules declared next to the code that needs them, merged and rendered into Roles and ClusterRoles.
 
 A module that calls the API declares what it calls as a module-level `RBAC_RULES: tuple[PolicyRule, ...]`;
-`llmaz.rbacgen` collects them (from an explicit list of modules, never by import side effect) into the
+`llmaz_dev.rbacgen` collects them (from an explicit list of modules, never by import side effect) into the
 manifests under `config/rbac`. Keeping each rule beside its call makes a new call without a rule, or a rule
 without a call, visible in review.
 

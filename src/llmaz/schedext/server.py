@@ -28,12 +28,12 @@ import orjson
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from llmaz.runtime.address import join_host_port, split_host_port
 from llmaz.runtime.cache import Store
-from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import bounded, get_logger
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.runnable import until_cancelled
+from llmaz.runtime.server.address import join_host_port, split_host_port
+from llmaz.runtime.server.listener import ConnectionLimits, Connections, serving
 from llmaz.schedext import flavors
 
 # A pod (at most 1.5 MiB, etcd's object limit) and the names of 5,000 nodes (at most 1.3 MiB).

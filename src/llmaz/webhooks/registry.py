@@ -1,7 +1,7 @@
 """The eight llmaz admission webhooks: names, paths, kinds, and the handlers built from the per-kind rules.
 
 This registry is the single source for both the server routes and `config/webhook/manifests.yaml`
-(`python -m llmaz.webhooks.manifests`). Names and paths are llmaz's exactly.
+(`python -m llmaz_dev.webhookgen`). Names and paths are llmaz's exactly.
 
 Handlers:
 - mutating: apply the kind's defaulter to the raw object and answer with the JSON Patch (never deny);

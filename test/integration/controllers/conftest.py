@@ -16,10 +16,10 @@ import pytest_asyncio
 
 from llmaz.apis import resources as r
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
-from llmaz.envtest import Cluster
 from llmaz.runtime.client import Client
 from llmaz.runtime.manager import Manager, ManagerOptions
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.testing.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 

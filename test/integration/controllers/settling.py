@@ -17,7 +17,7 @@ from llmaz.runtime.events import EVENTS, NORMAL
 from llmaz.runtime.manager import Manager
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.resource import Resource
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 CONTROLLERS = ("playground", "service", "openmodel", "backendruntime")
 

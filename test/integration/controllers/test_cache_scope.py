@@ -13,10 +13,10 @@ import pytest
 
 from llmaz.apis import resources as r
 from llmaz.controllers.setup import ControllerSettings
-from llmaz.envtest import Cluster
 from llmaz.runtime.client import Client, PatchType
 from llmaz.runtime.manager import Manager
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.testing.waiting import eventually
 
 from .objects import get_or_none, open_model, playground
 from .running import manager_running

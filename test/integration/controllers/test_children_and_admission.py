@@ -18,8 +18,8 @@ from llmaz.runtime.manager import Manager
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.resource import Resource
 from llmaz.runtime.webhook import AdmissionRequest, GroupVersionKind
-from llmaz.testing.waiting import eventually
 from llmaz.webhooks import webhooks
+from llmaz_dev.testing.waiting import eventually
 
 from .objects import conditions, get_or_none, open_model, playground
 

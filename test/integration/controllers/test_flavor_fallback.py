@@ -17,7 +17,7 @@ from llmaz.apis import resources as r
 from llmaz.runtime.client import Client
 from llmaz.runtime.events import EVENTS
 from llmaz.runtime.manager import Manager
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from .objects import get_or_none, open_model, playground
 from .test_pod_failures import SERVICE_ACCOUNTS, _pod, _unschedulable, _write_pod_status

@@ -7,7 +7,7 @@ import time
 from llmaz.apis import resources as r
 from llmaz.runtime.client import Client
 from llmaz.runtime.manager import Manager
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from .objects import conditions, get_or_none, open_model, playground, set_lws_available
 

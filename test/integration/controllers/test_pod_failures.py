@@ -15,7 +15,7 @@ from llmaz.runtime.client import Client
 from llmaz.runtime.events import EVENTS
 from llmaz.runtime.manager import Manager
 from llmaz.runtime.resource import Resource
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from .objects import conditions, get_or_none, open_model, playground
 from .settling import events_flushed, reconciles, settled

@@ -22,12 +22,12 @@ from llmaz.apis import resources as r
 from llmaz.controllers.caches import LWS_FIX
 from llmaz.controllers.globalconfig import DEPLOY_FIX
 from llmaz.controllers.setup import ControllerSettings
-from llmaz.envtest import Cluster
-from llmaz.envtest._assets import find_assets
-from llmaz.envtest.control_plane import ControlPlane
 from llmaz.runtime.client import Client
 from llmaz.runtime.manager import Manager
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.envtest._assets import find_assets
+from llmaz_dev.envtest.control_plane import ControlPlane
+from llmaz_dev.testing.waiting import eventually
 
 from .objects import get_or_none, open_model, playground
 from .running import manager_running, readyz

@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from llmaz.certs import ensure_self_signed
-from llmaz.envtest import ControlPlane
-from llmaz.envtest._pki import ControlPlanePKI
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports
-from llmaz.envtest._rest import RestClient
-from llmaz.testing.waiting import eventually_sync as eventually
+from llmaz_dev.envtest import ControlPlane
+from llmaz_dev.envtest._pki import ControlPlanePKI
+from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports
+from llmaz_dev.envtest._rest import RestClient
+from llmaz_dev.testing.waiting import eventually_sync as eventually
 
 REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "llmaz-system"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmaz.envtest import ControlPlane
-from llmaz.settings import parse_global_config
+from llmaz.controllers.settings import parse_global_config
+from llmaz_dev.envtest import ControlPlane
 
 from .conftest import NAMESPACE, Install
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest import ControlPlane
-from llmaz.settings import parse_global_config
+from llmaz.controllers.settings import parse_global_config
+from llmaz_dev.envtest import ControlPlane
 
 REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "llmaz-system"

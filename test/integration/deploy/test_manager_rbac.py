@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest import ControlPlane
-from llmaz.envtest._rest import ApiError, RestClient
-from llmaz.testing.waiting import eventually_sync as eventually
+from llmaz_dev.envtest import ControlPlane
+from llmaz_dev.envtest._rest import ApiError, RestClient
+from llmaz_dev.testing.waiting import eventually_sync as eventually
 
 from .conftest import NAMESPACE, REPO, SERVICE_ACCOUNT, RunningManager, as_token
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest import ControlPlane
+from llmaz_dev.envtest import ControlPlane
 
 from .conftest import NAMESPACE, REPO, RunningManager, documents
 

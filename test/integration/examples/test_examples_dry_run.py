@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest import ControlPlane
-from llmaz.envtest._assets import AssetsMissingError, cache_root, makefile_version
-from llmaz.envtest._crds import install_crds, load_crds
+from llmaz_dev.envtest import ControlPlane
+from llmaz_dev.envtest._assets import AssetsMissingError, cache_root, makefile_version
+from llmaz_dev.envtest._crds import install_crds, load_crds
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "docs" / "examples"

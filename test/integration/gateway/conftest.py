@@ -25,9 +25,9 @@ import pytest_asyncio
 import yaml
 from aiohttp import web
 
-from llmaz.envtest import Cluster
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports
+from llmaz_dev.testing.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 SERVICE_ACCOUNT = "gateway"

@@ -13,9 +13,9 @@ from typing import Any
 
 import aiohttp
 
-from llmaz.envtest import Cluster
-from llmaz.testing.gateway_objects import endpoint_slice
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.testing.gateway_objects import endpoint_slice
+from llmaz_dev.testing.waiting import eventually
 
 from .conftest import GATEWAY_SERVICE, GatewayProcess
 

@@ -25,9 +25,9 @@ import aiohttp
 import pytest_asyncio
 from aiohttp import web
 
-from llmaz.envtest import Cluster
 from llmaz.gateway.scaling.autoscaler import LEASE_NAME
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.testing.waiting import eventually
 
 from .conftest import ENGINE_ADDRESS, GatewayProcess, running_gateway
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmaz.envtest import Cluster
 from llmaz.gateway.scaling.autoscaler import LEASE_NAME
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.testing.waiting import eventually
 
 from .conftest import GatewayProcess
 

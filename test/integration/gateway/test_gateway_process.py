@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from llmaz.envtest import Cluster
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.testing.waiting import eventually
 
 from .conftest import ENGINE_ADDRESS, Engine, GatewayProcess
 

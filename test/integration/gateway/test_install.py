@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from llmaz.envtest import Cluster
+from llmaz_dev.envtest import Cluster
 
 from .conftest import REPO
 

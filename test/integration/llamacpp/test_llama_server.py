@@ -1,7 +1,7 @@
 """A real llama.cpp `llama-server` serving the tiny random-weight model over its OpenAI-compatible API.
 
 The binary comes from `hack/llamacpp/build.sh` (`make llama-server`, a prerequisite of `make test-integration`);
-the model is written by llmaz.testing.tinymodel from the vocabulary shipped next to it. The generated text is
+the model is written by llmaz_dev.tinymodel from the vocabulary shipped next to it. The generated text is
 meaningless by construction, so only the protocol is asserted: listing, completions with usage, SSE streaming,
 request validation, the chat template read from the GGUF, metrics and a clean SIGTERM.
 
@@ -34,9 +34,9 @@ import yaml
 
 from llmaz.apis import OpenModel
 from llmaz.controllers.builders.adapters import adapter_flags
-from llmaz.envtest._process import ManagedProcess, free_loopback_ports, is_listening
-from llmaz.testing import tinymodel
-from llmaz.testing.waiting import eventually_sync
+from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports, is_listening
+from llmaz_dev import tinymodel
+from llmaz_dev.testing.waiting import eventually_sync
 
 _REPO = Path(__file__).resolve().parents[3]
 _BUILD = _REPO / "hack" / "llamacpp" / "build.sh"

@@ -20,8 +20,8 @@ import boto3  # type: ignore[import-untyped]
 import pytest
 from moto.server import ThreadedMotoServer
 
-from llmaz.testing.storage import HubRepo, HubServer, OssServer
-from llmaz.testing.waiting import eventually_sync
+from llmaz_dev.testing.storage import HubRepo, HubServer, OssServer
+from llmaz_dev.testing.waiting import eventually_sync
 
 FAST_RETRIES = {"LOADER_RETRY_BASE_SECONDS": "0.05", "LOADER_RETRY_MAX_SECONDS": "0.2", "LOADER_MAX_ATTEMPTS": "3"}
 AWS_TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}

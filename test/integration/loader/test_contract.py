@@ -20,7 +20,7 @@ import yaml
 import llmaz.apis.constants as c
 from llmaz.apis import BackendRuntime, OpenModel, Playground, Service
 from llmaz.controllers.builders import build_leader_worker_set, build_service
-from llmaz.testing.storage import HubServer, OssServer
+from llmaz_dev.testing.storage import HubServer, OssServer
 
 from .conftest import loader_env, run_loader, sample_repo
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llmaz.testing.storage import HubRepo, HubServer
+from llmaz_dev.testing.storage import HubRepo, HubServer
 
 from .conftest import loader_env, run_loader, sample_repo
 

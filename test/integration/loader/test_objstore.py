@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from llmaz.testing.storage import OssServer
+from llmaz_dev.testing.storage import OssServer
 
 from .conftest import AWS_TEST_CREDENTIALS, loader_env, run_loader
 

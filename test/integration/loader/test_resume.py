@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from llmaz.testing.storage import HubRepo, HubServer, OssServer, ThrottlingProxy
-from llmaz.testing.waiting import eventually_sync
+from llmaz_dev.testing.storage import HubRepo, HubServer, OssServer, ThrottlingProxy
+from llmaz_dev.testing.waiting import eventually_sync
 
 from .conftest import AWS_TEST_CREDENTIALS, finish, loader_env, run_loader, start_loader
 

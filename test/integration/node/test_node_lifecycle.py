@@ -1,6 +1,6 @@
 """The real node leaves nothing on the host, however its driver ends, and refuses clearly what it cannot do.
 
-Each test drives `python -m llmaz.envtest.node` (the node with only the sandbox image) as a separate process, as a
+Each test drives `python -m llmaz_dev.envtest.node` (the node with only the sandbox image) as a separate process, as a
 user or a crashed test run would, and then checks the host itself: processes, mounts, cgroups, nft tables,
 iptables chains, the bridge, ip_forward and the paths kubelet, CNI and containerd write.
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from llmaz.envtest.node._host import DEFAULT_PATHS, HostState, _kubepods_trees, _mount_points, _own_processes
-from llmaz.envtest.node._layout import NodeLayout
-from llmaz.testing.waiting import eventually_sync
+from llmaz_dev.envtest.node._host import DEFAULT_PATHS, HostState, _kubepods_trees, _mount_points, _own_processes
+from llmaz_dev.envtest.node._layout import NodeLayout
+from llmaz_dev.testing.waiting import eventually_sync
 
 START_TIMEOUT = 180.0
 LAYOUT = NodeLayout()
@@ -42,7 +42,7 @@ def host_snapshot() -> dict[str, object]:
 
 
 class Driver:
-    """`python -m llmaz.envtest.node` in its own session, its output in a file."""
+    """`python -m llmaz_dev.envtest.node` in its own session, its output in a file."""
 
     started: list[Driver] = []
 
@@ -50,7 +50,7 @@ class Driver:
         self.log = work / "driver.log"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "llmaz.envtest.node", *args],
+                [sys.executable, "-m", "llmaz_dev.envtest.node", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -79,7 +79,7 @@ def clean_host() -> Iterator[dict[str, object]]:
     A node killed with its machine (no reaper survives that) leaves its state directory behind; the next node
     removes it, so it is cleaned first to make the comparison about this test's node only.
     """
-    subprocess.run([sys.executable, "-m", "llmaz.envtest.node", "clean"], capture_output=True, check=False)
+    subprocess.run([sys.executable, "-m", "llmaz_dev.envtest.node", "clean"], capture_output=True, check=False)
     before = host_snapshot()
     assert not before["bridge"], f"a node is already running here: {before}"
     assert not before["processes"], f"a node is already running here: {before}"
@@ -89,7 +89,7 @@ def clean_host() -> Iterator[dict[str, object]]:
         if driver.process.poll() is None:
             driver.process.send_signal(signal.SIGTERM)
             driver.wait_exit()
-    subprocess.run([sys.executable, "-m", "llmaz.envtest.node", "clean"], capture_output=True, check=False)
+    subprocess.run([sys.executable, "-m", "llmaz_dev.envtest.node", "clean"], capture_output=True, check=False)
 
 
 def test_a_sigterm_stops_the_node_and_restores_the_host(tmp_path: Path, clean_host: dict[str, object]) -> None:
@@ -122,7 +122,7 @@ def test_a_crash_that_killed_the_reaper_too_is_cleaned_by_the_next_start(
     assert state is not None
     assert state.owner_pid == driver.process.pid
     # The whole session at once, reaper included (it is detached, so find it by its command line).
-    reapers = list(_pids_running("llmaz.envtest.node._reaper"))
+    reapers = list(_pids_running("llmaz_dev.envtest.node._reaper"))
     for pid in [driver.process.pid, *reapers]:
         os.kill(pid, signal.SIGKILL)
     driver.wait_exit()
@@ -146,7 +146,10 @@ def test_a_second_node_and_a_taken_port_are_refused_in_one_line_and_leave_nothin
         squatter.bind(("127.0.0.1", LAYOUT.ports.kubelet_healthz))
         squatter.listen()
         refused = subprocess.run(
-            [sys.executable, "-m", "llmaz.envtest.node", "--images=pause"], capture_output=True, text=True, check=False
+            [sys.executable, "-m", "llmaz_dev.envtest.node", "--images=pause"],
+            capture_output=True,
+            text=True,
+            check=False,
         )
     assert refused.returncode == 1
     assert refused.stderr.strip() == (
@@ -158,7 +161,10 @@ def test_a_second_node_and_a_taken_port_are_refused_in_one_line_and_leave_nothin
     first.wait_started()
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "llmaz.envtest.node", "--images=pause"], capture_output=True, text=True, check=False
+            [sys.executable, "-m", "llmaz_dev.envtest.node", "--images=pause"],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert second.returncode == 1
         assert f"a node cluster is already running (pid {first.process.pid}" in second.stderr

@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from llmaz.envtest import Cluster
 from llmaz.runtime.client import (
     AlreadyExists,
     ApiError,
@@ -18,7 +17,8 @@ from llmaz.runtime.client import (
     PatchType,
 )
 from llmaz.runtime.metrics import REGISTRY
-from llmaz.testing.manifests import CONFIGMAPS, DEPLOYMENTS, LWS, configmap, deployment, leaderworkerset
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.testing.manifests import CONFIGMAPS, DEPLOYMENTS, LWS, configmap, deployment, leaderworkerset
 
 pytestmark = pytest.mark.integration
 

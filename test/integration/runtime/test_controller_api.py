@@ -21,9 +21,9 @@ from llmaz.runtime.client import Client, Conflict
 from llmaz.runtime.controller import Controller, ControllerBuilder, Request, Result, Scope
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.workqueue import ItemExponentialFailureRateLimiter
-from llmaz.testing.manifests import CONFIGMAPS, configmap
-from llmaz.testing.runnables import started
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.manifests import CONFIGMAPS, configmap
+from llmaz_dev.testing.runnables import started
+from llmaz_dev.testing.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import pytest
 from llmaz.runtime.client import Client
 from llmaz.runtime.events import EVENTS, NORMAL, WARNING, EventBroadcaster
 from llmaz.runtime.resource import Resource
-from llmaz.testing.manifests import CONFIGMAPS, configmap
-from llmaz.testing.runnables import stop
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.manifests import CONFIGMAPS, configmap
+from llmaz_dev.testing.runnables import stop
+from llmaz_dev.testing.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest.control_plane import ControlPlane
 from llmaz.runtime.cache import ClientListWatch, DeletedFinalStateUnknown, Obj, SharedInformer
 from llmaz.runtime.client import Client, ObjectList
 from llmaz.runtime.resource import Resource, object_key
-from llmaz.testing.manifests import CONFIGMAPS, LWS, configmap, leaderworkerset
-from llmaz.testing.runnables import started
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest.control_plane import ControlPlane
+from llmaz_dev.testing.manifests import CONFIGMAPS, LWS, configmap, leaderworkerset
+from llmaz_dev.testing.runnables import started
+from llmaz_dev.testing.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

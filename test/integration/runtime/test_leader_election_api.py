@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from llmaz.envtest.control_plane import ControlPlane
 from llmaz.runtime.client import Client
 from llmaz.runtime.leaderelection import JITTER_FACTOR, LEASES
 from llmaz.runtime.manager import LeadershipLostError, Manager, ManagerOptions
 from llmaz.runtime.resource import Resource
 from llmaz.runtime.runnable import Runnable, until_cancelled
-from llmaz.testing.manifests import CONFIGMAPS, configmap
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest.control_plane import ControlPlane
+from llmaz_dev.testing.manifests import CONFIGMAPS, configmap
+from llmaz_dev.testing.waiting import eventually
 
 from .apiproxy import ApiProxy, is_lease
 

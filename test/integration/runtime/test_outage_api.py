@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from llmaz.envtest.control_plane import ControlPlane
 from llmaz.runtime.cache import SharedInformer
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client
 from llmaz.runtime.controller import ControllerBuilder, Request, Result, Scope
-from llmaz.testing.manifests import CONFIGMAPS, configmap
-from llmaz.testing.runnables import started
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest.control_plane import ControlPlane
+from llmaz_dev.testing.manifests import CONFIGMAPS, configmap
+from llmaz_dev.testing.runnables import started
+from llmaz_dev.testing.waiting import eventually
 
 from .apiproxy import ApiProxy
 

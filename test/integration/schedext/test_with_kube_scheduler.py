@@ -18,15 +18,15 @@ import pytest
 
 from llmaz.apis import resources as r
 from llmaz.controllers.caches import configure_caches
-from llmaz.envtest import Cluster
-from llmaz.envtest.scheduler import kube_scheduler_with_extender
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.client import Client
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.schedext.server import SchedulerExtender
-from llmaz.testing.informer import FakeInformer
-from llmaz.testing.runnables import running
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest import Cluster
+from llmaz_dev.envtest.scheduler import kube_scheduler_with_extender
+from llmaz_dev.testing.informer import FakeInformer
+from llmaz_dev.testing.runnables import running
+from llmaz_dev.testing.waiting import eventually
 
 GPU = "nvidia.com/gpu.product"
 FLAVORS = [{"name": "a100", "nodeSelector": {GPU: "A100"}}, {"name": "a10", "nodeSelector": {GPU: "A10"}}]

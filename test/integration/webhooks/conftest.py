@@ -15,13 +15,13 @@ import pytest_asyncio
 
 from llmaz.certs import CertRotator, RotatorOptions
 from llmaz.certs.inject import MUTATING, VALIDATING
-from llmaz.envtest._cluster import Cluster
 from llmaz.runtime.client import ApiError, Client, NotFound
 from llmaz.runtime.resource import Resource
 from llmaz.runtime.webhook import WebhookServer, WebhookType, configuration
-from llmaz.testing.runnables import started
-from llmaz.testing.waiting import eventually
 from llmaz.webhooks import ReferenceLookup, StaticLookup, webhooks
+from llmaz_dev.envtest._cluster import Cluster
+from llmaz_dev.testing.runnables import started
+from llmaz_dev.testing.waiting import eventually
 
 OPENMODELS = Resource("llmaz.io", "v1alpha1", "openmodels", "OpenModel", namespaced=False)
 PLAYGROUNDS = Resource("inference.llmaz.io", "v1alpha1", "playgrounds", "Playground", namespaced=True)

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from llmaz.envtest._cluster import Cluster
 from llmaz.runtime.client import Client
+from llmaz_dev.envtest._cluster import Cluster
 
 from .conftest import OPENMODELS, PLAYGROUNDS, kubectl, openmodel
 

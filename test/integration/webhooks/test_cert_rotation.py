@@ -13,7 +13,7 @@ from llmaz.certs.inject import MUTATING, VALIDATING
 from llmaz.certs.rotator import SECRETS
 from llmaz.runtime.client import ApiError, Client
 from llmaz.runtime.webhook import WebhookType
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from .conftest import OPENMODELS, Webhooks, openmodel, serving
 

@@ -13,13 +13,13 @@ import pytest_asyncio
 import yaml
 
 from llmaz.certs import ensure_self_signed
-from llmaz.envtest._cluster import Cluster
-from llmaz.runtime.authn import CacheTTLs, DelegatingAuth
 from llmaz.runtime.client import Client
-from llmaz.runtime.metrics_server import MetricsServer
 from llmaz.runtime.resource import Resource
-from llmaz.testing.runnables import running
-from llmaz.testing.waiting import eventually
+from llmaz.runtime.server.authn import CacheTTLs, DelegatingAuth
+from llmaz.runtime.server.metrics_server import MetricsServer
+from llmaz_dev.envtest._cluster import Cluster
+from llmaz_dev.testing.runnables import running
+from llmaz_dev.testing.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)

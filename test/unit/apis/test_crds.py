@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.apis.crdgen import crds
+from llmaz_dev.crdgen import crds
 
 REPO = Path(__file__).resolve().parents[3]
 BASES = REPO / "config" / "crd" / "bases"

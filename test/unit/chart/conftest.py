@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.chartgen import Sources, read_sources
-from llmaz.envtest._assets import tool_path
-from llmaz.envtest.helm import Helm
+from llmaz_dev.chartgen import Sources, read_sources
+from llmaz_dev.envtest._assets import tool_path
+from llmaz_dev.envtest.helm import Helm
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "chart"

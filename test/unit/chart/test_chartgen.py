@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from llmaz.apis import constants as c
-from llmaz.chartgen import SourceError, Sources, read_sources, render_chart, write_chart
-from llmaz.chartgen.objects import manager_args
-from llmaz.chartgen.values import defaults, leaves, values_tree
+from llmaz_dev.chartgen import SourceError, Sources, read_sources, render_chart, write_chart
+from llmaz_dev.chartgen.objects import manager_args
+from llmaz_dev.chartgen.values import defaults, leaves, values_tree
 
 from .conftest import CHART, REPO
 

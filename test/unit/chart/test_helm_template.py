@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.chartgen.sources import kustomize_build
-from llmaz.envtest.helm import Helm, HelmError
+from llmaz_dev.chartgen.sources import kustomize_build
+from llmaz_dev.envtest.helm import Helm, HelmError
 
 from .conftest import CHART, REPO, Key, keyed
 

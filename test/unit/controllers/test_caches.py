@@ -32,12 +32,12 @@ from llmaz.controllers.flavors.capacity import BOUND_POD_SELECTOR, pod_node
 from llmaz.controllers.flavors.decision import longest_waiting
 from llmaz.controllers.flavors.fit import free_on, pod_requests, schedulable
 from llmaz.controllers.indexes import pod_service, service_of_pod
-from llmaz.envtest._assets import module_version
 from llmaz.runtime.cache import NOT_SERVED, SharedInformerFactory
 from llmaz.runtime.cache.transform import LAST_APPLIED_ANNOTATION, keep_paths, strip_metadata
 from llmaz.runtime.client import Client, Forbidden, NotFound, RestConfig
 from llmaz.runtime.client.applycheck import apply_is_noop
 from llmaz.runtime.resource import Resource
+from llmaz_dev.envtest._assets import module_version
 
 from ..builders.factories import LOADER_IMAGE, llama3_8b, playground
 from ..builders.test_diagnosis import CASES

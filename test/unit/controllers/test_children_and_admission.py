@@ -17,13 +17,13 @@ from llmaz.controllers import indexes as ix
 from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.service import ServiceReconciler
+from llmaz.controllers.settings import SettingsHolder
 from llmaz.runtime.client.errors import error_from_status
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.resource import Resource
 from llmaz.runtime.webhook import AdmissionRequest, GroupVersionKind
-from llmaz.settings import SettingsHolder
-from llmaz.testing import FakeClock, FakeInformerSource
 from llmaz.webhooks import webhooks
+from llmaz_dev.testing import FakeClock, FakeInformerSource
 
 INFERENCE = "inference.llmaz.io/v1alpha1"
 GLOBAL_CONFIG = {"data": {"config.data": "init-container-image: inftyai/model-loader:v0.0.10\n"}}

@@ -15,14 +15,14 @@ from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.playground import PlaygroundReconciler
 from llmaz.controllers.readiness import model_reconciler
 from llmaz.controllers.service import ServiceReconciler
+from llmaz.controllers.settings import SettingsHolder
 from llmaz.runtime.client import NotFound
 from llmaz.runtime.controller import ControllerBuilder, Reconciler
 from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.resource import Resource
-from llmaz.settings import SettingsHolder
-from llmaz.testing import FakeClock, FakeInformerSource
-from llmaz.testing.runnables import started
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing import FakeClock, FakeInformerSource
+from llmaz_dev.testing.runnables import started
+from llmaz_dev.testing.waiting import eventually
 
 RECONCILES = "controller_runtime_reconcile_total"
 GLOBAL_CONFIG = {"data": {"config.data": "init-container-image: inftyai/model-loader:v0.0.10\n"}}

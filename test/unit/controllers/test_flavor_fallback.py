@@ -14,10 +14,10 @@ from llmaz.apis import resources as r
 from llmaz.controllers import indexes as ix
 from llmaz.controllers.flavors.capacity import BOUND_POD_SELECTOR, NodeCapacity
 from llmaz.controllers.service import CAPACITY_SYNC_RECHECK, ServiceReconciler
+from llmaz.controllers.settings import SettingsHolder
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.resource import Resource
-from llmaz.settings import SettingsHolder
-from llmaz.testing import FakeInformer
+from llmaz_dev.testing import FakeInformer
 
 from .test_children_and_admission import INFERENCE, RUNNER, Harness, RecordingClient, _meta, _progressing
 

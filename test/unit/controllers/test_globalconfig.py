@@ -9,9 +9,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from llmaz.controllers.globalconfig import DEPLOY_FIX, GlobalConfig
-from llmaz.runtime.healthz import CheckFailed
-from llmaz.settings import SettingsHolder
-from llmaz.testing import FakeInformer
+from llmaz.controllers.settings import SettingsHolder
+from llmaz.runtime.server.healthz import CheckFailed
+from llmaz_dev.testing import FakeInformer
 
 VALID = "init-container-image: inftyai/model-loader:v0.0.10\n"
 

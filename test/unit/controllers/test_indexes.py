@@ -16,7 +16,7 @@ from llmaz.controllers.indexes import (
     service_of_pod,
 )
 from llmaz.runtime.controller import Request
-from llmaz.testing import FakeInformer
+from llmaz_dev.testing import FakeInformer
 
 
 def _playground(rv: str, spec: dict[str, Any], uid: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Where llmaz.envtest finds its binaries and CRDs, without starting anything."""
+"""Where llmaz_dev.envtest finds its binaries and CRDs, without starting anything."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmaz.envtest import AssetsMissingError, ExistingCluster, find_assets, kubernetes_version
-from llmaz.envtest._assets import cache_root, makefile_version, module_version, source_root, tool_path
-from llmaz.envtest._cluster import ClusterOperationError
-from llmaz.envtest._crds import load_crds
+from llmaz_dev.envtest import AssetsMissingError, ExistingCluster, find_assets, kubernetes_version
+from llmaz_dev.envtest._assets import cache_root, makefile_version, module_version, source_root, tool_path
+from llmaz_dev.envtest._cluster import ClusterOperationError
+from llmaz_dev.envtest._crds import load_crds
 
 REPO = Path(__file__).resolve().parents[3]
 

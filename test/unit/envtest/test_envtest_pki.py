@@ -1,4 +1,4 @@
-"""The certificates llmaz.envtest generates for a loopback control plane."""
+"""The certificates llmaz_dev.envtest generates for a loopback control plane."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from llmaz.envtest._pki import write_pki
+from llmaz_dev.envtest._pki import write_pki
 
 
 def load(path: Path) -> x509.Certificate:

@@ -13,7 +13,7 @@ CLUSTER = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from llmaz.envtest._foreground import run_until_signalled
+    from llmaz_dev.envtest._foreground import run_until_signalled
 
     class Cluster:
         kubeconfig = Path("/tmp/kubeconfig")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmaz.envtest.forward import TcpForwarder
+from llmaz_dev.envtest.forward import TcpForwarder
 
 
 class _Upper(socketserver.StreamRequestHandler):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llmaz.envtest import AssetsMissingError
-from llmaz.envtest.images import IMAGE_NAMES, LocalImage, available_images, find_images, index_path
+from llmaz_dev.envtest import AssetsMissingError
+from llmaz_dev.envtest.images import IMAGE_NAMES, LocalImage, available_images, find_images, index_path
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from cryptography import x509
 
-from llmaz.envtest._pki import write_pki
-from llmaz.envtest.node import _config
-from llmaz.envtest.node._host import HostState, _cgroup_dirs, find_leftovers
-from llmaz.envtest.node._layout import NodeLayout
+from llmaz_dev.envtest._pki import write_pki
+from llmaz_dev.envtest.node import _config
+from llmaz_dev.envtest.node._host import HostState, _cgroup_dirs, find_leftovers
+from llmaz_dev.envtest.node._layout import NodeLayout
 
 LAYOUT = NodeLayout(root=Path("/var/lib/llmaz-node-test"))
 

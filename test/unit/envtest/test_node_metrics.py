@@ -13,9 +13,9 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from llmaz.certs import pki
-from llmaz.envtest.node import _metrics
-from llmaz.envtest.node._layout import NodeLayout
-from llmaz.envtest.node.cluster import _manifest_path
+from llmaz_dev.envtest.node import _metrics
+from llmaz_dev.envtest.node._layout import NodeLayout
+from llmaz_dev.envtest.node.cluster import _manifest_path
 
 LAYOUT = NodeLayout(root=Path("/var/lib/llmaz-node-test"))
 

@@ -1,4 +1,4 @@
-"""The signal state around llmaz.envtest's child processes: what a child starts with, and what this process keeps."""
+"""The signal state around llmaz_dev.envtest's child processes: what a child starts with, what this process keeps."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmaz.envtest._process import ManagedProcess
+from llmaz_dev.envtest._process import ManagedProcess
 
 SLEEP = shutil.which("sleep") or "/bin/sleep"
 

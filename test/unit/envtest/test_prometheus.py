@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest import AssetsMissingError
-from llmaz.envtest.prometheus import (
+from llmaz_dev.envtest import AssetsMissingError
+from llmaz_dev.envtest.prometheus import (
     NAMESPACE,
     SERVICE_ACCOUNT,
     operator_bundle,

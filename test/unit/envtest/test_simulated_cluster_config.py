@@ -9,8 +9,8 @@ import pytest
 import yaml
 from cryptography import x509
 
-from llmaz.envtest.simulated import GPU_PRODUCT_LABEL, GPU_RESOURCE, NodePool, _components, _lws, default_node_pools
-from llmaz.envtest.simulated.nodes import KWOK_ANNOTATION, node_manifests
+from llmaz_dev.envtest.simulated import GPU_PRODUCT_LABEL, GPU_RESOURCE, NodePool, _components, _lws, default_node_pools
+from llmaz_dev.envtest.simulated.nodes import KWOK_ANNOTATION, node_manifests
 
 
 def test_the_default_pools_have_eight_gpu_a100_nodes_two_gpu_a10_nodes_and_cpu_only_nodes() -> None:

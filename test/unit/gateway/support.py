@@ -32,14 +32,14 @@ from llmaz.gateway.routing.signals import EngineSignals
 from llmaz.gateway.scaling.waker import Waker
 
 # Re-exported: the gateway tests build their objects with these.
-from llmaz.testing.gateway_objects import NAMESPACE as NAMESPACE
-from llmaz.testing.gateway_objects import Obj as Obj
-from llmaz.testing.gateway_objects import endpoint_slice as endpoint_slice
-from llmaz.testing.gateway_objects import inference_service as inference_service
-from llmaz.testing.gateway_objects import lb_service as lb_service
-from llmaz.testing.gateway_objects import open_model as open_model
-from llmaz.testing.gateway_objects import playground as playground
-from llmaz.testing.informer import FakeInformer
+from llmaz_dev.testing.gateway_objects import NAMESPACE as NAMESPACE
+from llmaz_dev.testing.gateway_objects import Obj as Obj
+from llmaz_dev.testing.gateway_objects import endpoint_slice as endpoint_slice
+from llmaz_dev.testing.gateway_objects import inference_service as inference_service
+from llmaz_dev.testing.gateway_objects import lb_service as lb_service
+from llmaz_dev.testing.gateway_objects import open_model as open_model
+from llmaz_dev.testing.gateway_objects import playground as playground
+from llmaz_dev.testing.informer import FakeInformer
 
 EngineHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Bounds every wait in these tests; reached only when something is broken.

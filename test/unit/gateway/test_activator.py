@@ -27,7 +27,7 @@ from llmaz.runtime.client.errors import error_from_status
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import EventRecorder
 from llmaz.runtime.resource import Resource
-from llmaz.testing.runnables import stop
+from llmaz_dev.testing.runnables import stop
 
 from .support import (
     NAMESPACE,

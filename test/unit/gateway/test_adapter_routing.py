@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.adapters import Adapter, LoraSlots, ServedAdapters
-from llmaz.testing.clock import FakeClock
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.clock import FakeClock
+from llmaz_dev.testing.waiting import eventually
 
 from . import engine_pages as pages
 from .support import (

@@ -23,7 +23,7 @@ from llmaz.gateway.routing.adapters import (
 )
 from llmaz.gateway.routing.prefix import routing_key
 from llmaz.gateway.routing.routes import Endpoint
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from .support import WAIT, Cluster, endpoint_slice, inference_service, open_model, playground
 

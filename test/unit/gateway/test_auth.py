@@ -9,7 +9,7 @@ import pytest
 
 from llmaz.gateway.proxy.auth import ApiKeys, parse_keys
 from llmaz.gateway.proxy.errors import OpenAIError
-from llmaz.testing.clock import FakeClock
+from llmaz_dev.testing.clock import FakeClock
 
 from .support import Cluster, engines, running_gateway
 

@@ -23,9 +23,9 @@ from llmaz.runtime.client.errors import error_from_status
 from llmaz.runtime.events import EventRecorder
 from llmaz.runtime.leaderelection import LEASES
 from llmaz.runtime.resource import Resource
-from llmaz.testing.clock import FakeClock
-from llmaz.testing.runnables import started, stop
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.clock import FakeClock
+from llmaz_dev.testing.runnables import started, stop
+from llmaz_dev.testing.waiting import eventually
 
 from .support import NAMESPACE, WAIT, Cluster, endpoint_slice, playground
 from .test_waker import Events, FakeApi

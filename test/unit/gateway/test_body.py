@@ -11,7 +11,7 @@ import pytest
 from llmaz.gateway.proxy import body
 from llmaz.gateway.proxy.errors import OpenAIError
 from llmaz.gateway.proxy.server import GatewayOptions
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from .support import WAIT, Cluster, engines, running_gateway
 

@@ -6,8 +6,8 @@ import asyncio
 
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.routes import Endpoint
-from llmaz.testing.informer import FakeInformer
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.informer import FakeInformer
+from llmaz_dev.testing.waiting import eventually
 
 from .support import NAMESPACE, WAIT, Cluster, endpoint_slice, inference_service, lb_service, open_model, playground
 

@@ -12,7 +12,7 @@ import pytest
 from llmaz.apis import constants as c
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.scaling.outlook import Coming, Outlook, cannot_become_ready, outlook
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from .support import (
     NAMESPACE,

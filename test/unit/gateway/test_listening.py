@@ -16,7 +16,7 @@ import pytest
 
 from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import Gateway, GatewayOptions
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from ..runtime.helpers import closed_within
 from .support import WAIT, Cluster

@@ -24,7 +24,7 @@ from llmaz.gateway.routing.picker import (
 )
 from llmaz.gateway.routing.prefix import RoutingKey, routing_key
 from llmaz.gateway.routing.routes import Endpoint
-from llmaz.testing.gateway_objects import playground
+from llmaz_dev.testing.gateway_objects import playground
 
 ENDPOINTS = [Endpoint(f"10.0.0.{i}", 8080) for i in range(1, 9)]
 PREFIX_ONLY = RoutingWeights(prefix=1, queue=0, utilisation=0)

@@ -19,7 +19,7 @@ from llmaz.gateway.proxy.forwarding import ProxyOptions, upstream_headers
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.routes import Endpoint
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from .support import FIRST_EVENT, LAST_EVENTS, WAIT, Cluster, engines, refused_endpoint, running_gateway
 

@@ -9,7 +9,7 @@ import pytest
 
 from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import Gateway, GatewayOptions
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually
 
 from .support import (
     FIRST_EVENT,

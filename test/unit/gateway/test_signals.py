@@ -25,9 +25,9 @@ from llmaz.gateway.routing.signals import (
     scan_samples,
     total_slots,
 )
-from llmaz.testing.clock import FakeClock
-from llmaz.testing.runnables import started
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.clock import FakeClock
+from llmaz_dev.testing.runnables import started
+from llmaz_dev.testing.waiting import eventually
 
 from . import engine_pages as pages
 from .support import WAIT, Cluster, FakeEngine, endpoint_slice, engines, refused_endpoint, scraping

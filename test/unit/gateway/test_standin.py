@@ -1,4 +1,4 @@
-"""llmaz.testing.standin_gateway: the real gateway over in-memory objects answers as OpenAI clients expect.
+"""llmaz_dev.testing.standin_gateway: the real gateway over in-memory objects answers as OpenAI clients expect.
 
 `make test-webui WEBUI_STANDIN=true` points Open WebUI at it; these keep it answering what Open WebUI asks: the model
 list, a chat completion and a streamed one (with usage when asked).
@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 import llmaz
-from llmaz.testing.standin_gateway import MODEL, REPLY, reply_to, standin_gateway
+from llmaz_dev.testing.standin_gateway import MODEL, REPLY, reply_to, standin_gateway
 
 from .support import WAIT
 
@@ -87,7 +87,7 @@ def test_cli_fails_in_one_line_when_the_port_is_taken() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "llmaz.testing.standin_gateway", "--port", str(port)],
+            [sys.executable, "-m", "llmaz_dev.testing.standin_gateway", "--port", str(port)],
             env=env,
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -97,5 +97,5 @@ def test_cli_fails_in_one_line_when_the_port_is_taken() -> None:
         )
     assert done.returncode == 1
     assert done.stdout == ""
-    assert done.stderr.startswith(f"llmaz.testing.standin_gateway: cannot serve on 127.0.0.1:{port}: ")
+    assert done.stderr.startswith(f"llmaz_dev.testing.standin_gateway: cannot serve on 127.0.0.1:{port}: ")
     assert done.stderr.count("\n") == 1

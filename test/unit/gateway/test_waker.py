@@ -27,9 +27,9 @@ from llmaz.runtime.client.errors import ApiError, error_from_status
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import EventRecorder
 from llmaz.runtime.resource import Resource
-from llmaz.testing.informer import FakeInformer
-from llmaz.testing.runnables import stop
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.informer import FakeInformer
+from llmaz_dev.testing.runnables import stop
+from llmaz_dev.testing.waiting import eventually
 
 from .support import NAMESPACE, WAIT, Cluster, endpoint_slice, engines, open_model, playground, running_gateway
 

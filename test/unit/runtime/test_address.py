@@ -11,17 +11,17 @@ import aiohttp
 import orjson
 import pytest
 
-from llmaz.__main__ import parse_args
 from llmaz.certs import ensure_self_signed
-from llmaz.runtime.address import bind_socket, join_host_port, split_host_port
-from llmaz.runtime.authn import DelegatingAuth
+from llmaz.manager.__main__ import parse_args
 from llmaz.runtime.client import Client
-from llmaz.runtime.healthz import HealthProbeServer
-from llmaz.runtime.metrics_server import MetricsServer
+from llmaz.runtime.server.address import bind_socket, join_host_port, split_host_port
+from llmaz.runtime.server.authn import DelegatingAuth
+from llmaz.runtime.server.healthz import HealthProbeServer
+from llmaz.runtime.server.metrics_server import MetricsServer
 from llmaz.runtime.webhook import WebhookServer
-from llmaz.testing.runnables import running
-from llmaz.testing.servers import READER_TOKEN, FakeReviewer
 from llmaz.webhooks import webhooks
+from llmaz_dev.testing.runnables import running
+from llmaz_dev.testing.servers import READER_TOKEN, FakeReviewer
 
 
 @pytest.mark.parametrize(

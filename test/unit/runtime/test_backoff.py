@@ -10,7 +10,7 @@ import random
 import pytest
 
 from llmaz.runtime.backoff import Backoff, ExponentialBackoff
-from llmaz.testing.clock import FakeClock
+from llmaz_dev.testing.clock import FakeClock
 
 
 class MaxJitter(random.Random):

@@ -11,9 +11,9 @@ from llmaz.runtime.cache.interfaces import Obj
 from llmaz.runtime.controller import ControllerBuilder, Request, Result, Scope
 from llmaz.runtime.controller import predicate as p
 from llmaz.runtime.resource import Resource
-from llmaz.testing import FakeClock, FakeInformerSource
-from llmaz.testing.runnables import stop
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing import FakeClock, FakeInformerSource
+from llmaz_dev.testing.runnables import stop
+from llmaz_dev.testing.waiting import eventually
 
 from .helpers import settle
 

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 
 from llmaz.runtime.client import Client, RestConfig, TooManyRequests
 from llmaz.runtime.resource import Resource
-from llmaz.testing.clock import FakeClock
+from llmaz_dev.testing.clock import FakeClock
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 

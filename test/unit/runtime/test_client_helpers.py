@@ -21,7 +21,7 @@ from llmaz.runtime.client.client import _path
 from llmaz.runtime.client.errors import ApiConnectionError
 from llmaz.runtime.client.watch import parse_event
 from llmaz.runtime.resource import Resource
-from llmaz.testing.clock import FakeClock
+from llmaz_dev.testing.clock import FakeClock
 
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 LWS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", namespaced=True)

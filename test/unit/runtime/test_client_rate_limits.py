@@ -6,7 +6,7 @@ import pytest
 
 from llmaz.runtime.client import RestConfig
 from llmaz.runtime.client._transport import Transport, limiter_key
-from llmaz.testing.clock import FakeClock
+from llmaz_dev.testing.clock import FakeClock
 
 
 @pytest.mark.parametrize(

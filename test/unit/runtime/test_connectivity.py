@@ -9,7 +9,7 @@ from structlog.testing import capture_logs
 from llmaz.runtime.client import ApiConnectionError, Client, RestConfig
 from llmaz.runtime.client.connectivity import Connectivity
 from llmaz.runtime.resource import Resource
-from llmaz.testing.clock import FakeClock
+from llmaz_dev.testing.clock import FakeClock
 
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 

@@ -22,9 +22,9 @@ from llmaz.runtime.controller import (
 )
 from llmaz.runtime.resource import Resource
 from llmaz.runtime.runnable import cancel_without_grace
-from llmaz.testing import FakeClock, FakeInformer, FakeInformerSource
-from llmaz.testing.runnables import started
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing import FakeClock, FakeInformer, FakeInformerSource
+from llmaz_dev.testing.runnables import started
+from llmaz_dev.testing.waiting import eventually
 
 from .helpers import sample, settle
 

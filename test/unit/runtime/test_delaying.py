@@ -6,7 +6,7 @@ import pytest
 
 from llmaz.runtime.workqueue import DelayingQueue, QueueShutDownError
 from llmaz.runtime.workqueue.delaying import MAX_WAIT
-from llmaz.testing import FakeClock
+from llmaz_dev.testing import FakeClock
 
 from .helpers import sample, settle
 

@@ -8,7 +8,7 @@ import pytest
 
 from llmaz.runtime.client import Client, RestConfig
 from llmaz.runtime.events import NORMAL, WARNING, EventBroadcaster, object_reference
-from llmaz.testing.clock import FakeClock
+from llmaz_dev.testing.clock import FakeClock
 
 
 def pod(name: str, uid: str) -> dict[str, Any]:

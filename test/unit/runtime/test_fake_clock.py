@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from llmaz.testing import FakeClock
+from llmaz_dev.testing import FakeClock
 
 from .helpers import settle
 

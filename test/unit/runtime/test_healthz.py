@@ -9,8 +9,8 @@ import pytest
 import pytest_asyncio
 from structlog.testing import capture_logs
 
-from llmaz.runtime.healthz import CheckFailed, HealthProbeServer
-from llmaz.testing.runnables import running
+from llmaz.runtime.server.healthz import CheckFailed, HealthProbeServer
+from llmaz_dev.testing.runnables import running
 
 
 @pytest_asyncio.fixture

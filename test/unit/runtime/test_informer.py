@@ -12,10 +12,10 @@ import pytest
 from llmaz.runtime.cache import DeletedFinalStateUnknown, SharedInformer, SharedInformerFactory
 from llmaz.runtime.client import Client, Expired, RestConfig
 from llmaz.runtime.resource import Resource
-from llmaz.testing.clock import FakeClock
-from llmaz.testing.listwatch import ScriptedListWatch, event, obj
-from llmaz.testing.runnables import started, stop
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.clock import FakeClock
+from llmaz_dev.testing.listwatch import ScriptedListWatch, event, obj
+from llmaz_dev.testing.runnables import started, stop
+from llmaz_dev.testing.waiting import eventually
 
 
 class Recorder:

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from llmaz.envtest._pki import ControlPlanePKI, write_pki
 from llmaz.runtime.client.config import from_kubeconfig, in_cluster, load
 from llmaz.runtime.client.credentials import ConfigError, TokenFile
-from llmaz.testing import FakeClock
-from llmaz.testing.waiting import eventually
+from llmaz_dev.envtest._pki import ControlPlanePKI, write_pki
+from llmaz_dev.testing import FakeClock
+from llmaz_dev.testing.waiting import eventually
 
 CREDENTIAL = {
     "apiVersion": "client.authentication.k8s.io/v1beta1",

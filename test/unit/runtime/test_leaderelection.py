@@ -21,7 +21,7 @@ from llmaz.runtime.leaderelection import (
     micro_time,
 )
 from llmaz.runtime.resource import Resource
-from llmaz.testing.clock import FakeClock
+from llmaz_dev.testing.clock import FakeClock
 
 from .helpers import settle
 

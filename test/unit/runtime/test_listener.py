@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import pytest
 from aiohttp import web
 
-from llmaz.runtime.listener import IDLE_GRACE, ConnectionLimits, Connections, start_site, stop_accepting
-from llmaz.testing.waiting import eventually
+from llmaz.runtime.server.listener import IDLE_GRACE, ConnectionLimits, Connections, start_site, stop_accepting
+from llmaz_dev.testing.waiting import eventually
 
 from .helpers import closed_within, settle
 

@@ -11,10 +11,10 @@ from typing import Any, cast
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
-from llmaz.runtime.authn import DelegatingAuth
 from llmaz.runtime.client import Client
-from llmaz.runtime.metrics_server import MetricsServer
-from llmaz.testing.servers import READER_TOKEN, FakeReviewer
+from llmaz.runtime.server.authn import DelegatingAuth
+from llmaz.runtime.server.metrics_server import MetricsServer
+from llmaz_dev.testing.servers import READER_TOKEN, FakeReviewer
 
 
 @pytest_asyncio.fixture

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from llmaz.runtime.cache.informer import ClientListWatch, SharedInformer
 from llmaz.runtime.client import Client, RestConfig
-from llmaz.testing.runnables import started
+from llmaz_dev.testing.runnables import started
 
 from .fakeapi import WIDGETS
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from llmaz.runtime.workqueue import Queue, QueueShutDownError
-from llmaz.testing import FakeClock
+from llmaz_dev.testing import FakeClock
 
 from .helpers import sample, settle
 

@@ -11,7 +11,7 @@ from llmaz.runtime.workqueue import (
     RateLimitingQueue,
     default_controller_rate_limiter,
 )
-from llmaz.testing import FakeClock
+from llmaz_dev.testing import FakeClock
 
 
 def test_exponential_backoff_doubles_from_5_ms_and_caps_at_1000_s() -> None:

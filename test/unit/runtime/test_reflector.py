@@ -14,9 +14,9 @@ from structlog.testing import capture_logs
 from llmaz.runtime.cache.reflector import Reflector
 from llmaz.runtime.client import ApiConnectionError, Expired, Forbidden, NotFound, ServerError, TooManyRequests
 from llmaz.runtime.client.watch import WatchEvent
-from llmaz.testing.clock import FakeClock
-from llmaz.testing.listwatch import Pause, ScriptedListWatch, bookmark, event, obj
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.clock import FakeClock
+from llmaz_dev.testing.listwatch import Pause, ScriptedListWatch, bookmark, event, obj
+from llmaz_dev.testing.waiting import eventually
 
 
 class RecordingClock(FakeClock):

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import orjson
 import pytest
 
-from llmaz.testing.servers import READER_TOKEN, ServersProcess
+from llmaz_dev.testing.servers import READER_TOKEN, ServersProcess
 
 MiB = 1024 * 1024
 READ_TIMEOUT = 1.0

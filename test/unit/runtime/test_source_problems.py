@@ -19,9 +19,9 @@ from llmaz.runtime.cache.transform import strip_metadata
 from llmaz.runtime.client import Client, RestConfig
 from llmaz.runtime.manager import Manager, ManagerOptions
 from llmaz.runtime.runnable import until_cancelled
-from llmaz.testing.clock import FakeClock
-from llmaz.testing.runnables import stop
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.clock import FakeClock
+from llmaz_dev.testing.runnables import stop
+from llmaz_dev.testing.waiting import eventually
 
 from .fakeapi import WIDGETS, FakeApi
 

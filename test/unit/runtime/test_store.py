@@ -14,7 +14,7 @@ from llmaz.runtime.cache import (
     index_by_controller_owner_uid,
     index_by_label,
 )
-from llmaz.testing.listwatch import obj
+from llmaz_dev.testing.listwatch import obj
 
 
 def owned(name: str, owner_uid: str, controller: bool = True, **labels: str) -> dict[str, Any]:

@@ -11,15 +11,15 @@ from typing import Any, cast
 
 import pytest
 
-from llmaz.runtime.authn import (
+from llmaz.runtime.client import ApiError, Client
+from llmaz.runtime.server.authn import (
     MAX_TOKEN_CHARS,
     SUBJECT_ACCESS_REVIEWS,
     TOKEN_REVIEWS,
     DelegatingAuth,
     TTLCache,
 )
-from llmaz.runtime.client import ApiError, Client
-from llmaz.testing.clock import FakeClock
+from llmaz_dev.testing.clock import FakeClock
 
 
 def test_an_entry_is_served_until_its_ttl_passes() -> None:

@@ -18,9 +18,9 @@ from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.webhook import Rule, Webhook, WebhookServer, WebhookType, allowed
 from llmaz.runtime.webhook.review import MAX_BODY_BYTES, AdmissionRequest
 from llmaz.runtime.webhook.server import Limits
-from llmaz.testing.runnables import running
-from llmaz.testing.servers import ServersProcess
-from llmaz.testing.waiting import eventually
+from llmaz_dev.testing.runnables import running
+from llmaz_dev.testing.servers import ServersProcess
+from llmaz_dev.testing.waiting import eventually
 
 from .helpers import closed_within
 

@@ -29,9 +29,9 @@ from llmaz.runtime.webhook import (
     allowed,
     denied,
 )
-from llmaz.testing.runnables import running, stop
-from llmaz.testing.waiting import eventually
 from llmaz.webhooks import webhooks
+from llmaz_dev.testing.runnables import running, stop
+from llmaz_dev.testing.waiting import eventually
 
 
 async def judge(request: AdmissionRequest) -> AdmissionResponse:

@@ -12,8 +12,8 @@ import pytest
 
 from llmaz.schedext import flavors
 from llmaz.schedext.server import MAX_BODY_BYTES, NODE_CACHE_CAPABLE, SchedulerExtender
-from llmaz.testing.informer import FakeInformer
-from llmaz.testing.runnables import running
+from llmaz_dev.testing.informer import FakeInformer
+from llmaz_dev.testing.runnables import running
 
 GPU = "nvidia.com/gpu.product"
 MODEL = {

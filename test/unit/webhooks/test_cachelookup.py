@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from llmaz.testing import FakeStore
 from llmaz.webhooks.cachelookup import CacheLookup
+from llmaz_dev.testing import FakeStore
 
 
 def _stores() -> tuple[FakeStore, FakeStore]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from llmaz.webhooks.manifests import main, render
+from llmaz_dev.webhookgen import main, render
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "config" / "webhook" / "manifests.yaml"
 

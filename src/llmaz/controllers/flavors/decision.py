@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from llmaz.apis import Flavor, OpenModel, Service
@@ -31,6 +31,7 @@ from llmaz.apis.quantity import parse_quantity
 from llmaz.controllers.builders.diagnosis import REASON_UNSCHEDULABLE, PodFinding, one_line
 from llmaz.controllers.builders.flavors import find_flavor, flavor_order
 from llmaz.controllers.flavors.fit import Resources, Room, condition
+from llmaz.runtime.timestamp import parse_timestamp
 
 # The scheduler's texts (kube-scheduler's NodeResourcesFit and NodeAffinity plugins) that mean "no node of the
 # right kind has room": only these move a Service to its next flavor.
@@ -44,16 +45,6 @@ def blocks_on_fit(message: str) -> bool:
     """Whether a scheduler message says no node fits the pod's resources or flavor labels, and nothing else
     that another flavor could not change (volumes, PersistentVolumeClaims)."""
     return bool(_FIT_REASONS.search(message)) and not _NOT_FLAVOR_REASONS.search(message)
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +69,7 @@ def longest_waiting(pods: Iterable[Mapping[str, Any]], not_before: datetime | No
         if scheduled.get("status") != "False" or scheduled.get("reason") != UNSCHEDULABLE:
             continue
         message = str(scheduled.get("message") or "")
-        since = parse_time(scheduled.get("lastTransitionTime"))
+        since = parse_timestamp(scheduled.get("lastTransitionTime"))
         if since is None or not blocks_on_fit(message):
             continue
         if not_before is not None and not_before > since:

@@ -11,7 +11,7 @@ Invariants:
   request, an unknown path or method, a failure of the gateway itself (500, logged). Only cancellation escapes.
 - Authentication (when API keys are configured) comes first: nothing about models is revealed without a key.
 - Until the caches have synced, requests are refused with 503 rather than answered from an empty view.
-- Connections are taken through the project's listener (`llmaz.runtime.listener`): at most `max_connections`
+- Connections are taken through the project's listener (`llmaz.runtime.server.listener`): at most `max_connections`
   are held at once (beyond that the kernel's backlog holds them), and a connection is handed to the HTTP server
   only once its first request head has arrived. An empty host binds every interface, IPv4 and IPv6 (`:8000`);
   `0.0.0.0` is IPv4 only, `[::1]` IPv6 loopback only.
@@ -69,9 +69,9 @@ from llmaz.gateway.routing.prefix import SESSION_HEADER, routing_key
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.scaling.outlook import Coming
 from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, Waker
-from llmaz.runtime.address import split_host_port
-from llmaz.runtime.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
 from llmaz.runtime.log import get_logger
+from llmaz.runtime.server.address import split_host_port
+from llmaz.runtime.server.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
 
 INFERENCE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from llmaz.apis import constants as c
 from llmaz.apis.serving import LB_SERVICE_SUFFIX, lb_service_name, main_model
+from llmaz.runtime.timestamp import parse_timestamp
 
 Obj = dict[str, Any]
 
@@ -193,12 +193,8 @@ def ready_endpoints(slices: Iterable[Obj]) -> list[Endpoint]:
 
 
 def _unix_time(value: Any) -> int | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return int(datetime.fromisoformat(value).timestamp())
-    except ValueError:
-        return None
+    parsed = parse_timestamp(value)
+    return None if parsed is None else int(parsed.timestamp())
 
 
 def model_card(model: str, open_model: Obj | None) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from llmaz.apis import constants as c
+from llmaz.runtime.timestamp import parse_timestamp
 
 Obj = dict[str, Any]
 
@@ -45,15 +46,8 @@ def autoscaled(playground: Obj) -> bool:
 
 
 def _timestamp(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    parsed = parse_timestamp(value)
+    return None if parsed is None else parsed.timestamp()
 
 
 def last_request(playground: Obj) -> float | None:

@@ -9,7 +9,7 @@ Invariants:
   either bound gets HTTP 429 with `Retry-After: 1` at once, its body unread, and its connection closed once
   drained (client-go, the API server's client, retries such answers). Judging itself runs one request at a
   time (it never awaits), so memory is bounded by the bodies in flight plus one decoded review. Connections
-  are bounded too (`llmaz.runtime.listener`).
+  are bounded too (`llmaz.runtime.server.listener`).
 - A connection must send its first request head (TLS: its ClientHello), finish its TLS handshake, deliver
   each request head, then each body, each within `read_timeout`; one that stalls is closed, and so is an idle
   keep-alive connection after as long. A body that does not arrive in time gets no answer: its connection is
@@ -33,10 +33,10 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from llmaz.runtime.address import join_host_port
-from llmaz.runtime.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.log import bounded, get_logger
 from llmaz.runtime.runnable import until_cancelled
+from llmaz.runtime.server.address import join_host_port
+from llmaz.runtime.server.listener import ConnectionLimits, Connections, serving
 from llmaz.runtime.webhook import metrics
 from llmaz.runtime.webhook.certwatcher import DEFAULT_INTERVAL, CertWatcher
 from llmaz.runtime.webhook.handler import Webhook

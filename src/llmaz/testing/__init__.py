@@ -1,9 +1,0 @@
-"""Test helpers for the runtime and controllers: a clock the test steps, an in-memory informer.
-
-Each helper documents what it does not do. Production code never imports this package.
-"""
-
-from llmaz.testing.clock import FakeClock
-from llmaz.testing.informer import FakeInformer, FakeInformerSource, FakeStore
-
-__all__ = ["FakeClock", "FakeInformer", "FakeInformerSource", "FakeStore"]

@@ -1,0 +1,75 @@
+"""The built objects the chart makes configurable, found by their names, and the values read from them.
+
+Every lookup fails loudly (`SourceError`) when `config/` no longer has what the chart templates: a renamed
+Deployment or a moved flag stops `make chart` instead of producing a chart that silently differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from llmaz_dev.chartgen.sources import Object, SourceError
+
+NAMESPACE = "llmaz-system"
+MANAGER = ("Deployment", "llmaz-controller-manager")
+GATEWAY = ("Deployment", "llmaz-gateway")
+GLOBAL_CONFIG = ("ConfigMap", "llmaz-global-config")
+GLOBAL_CONFIG_KEY = "config.data"
+PROMETHEUS_BINDING = ("ClusterRoleBinding", "llmaz-metrics-reader-rolebinding")
+NAMESPACE_FLAG = "--namespace="
+
+
+def find(objects: Iterable[Object], kind: str, name: str) -> Object:
+    found = [obj for obj in objects if obj["kind"] == kind and obj["metadata"]["name"] == name]
+    if len(found) != 1:
+        raise SourceError(f"expected one {kind} {name} in the built config, found {len(found)}")
+    return found[0]
+
+
+def only_container(deployment: Object) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    if len(containers) != 1:
+        raise SourceError(f"Deployment {deployment['metadata']['name']} must have one container")
+    return containers[0]
+
+
+def split_image(image: str) -> tuple[str, str]:
+    """`repository:tag` -> (repository, tag); a registry port is part of the repository."""
+    repository, sep, tag = image.rpartition(":")
+    if not sep or "/" in tag or "@" in image:
+        raise SourceError(f"image {image!r}: the chart needs `repository:tag`")
+    return repository, tag
+
+
+def manager_args(container: dict[str, Any]) -> list[str]:
+    """The manager's flags after the first, which must be `--namespace=llmaz-system`: the chart sets the release
+    namespace there, ahead of its `args` value."""
+    args: list[str] = container["args"]
+    if not args or args[0] != f"{NAMESPACE_FLAG}{NAMESPACE}":
+        raise SourceError(f"the manager's first flag must be {NAMESPACE_FLAG}{NAMESPACE} (config/manager/manager.yaml)")
+    if any(arg.startswith(NAMESPACE_FLAG) for arg in args[1:]):
+        raise SourceError(f"the manager has {NAMESPACE_FLAG} more than once")
+    return args[1:]
+
+
+def backends(objects: Iterable[Object]) -> list[Object]:
+    return [obj for obj in objects if obj["kind"] == "BackendRuntime"]
+
+
+def backend_key(backend: Object) -> str:
+    """The backend's key under `backendRuntime` (llmaz's: `tensorrt-llm` is `tensorrt_llm`)."""
+    name: str = backend["metadata"]["name"]
+    return name.replace("-", "_")
+
+
+def global_config_data(objects: Iterable[Object]) -> str:
+    data: str = find(objects, *GLOBAL_CONFIG)["data"][GLOBAL_CONFIG_KEY]
+    return data
+
+
+def prometheus_subject(objects: Iterable[Object]) -> dict[str, str]:
+    subjects: list[dict[str, str]] = find(objects, *PROMETHEUS_BINDING)["subjects"]
+    if len(subjects) != 1 or subjects[0]["kind"] != "ServiceAccount":
+        raise SourceError("config/prometheus binds the metrics reader to one ServiceAccount")
+    return subjects[0]
