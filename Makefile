@@ -23,7 +23,7 @@ ENVOY_GATEWAY_CRDS := $(LLMAZ_CACHE)/crd/envoy-gateway-$(ENVOY_GATEWAY_VERSION)
 ENVOY_AI_GATEWAY_VERSION := v1.0.0
 ENVOY_AI_GATEWAY_CRDS := $(LLMAZ_CACHE)/crd/envoy-ai-gateway-$(ENVOY_AI_GATEWAY_VERSION)
 export LLMAZ_CACHE
-# The tests run these exact binaries (llmaz.envtest._assets.tool_path reads the same names).
+# The tests run these exact binaries (llmaz_dev.envtest._assets.tool_path reads the same names).
 export KUSTOMIZE HELM
 
 PYTEST_ARGS ?=
@@ -130,14 +130,14 @@ node-bins: ## Also build kubelet, kube-proxy, CoreDNS and metrics-server (the re
 
 .PHONY: manifests
 manifests: install $(KUSTOMIZE) ## Generate CRDs, webhook and RBAC manifests from src/llmaz, then the chart.
-	$(PY) -m llmaz.apis.crdgen config/crd/bases
-	$(PY) -m llmaz.webhooks.manifests config/webhook/manifests.yaml
-	$(PY) -m llmaz.rbacgen config/rbac
-	$(PY) -m llmaz.chartgen --kustomize $(KUSTOMIZE) chart
+	$(PY) -m llmaz_dev.crdgen config/crd/bases
+	$(PY) -m llmaz_dev.webhookgen config/webhook/manifests.yaml
+	$(PY) -m llmaz_dev.rbacgen config/rbac
+	$(PY) -m llmaz_dev.chartgen --kustomize $(KUSTOMIZE) chart
 
 .PHONY: chart
 chart: install $(KUSTOMIZE) ## Generate the Helm chart, chart/, from config/ (kustomize build, then templating).
-	$(PY) -m llmaz.chartgen --kustomize $(KUSTOMIZE) chart
+	$(PY) -m llmaz_dev.chartgen --kustomize $(KUSTOMIZE) chart
 
 .PHONY: fmt
 fmt: install ## Format the code.
@@ -198,7 +198,7 @@ test-e2e: install $(HELM) ## End-to-end tests: kind if available, USE_EXISTING_C
 # venv of its own under the cache, never .venv) against the llmaz-gateway at WEBUI_GATEWAY_URL, where `make run`
 # serves tiny-llama, driven in headless Chromium (Debian packages of hack/webui/packages.txt, installed if missing):
 # one chat, then a screenshot in WEBUI_OUT. WEBUI_STANDIN=true serves the gateway itself instead, over in-memory
-# objects and a scripted engine (llmaz.testing.standin_gateway), for a check without a node. docs/gateway.md.
+# objects and a scripted engine (llmaz_dev.testing.standin_gateway), for a check without a node. docs/gateway.md.
 WEBUI_VENV := $(LLMAZ_CACHE)/webui/venv
 WEBUI_GATEWAY_URL ?= http://127.0.0.1:8000/v1
 WEBUI_STANDIN ?= false
@@ -289,20 +289,22 @@ bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake e
 bench-picker: install $(BENCH_STAMP) ## Prefix-aware picker: key + pick cost at 300 requests/s, memory for 100k prompts.
 	BENCH_SCENARIOS=picker $(PY) bench/run.py
 
+# make test: the checks, the builds, then the tiers (unit and integration side by side, the simulated cluster, the
+# real node last), each step timed; it ends with where the time went and each tier's slowest tests
+# (llmaz_dev/tiers.py). `make test-unit` and friends run one tier alone.
 .PHONY: test
-test: debian-pins lint kustomize-build test-unit test-integration ## Everything CI runs: lint and every test tier.
-	@$(MAKE) --no-print-directory test-e2e E2E_CLUSTER=simulated
-	@$(MAKE) --no-print-directory test-e2e E2E_CLUSTER=node
+test: install ## Everything CI runs: lint, the builds and every test tier, with where the time went.
+	@$(PY) -m llmaz_dev.tiers --pytest-args '$(PYTEST_ARGS)'
 
 ##@ Run
 
 .PHONY: dev-up
 dev-up: install cluster-bins $(KUSTOMIZE) ## Start (or reuse) a background control plane with CRDs, backends, global config.
-	@$(PY) -m llmaz.envtest up --dir .dev --crd-path config/crd/bases --manifests config/dev --kustomize $(KUSTOMIZE)
+	@$(PY) -m llmaz_dev.envtest up --dir .dev --crd-path config/crd/bases --manifests config/dev --kustomize $(KUSTOMIZE)
 
 .PHONY: dev-down
 dev-down: install ## Stop the background control plane started by dev-up.
-	@$(PY) -m llmaz.envtest down --dir .dev
+	@$(PY) -m llmaz_dev.envtest down --dir .dev
 
 # make run: a real node serving the tiny demo model where the machine allows it (root on a Debian host), else the
 # control plane alone. RUN_MODE=node|control-plane forces one; DEMO=false installs llmaz but serves no model.
@@ -310,9 +312,9 @@ RUN_MODE ?= auto
 DEMO ?= true
 .PHONY: run
 run: install cluster-bins $(KUSTOMIZE) ## llmaz serving a model on a real node (else a local control plane), in the foreground.
-	@mode=$$($(PY) -m llmaz.envtest.devrun --probe --mode $(RUN_MODE)); \
+	@mode=$$($(PY) -m llmaz_dev.envtest.devrun --probe --mode $(RUN_MODE)); \
 	if [ "$$mode" = node ]; then $(MAKE) --no-print-directory node-bins image-build IMAGES='$(RUN_IMAGES)'; fi; \
-	exec $(PY) -m llmaz.envtest.devrun --dir .dev --kustomize $(KUSTOMIZE) --mode $$mode $(if $(filter false,$(DEMO)),--no-demo)
+	exec $(PY) -m llmaz_dev.envtest.devrun --dir .dev --kustomize $(KUSTOMIZE) --mode $$mode $(if $(filter false,$(DEMO)),--no-demo)
 
 ##@ Deploy
 
