@@ -1,7 +1,7 @@
 """Nothing outlives a test run or `make dev-down`: no etcd or kube-apiserver process, no listening port.
 
-The same holds for a test run started with SIGINT ignored, as a background job of a non-interactive shell, `nohup`
-and some CI runners start theirs: the last test runs this module's other tests in such a session.
+The same holds for a test run started with SIGINT ignored, as a background job of a non-interactive shell and some
+CI runners start theirs: the last test runs this module's other tests in such a session.
 """
 
 from __future__ import annotations

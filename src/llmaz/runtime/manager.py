@@ -293,7 +293,7 @@ class Manager:
             return
         event = asyncio.Event()
         loop = asyncio.get_running_loop()
-        # Installed whatever was there, an inherited SIG_IGN included (a background job or nohup ignores SIGINT).
+        # Installed whatever was there, an inherited SIG_IGN included (a background job of a script ignores SIGINT).
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         for sig in previous:
             loop.add_signal_handler(sig, event.set)

@@ -215,7 +215,7 @@ def child_setup(*, die_with_parent: bool) -> Callable[[], None]:
     """The `preexec_fn` for a child of ours: SIGINT at its default, and with `die_with_parent` PR_SET_PDEATHSIG.
 
     An ignored signal stays ignored across exec, and subprocess's `restore_signals` resets only SIGPIPE, SIGXFZ and
-    SIGXFSZ. A background job of a non-interactive shell, `nohup` and some CI runners start with SIGINT ignored;
+    SIGXFSZ. A background job of a non-interactive shell and some CI runners start with SIGINT ignored;
     without the reset every child would inherit that, and a Python child would never raise KeyboardInterrupt.
     """
     return _sigint_default_and_die_with_parent if die_with_parent else _sigint_default

@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.signals
+
 CLUSTER = textwrap.dedent(
     """
     import os, signal, sys

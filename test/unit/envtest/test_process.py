@@ -12,6 +12,8 @@ import pytest
 
 from llmaz_dev.envtest._process import ManagedProcess
 
+pytestmark = pytest.mark.signals
+
 SLEEP = shutil.which("sleep") or "/bin/sleep"
 
 
@@ -42,20 +44,47 @@ def test_a_child_starts_with_sigint_at_its_default_when_this_process_ignores_it(
         child.stop()
 
 
-def test_sigterm_and_sighup_stop_the_children_only_while_there_are_any(tmp_path: Path) -> None:
-    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
-    assert set(before.values()) == {signal.SIG_DFL}, "this test needs SIGTERM and SIGHUP at their defaults"
+@pytest.fixture
+def exit_signals_at_their_default() -> Iterator[tuple[signal.Signals, ...]]:
+    """SIGTERM and SIGHUP at their defaults for the test, whatever this process inherited (`nohup` ignores SIGHUP)."""
+    exit_signals = (signal.SIGTERM, signal.SIGHUP)
+    inherited = {signum: signal.signal(signum, signal.SIG_DFL) for signum in exit_signals}
+    yield exit_signals
+    for signum, handler in inherited.items():
+        signal.signal(signum, handler)
+
+
+def test_sigterm_and_sighup_stop_the_children_only_while_there_are_any(
+    tmp_path: Path, exit_signals_at_their_default: tuple[signal.Signals, ...]
+) -> None:
     first = ManagedProcess("first", [SLEEP, "60"], tmp_path / "first.log")
     second = ManagedProcess("second", [SLEEP, "60"], tmp_path / "second.log")
     first.start()
     second.start()
     try:
-        handlers = {signum: signal.getsignal(signum) for signum in before}
+        handlers = {signum: signal.getsignal(signum) for signum in exit_signals_at_their_default}
         assert signal.SIG_DFL not in handlers.values()
         first.stop()
-        assert {signum: signal.getsignal(signum) for signum in before} == handlers
+        assert {signum: signal.getsignal(signum) for signum in exit_signals_at_their_default} == handlers
     finally:
         first.stop()
         second.stop()
 
-    assert {signum: signal.getsignal(signum) for signum in before} == before
+    assert {signal.getsignal(signum) for signum in exit_signals_at_their_default} == {signal.SIG_DFL}
+
+
+def test_an_ignored_sighup_stays_ignored_while_there_are_children(
+    tmp_path: Path, exit_signals_at_their_default: tuple[signal.Signals, ...]
+) -> None:
+    """As under `nohup`: the session asked not to be stopped by a hangup, and the children do not change that."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    child = ManagedProcess("child", [SLEEP, "60"], tmp_path / "child.log")
+    child.start()
+    try:
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    finally:
+        child.stop()
+
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -75,6 +75,7 @@ def closed(monkeypatch: pytest.MonkeyPatch) -> list[Client]:
     return closed
 
 
+@pytest.mark.signals  # the manager's SIGTERM/SIGINT handlers are in place while it runs
 async def test_run_manager_runs_what_setup_adds_and_closes_the_client_however_it_ends(closed: list[Client]) -> None:
     managers: list[Manager] = []
 

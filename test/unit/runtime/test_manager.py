@@ -212,6 +212,7 @@ async def test_the_leader_client_refuses_writes_while_not_leading_and_passes_rea
         await not_electing.client.close()
 
 
+@pytest.mark.signals
 async def test_sigint_stops_the_manager_even_when_inherited_ignored_and_stays_ignored_afterwards() -> None:
     journal: list[str] = []
     mgr = manager()

@@ -10,14 +10,14 @@ import pytest
 from llmaz.runtime.workqueue import Queue, QueueShutDownError
 from llmaz_dev.testing import FakeClock
 
-from .helpers import sample, settle
+from .helpers import promptly, sample, settle
 
 
 async def test_items_are_handed_out_in_the_order_they_were_first_added() -> None:
     queue: Queue[str] = Queue()
     for item in ["a", "b", "c", "a", "b"]:
         queue.add(item)
-    assert [await queue.get() for _ in range(3)] == ["a", "b", "c"]
+    assert [await promptly(queue.get(), "a queued item") for _ in range(3)] == ["a", "b", "c"]
 
 
 async def test_adds_of_an_item_already_waiting_collapse_into_one() -> None:
@@ -33,31 +33,31 @@ async def test_get_waits_until_an_item_is_added() -> None:
     await settle()
     assert not getter.done()
     queue.add("a")
-    assert await getter == "a"
+    assert await promptly(getter, "the getter to take the added item") == "a"
 
 
 async def test_an_item_is_never_handed_to_two_workers_at_once() -> None:
     queue: Queue[str] = Queue()
     queue.add("a")
-    assert await queue.get() == "a"
+    assert await promptly(queue.get(), "a queued item") == "a"
     queue.add("a")
     second_worker = asyncio.create_task(queue.get())
     await settle()
     assert not second_worker.done()
     assert len(queue) == 0
     queue.done("a")
-    assert await second_worker == "a"
+    assert await promptly(second_worker, "the second worker to take the item once done") == "a"
 
 
 async def test_an_item_added_while_processing_is_delivered_exactly_once_after_done() -> None:
     queue: Queue[str] = Queue()
     queue.add("a")
-    item = await queue.get()
+    item = await promptly(queue.get(), "a queued item")
     for _ in range(3):
         queue.add("a")
     queue.done(item)
     assert len(queue) == 1
-    assert await queue.get() == "a"
+    assert await promptly(queue.get(), "the item re-added while processing") == "a"
     queue.done("a")
     assert len(queue) == 0
 
@@ -68,7 +68,7 @@ async def test_done_for_an_item_that_is_not_processing_changes_nothing() -> None
     queue.done("a")
     queue.done("b")
     assert len(queue) == 1
-    assert await queue.get() == "a"
+    assert await promptly(queue.get(), "a queued item") == "a"
 
 
 async def test_a_cancelled_getter_passes_its_wake_up_to_the_next_getter() -> None:
@@ -78,7 +78,7 @@ async def test_a_cancelled_getter_passes_its_wake_up_to_the_next_getter() -> Non
     await settle()
     queue.add("a")  # wakes `first`...
     first.cancel()  # ...which is cancelled before it can take the item
-    assert await second == "a"
+    assert await promptly(second, "the wake-up passed on to the second getter") == "a"
     with pytest.raises(asyncio.CancelledError):
         await first
 
@@ -90,9 +90,9 @@ async def test_shut_down_ignores_adds_but_still_hands_out_queued_items() -> None
     queue.shut_down()
     queue.add("c")
     assert queue.shutting_down
-    assert [await queue.get(), await queue.get()] == ["a", "b"]
+    assert [await promptly(queue.get(), "an item queued before the shut-down") for _ in "ab"] == ["a", "b"]
     with pytest.raises(QueueShutDownError):
-        await queue.get()
+        await promptly(queue.get(), "get to refuse on an empty queue that is shut down")
 
 
 async def test_shut_down_wakes_every_waiting_getter() -> None:
@@ -100,37 +100,38 @@ async def test_shut_down_wakes_every_waiting_getter() -> None:
     getters = [asyncio.create_task(queue.get()) for _ in range(3)]
     await settle()
     queue.shut_down()
-    results = await asyncio.gather(*getters, return_exceptions=True)
+    results = await promptly(asyncio.gather(*getters, return_exceptions=True), "shut_down to wake every getter")
     assert all(isinstance(result, QueueShutDownError) for result in results)
 
 
 async def test_shut_down_with_drain_waits_for_items_being_processed() -> None:
     queue: Queue[str] = Queue()
     queue.add("a")
-    item = await queue.get()
+    item = await promptly(queue.get(), "a queued item")
     drain = asyncio.create_task(queue.shut_down_with_drain())
     await settle()
     assert not drain.done()
     queue.add("b")  # ignored: the queue is shutting down
     queue.done(item)
-    await drain
+    await promptly(drain, "the drain to end once the last item was done")
     with pytest.raises(QueueShutDownError):
-        await queue.get()
+        await promptly(queue.get(), "get to refuse once drained")
 
 
 async def test_shut_down_ends_a_drain_that_is_still_waiting() -> None:
     queue: Queue[str] = Queue()
     queue.add("a")
-    await queue.get()
+    await promptly(queue.get(), "a queued item")
     drain = asyncio.create_task(queue.shut_down_with_drain())
     await settle()
+    assert not drain.done()
     queue.shut_down()
-    await drain
+    await promptly(drain, "shut_down to end the drain still waiting")
 
 
 async def test_shut_down_with_drain_returns_at_once_when_nothing_is_processing() -> None:
     queue: Queue[str] = Queue()
-    await queue.shut_down_with_drain()
+    await promptly(queue.shut_down_with_drain(), "the drain of a queue with nothing processing")
     assert queue.shutting_down
 
 
