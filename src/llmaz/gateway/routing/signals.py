@@ -34,11 +34,12 @@ Invariants:
   included), set after every cycle.
 - Memory is bounded by the routed endpoints: an endpoint that leaves the catalog is forgotten at the next cycle.
 - `load` and `adapters` never await and never raise.
-- A listing is used only while younger than 3 `adapters_interval`s and while the endpoint's load reads succeed; a
+- A listing is used only while younger than 3 `adapters_interval`s and until the endpoint's load turns stale; a
   failed listing read (its own `timeout`, at most MAX_LISTING_BYTES) makes it unknown at once, and is logged
   once when it turns unknown and once when it is known again. It is read again at once when the endpoint comes
   back from a failed load read (it may have restarted with other adapters). A listing that changes wakes the
-  requests held on the catalog (`Catalog.notify`): one may be waiting for a replica holding its adapter.
+  requests held on the catalog for the endpoint's models (`Catalog.notify_endpoint`): one may be waiting for a
+  replica holding its adapter.
 - The gateway's `--resolve` map applies as it does to forwarded requests: an endpoint at `address` is scraped
   at `resolve[address]`, and is still known by its own address.
 """
@@ -412,12 +413,12 @@ class EngineSignals:
             changed = found != known.adapters
             known.adapters, known.adapters_read_at, known.adapters_failure = found, self._clock.now(), None
             if changed:
-                self.catalog.notify()
+                self.catalog.notify_endpoint(endpoint)
             return
         if known.adapters_failure is None:
             self._log.warning("engine adapters unknown: listing failed", endpoint=str(endpoint), reason=bounded(reason))
         if known.adapters is not None:
-            self.catalog.notify()  # every endpoint of the model counts as a holder again
+            self.catalog.notify_endpoint(endpoint)  # every endpoint of the model counts as a holder again
         known.adapters, known.adapters_failure = None, reason
 
     def _failed(
