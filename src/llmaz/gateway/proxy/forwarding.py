@@ -178,8 +178,7 @@ class Proxy:
         headers = upstream_headers(
             request.headers, request.remote, forward_authorization=self._options.forward_authorization
         )
-        closing = headers.copy()
-        closing[hdrs.CONNECTION] = "close"
+        closing: CIMultiDict[str] | None = None  # the headers of a stream to an engine that closes after it
         attempts = 1 + max(0, self._options.retries)
         tried: set[Endpoint] = set()
         failure: errors.OpenAIError | None = None
@@ -191,7 +190,12 @@ class Proxy:
             try:
                 body = inference.body if body_for is None else body_for(endpoint)
                 engine = engines.UNKNOWN if engine_of is None else engine_of(endpoint)
-                sent = closing if inference.stream and engine.close_after_stream else headers
+                sent = headers
+                if inference.stream and engine.close_after_stream:
+                    if closing is None:
+                        closing = headers.copy()
+                        closing[hdrs.CONNECTION] = "close"
+                    sent = closing
                 outcome = await self._attempt(request, body, sent, endpoint, exchange, last)
             finally:
                 self.in_flight.release(endpoint)

@@ -64,7 +64,8 @@ class MetricNames:
     """Counters that advance whenever the engine works (prompt and generated tokens): their sum moving means it
     served someone since the last read."""
     prompt_tokens: str | None = None
-    """Counter: prompt tokens the engine prefilled (computed, not restored from its cache)."""
+    """Counter: the engine's count of prompt tokens (llama.cpp counts those it computed, not those its cache
+    served; check what a given engine release counts before dividing one by the other)."""
     cached_tokens: str | None = None
     """Counter: prompt tokens served from the engine's prefix cache."""
 
