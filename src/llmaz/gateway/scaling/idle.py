@@ -101,7 +101,7 @@ class IdleDetector:
 
     def _active_since(self, playground: Obj, model: str, decided: float) -> bool:
         """Whether a request arrived here, or an engine worked, since `decided` (the wall clock)."""
-        if self._in_flight.of_model(model) or (self._in_flight.last_request(model) or 0.0) > decided:
+        if self._in_flight.of_model(model) or (self._in_flight.last_request(model) or 0.0) >= decided:
             return True
         engine_idle = self._engine_idle_for(playground)
         return engine_idle is not None and engine_idle < self._scale.now() - decided + MIN_ACTIVITY_GAP
