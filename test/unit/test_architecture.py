@@ -47,17 +47,10 @@ RULES: dict[str, tuple[str, ...]] = {
     "llmaz.webhooks": ("llmaz.apis", "llmaz.runtime"),
     "llmaz.loader": ("llmaz.apis.constants", "llmaz.apis.modelpath", "llmaz.apis.uri"),
     "llmaz.gateway": ("llmaz.apis", "llmaz.runtime"),
-    # The gateway's parts: the data path uses routing and scaling, scaling uses routing, never back; the engine
-    # table is below all three.
-    "llmaz.gateway.routing": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.engines"),
-    "llmaz.gateway.scaling": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.engines", "llmaz.gateway.routing"),
-    "llmaz.gateway.proxy": (
-        "llmaz.apis",
-        "llmaz.runtime",
-        "llmaz.gateway.engines",
-        "llmaz.gateway.routing",
-        "llmaz.gateway.scaling",
-    ),
+    # The gateway's three parts: the data path uses routing and scaling, scaling uses routing, never back.
+    "llmaz.gateway.routing": ("llmaz.apis", "llmaz.runtime"),
+    "llmaz.gateway.scaling": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing"),
+    "llmaz.gateway.proxy": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing", "llmaz.gateway.scaling"),
     "llmaz.schedext": ("llmaz.apis", "llmaz.runtime"),
     "llmaz.manager": ("llmaz",),
     # Development tooling: anything of llmaz, and itself.

@@ -27,7 +27,7 @@ from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import LoadSignals, NoSignals
 from llmaz.gateway.routing.picker import DEFAULT_LOAD_FACTOR, RoutingOptions
-from llmaz.gateway.routing.signals import DEFAULT_INTERVAL, MIN_DEFAULT_TIMEOUT, EngineSignals
+from llmaz.gateway.routing.signals import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, EngineSignals
 from llmaz.gateway.scaling.activator import DEFAULT_PORT, Activator, ActivatorOptions, activator_controller
 from llmaz.gateway.scaling.autoscaler import DEFAULT_INTERVAL as AUTOSCALER_INTERVAL
 from llmaz.gateway.scaling.autoscaler import Autoscaler, AutoscalerMetrics, AutoscalerOptions
@@ -38,6 +38,7 @@ from llmaz.runtime import flags, log
 from llmaz.runtime.client.config import in_cluster_namespace, load
 from llmaz.runtime.entrypoint import add_process_flags, exit_status, run_manager, start_logging
 from llmaz.runtime.manager import Manager, ManagerOptions
+from llmaz.runtime.metrics import REGISTRY as RUNTIME_REGISTRY
 from llmaz.runtime.server.address import split_host_port
 from llmaz.runtime.server.metrics_server import MetricsServer
 
@@ -142,8 +143,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add(
         "--engine-metrics-timeout",
         type=flags.positive_seconds,
-        default=None,
-        help=f"seconds one engine's metrics read may take (default: the interval, at least {MIN_DEFAULT_TIMEOUT})",
+        default=DEFAULT_TIMEOUT,
+        help="seconds one engine's metrics read may take, whatever the interval; its load is kept through a few "
+        f"failed reads (default {DEFAULT_TIMEOUT:g})",
     )
     add(
         "--autoscaler",
@@ -248,23 +250,40 @@ def load_api_keys(path: Path | None) -> ApiKeys | None:
     return keys
 
 
+def gateway_metrics() -> GatewayMetrics:
+    """The gateway's metrics, with the runtime's registry (leader election, reconciles, the API client, informers,
+    the process) served beside them on one `/metrics`."""
+    return GatewayMetrics(include=RUNTIME_REGISTRY)
+
+
+def manager_options(args: argparse.Namespace) -> ManagerOptions:
+    """The runtime Manager's options: probes, the shutdown bound above the drain, and the heap frozen once the caches
+    have synced (as llmaz-manager does: later full collections skip the start-up objects and the initial cache)."""
+    return ManagerOptions(
+        health_probe_bind_address=args.health_probe_bind_address,
+        graceful_shutdown_timeout=args.drain_timeout + SHUTDOWN_MARGIN,
+        freeze_heap_after_sync=True,
+    )
+
+
 def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
     """The gateway's parts, on the manager's informers: routing, scaling (when on), the activator, the server."""
-    metrics = GatewayMetrics()
+    metrics = gateway_metrics()
     catalog = Catalog.watch(manager.informers, args.gateway_service)
     recorder = manager.event_recorder("llmaz-gateway")
     in_flight = InFlight()
+    signals = engine_signals(args, catalog, metrics.registry)
+    if signals is not None:
+        manager.add(signals)
     scale = None
     if args.scale_to_zero == "true":
         scale = PlaygroundScale(manager.client, recorder)
-        manager.add(idle_controller(IdleDetector(catalog, scale, in_flight), catalog, in_flight))
+        idle = IdleDetector(catalog, scale, in_flight, signals or NoSignals())
+        manager.add(idle_controller(idle, catalog, in_flight))
     waker = Waker(catalog, scale)
     # Runs when disabled too: it then removes the slices an earlier configuration left behind.
     options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
     manager.add(activator_controller(Activator(manager.client, catalog, recorder, options), catalog))
-    signals = engine_signals(args, catalog, metrics.registry)
-    if signals is not None:
-        manager.add(signals)
     gateway = Gateway(
         catalog,
         gateway_options(args),
@@ -289,11 +308,9 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
 
 
 async def run(args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
-    options = ManagerOptions(
-        health_probe_bind_address=args.health_probe_bind_address,
-        graceful_shutdown_timeout=args.drain_timeout + SHUTDOWN_MARGIN,
+    await run_manager(
+        await load(args.kubeconfig), manager_options(args), lambda manager: add_runnables(manager, args, api_keys)
     )
-    await run_manager(await load(args.kubeconfig), options, lambda manager: add_runnables(manager, args, api_keys))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,8 +34,8 @@ import yaml
 
 from llmaz.apis import OpenModel
 from llmaz.controllers.builders.adapters import adapter_flags
-from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports, is_listening
 from llmaz_dev import tinymodel
+from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports, is_listening
 from llmaz_dev.testing.waiting import eventually_sync
 
 _REPO = Path(__file__).resolve().parents[3]

@@ -12,7 +12,7 @@ def llamacpp_props(total_slots: int) -> bytes:
     return LLAMACPP_PROPS % total_slots
 
 
-def llamacpp(processing: int, deferred: int) -> str:
+def llamacpp(processing: int, deferred: int, predicted: int = 4510) -> str:
     return f"""\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
 # TYPE llamacpp:prompt_tokens_total counter
@@ -22,7 +22,7 @@ llamacpp:prompt_tokens_total 1208
 llamacpp:prompt_seconds_total 3.231
 # HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
 # TYPE llamacpp:tokens_predicted_total counter
-llamacpp:tokens_predicted_total 4510
+llamacpp:tokens_predicted_total {predicted}
 # HELP llamacpp:tokens_predicted_seconds_total Predict process time
 # TYPE llamacpp:tokens_predicted_seconds_total counter
 llamacpp:tokens_predicted_seconds_total 163.9

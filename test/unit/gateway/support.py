@@ -174,11 +174,15 @@ class Cluster:
             informer.mark_synced()
         return self
 
-    def serve(self, model: str, *endpoints: Endpoint, name: str | None = None) -> None:
-        """An OpenModel and a Playground serving it, with `endpoints` ready behind its `-lb` Service."""
+    def serve(self, model: str, *endpoints: Endpoint, name: str | None = None, backend: str | None = None) -> None:
+        """An OpenModel and a Playground serving it (with the BackendRuntime `backend`, default the CRD's), with
+        `endpoints` ready behind its `-lb` Service."""
         name = name or f"pg-{model}"
         self.open_models.add(open_model(model))
-        self.playgrounds.add(playground(name, model))
+        served = playground(name, model)
+        if backend is not None:
+            served["spec"]["backendRuntimeConfig"] = {"backendName": backend}
+        self.playgrounds.add(served)
         for i, e in enumerate(endpoints):
             self.slices.add(endpoint_slice(f"{name}-lb-{i}", f"{name}-lb", e.port, (e.address, True, False)))
 

@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.adapters import Adapter, LoraSlots, ServedAdapters
+from llmaz.gateway.routing.signals import STALE_AFTER_FAILURES
 from llmaz_dev.testing.clock import FakeClock
 from llmaz_dev.testing.waiting import eventually
 
@@ -172,7 +173,10 @@ async def test_an_engine_back_from_a_failed_load_read_is_listed_again_at_once() 
 
         llama.handler = restarting
         await signals.scrape()
-        assert signals.adapters(llama.endpoint) is None  # its load read failed: it may be another engine now
+        assert signals.adapters(llama.endpoint) is not None  # one failed read keeps what is known
+        for _ in range(STALE_AFTER_FAILURES - 1):
+            await signals.scrape()
+        assert signals.adapters(llama.endpoint) is None  # its load reads failed: it may be another engine now
         llama.handler = healthy
         llamacpp(llama, "/a.gguf", "/b.gguf")
         await signals.scrape()  # well within the interval

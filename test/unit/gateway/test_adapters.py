@@ -16,11 +16,10 @@ from llmaz.gateway.routing.adapters import (
     adapter_table,
     engine_body,
     model_adapters,
-    parse_lora_adapters,
-    parse_served_adapters,
     path_adapter_name,
-    with_lora,
+    with_scales,
 )
+from llmaz.gateway.routing.engines import engine, parse_lora_adapters, parse_served_adapters
 from llmaz.gateway.routing.prefix import routing_key
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz_dev.testing.waiting import eventually
@@ -147,15 +146,15 @@ def test_vllm_serves_the_adapters_its_model_list_gives_a_parent() -> None:
 def test_llamacpp_gets_the_lora_member_added_and_the_body_otherwise_byte_for_byte() -> None:
     body = b'{"model": "sql",  "messages": [{"role": "user", "content": "}"}], "temperature": 0.10}\n'
     document = orjson.loads(body)
-    sent = with_lora(body, document, [{"id": 2, "scale": 0.5}])
+    sent = with_scales(body, document, "lora", [{"id": 2, "scale": 0.5}])
     assert sent == body[:-2] + b',"lora":[{"id":2,"scale":0.5}]}\n'
     assert orjson.loads(sent) == {**document, "lora": [{"id": 2, "scale": 0.5}]}
-    assert with_lora(b"{}", {}, [{"id": 0, "scale": 1.0}]) == b'{"lora":[{"id":0,"scale":1.0}]}'
+    assert with_scales(b"{}", {}, "lora", [{"id": 0, "scale": 1.0}]) == b'{"lora":[{"id":0,"scale":1.0}]}'
 
 
 def test_a_body_that_names_its_own_lora_is_sent_as_it_is() -> None:
     body = b'{"model": "sql", "lora": [{"id": 1, "scale": 0.2}]}'
-    assert with_lora(body, orjson.loads(body), [{"id": 0, "scale": 1.0}]) == body
+    assert with_scales(body, orjson.loads(body), "lora", [{"id": 0, "scale": 1.0}]) == body
 
 
 def test_only_llamacpp_bodies_change_and_they_carry_every_held_adapter_by_the_engines_own_id() -> None:
@@ -166,7 +165,8 @@ def test_only_llamacpp_bodies_change_and_they_carry_every_held_adapter_by_the_en
     reordered = lora_slots("/m/adapters--sql/b.gguf", "/m/adapters--chat/a.gguf")
 
     def lora(listing: LoraSlots | None, named: Adapter | None) -> object:
-        return orjson.loads(engine_body("llamacpp", listing, both, named, body, document))["lora"]
+        member = engine("llamacpp").adapters.scales_member
+        return orjson.loads(engine_body(member, listing, both, named, body, document))["lora"]
 
     assert lora(reordered, sql) == [{"id": 0, "scale": 0.8}, {"id": 1, "scale": 0.0}]
     assert lora(None, sql) == [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.8}]
@@ -174,8 +174,8 @@ def test_only_llamacpp_bodies_change_and_they_carry_every_held_adapter_by_the_en
     assert lora(reordered, None) == [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.0}]
     # An endpoint that does not hold an adapter is never sent an id for it.
     assert lora(lora_slots("/m/adapters--chat/a.gguf"), None) == [{"id": 0, "scale": 0.0}]
-    for engine in ("vllm", "sglang", None):
-        assert engine_body(engine, None, both, sql, body, document) is body
+    for name in ("vllm", "sglang", None):
+        assert engine_body(engine(name).adapters.scales_member, None, both, sql, body, document) is body
 
 
 def test_an_adapters_routing_key_is_its_own_and_the_base_models_is_unchanged() -> None:

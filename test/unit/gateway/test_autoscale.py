@@ -85,6 +85,15 @@ def test_panic_holds_the_count_and_ends_a_stable_window_after_the_load_last_cros
     assert not scaler.panicking
 
 
+def test_panic_counts_only_the_ready_replicas_as_capacity() -> None:
+    # 3 replicas, 1 of them ready (2 still loading their model): 25 requests are over twice the ready capacity
+    # (2 x 10) though under twice that of all three (60). Knative counts ready pods the same way.
+    assert Scaler().decide(0, 3, 25, POLICY, False, ready=1) == Decision(3, 3, 25, P)
+    assert Scaler().decide(0, 3, 25, POLICY, False, ready=3).window is S
+    # Never below one replica's capacity: no ready replica is not a panic at any load.
+    assert Scaler().decide(0, 3, 15, POLICY, False, ready=0).window is S
+
+
 def test_panic_keeps_its_peak_while_it_lasts() -> None:
     scaler = Scaler()
     assert scaler.decide(0, 1, 50, POLICY, False).desired == 5  # 50 >= 2 x 10

@@ -178,9 +178,20 @@ async def test_an_engine_without_a_signal_counts_this_gateways_requests_to_it() 
     for _ in range(9):
         s.in_flight.acquire(E2)
     autoscaler = s.autoscaler()
-    assert autoscaler.load(f"{NAMESPACE}/p", autoscaled()) == 13
+    assert autoscaler.load(f"{NAMESPACE}/p", autoscaled()) == (13, 2)
     await autoscaler.tick(s.scale)
     assert s.api.scaled == [("p", 2)]
+
+
+async def test_replicas_still_loading_are_not_capacity_for_the_panic_window() -> None:
+    # 4 replicas, of which only E1 is ready: 25 requests are over twice its capacity (2 x 10), though not over
+    # twice that of all four (80). Panic: the count rises at once to what the load wants, 3, and is held at 4.
+    s = Setup(autoscaled(replicas=4), endpoints=(E1,))
+    s.signals.loads = {E1: load(25)}
+    autoscaler = s.autoscaler()
+    assert autoscaler.load(f"{NAMESPACE}/p", autoscaled()) == (25, 1)
+    await autoscaler.tick(s.scale)
+    assert s.gauge("window", playground=f"{NAMESPACE}/p", window="panic") == 1
 
 
 async def test_no_signal_from_any_engine_holds_the_count_and_says_so() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz_dev.testing.informer import FakeInformer
@@ -105,6 +107,35 @@ async def test_a_held_request_sees_the_endpoint_on_the_slice_event_that_brings_i
     assert await asyncio.wait_for(waiting, WAIT) == [Endpoint("10.0.0.1", 8080)]  # long before its deadline
     assert catalog.core_service(NAMESPACE, "p-lb") is not None
     assert [s["metadata"]["name"] for s in catalog.slices_of(NAMESPACE, "p-lb")] == ["p-lb-a"]
+
+
+async def test_a_held_request_wakes_only_for_events_of_its_own_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = Cluster()
+    catalog = cluster.catalog()
+    cluster.playgrounds.add(playground("p", "m"))
+    cluster.playgrounds.add(playground("q", "other"))
+    looks: list[str] = []
+    endpoints = catalog.endpoints
+
+    def counted(model: str) -> list[Endpoint]:
+        looks.append(model)
+        return endpoints(model)
+
+    monkeypatch.setattr(catalog, "endpoints", counted)
+    waiting = asyncio.create_task(catalog.await_endpoints("m", asyncio.get_running_loop().time() + 10 * WAIT))
+    await eventually(lambda: looks == ["m"], WAIT, "the request waiting")
+    # Another model's replica comes and goes, its Playground changes: the held request of `m` is not looked at.
+    cluster.slices.add(endpoint_slice("q-lb-a", "q-lb", 8080, ("10.0.0.2", True, False)))
+    cluster.slices.delete(endpoint_slice("q-lb-a", "q-lb", 8080, ("10.0.0.2", True, False)))
+    changed = playground("q", "other")
+    changed["metadata"]["labels"] = {"touched": "yes"}
+    cluster.playgrounds.update(changed)
+    cluster.core_services.add(lb_service("q"))
+    await asyncio.sleep(0)  # one turn of the loop: a waiter woken by those events would have looked again
+    assert looks == ["m"]
+    cluster.slices.add(endpoint_slice("p-lb-a", "p-lb", 8080, ("10.0.0.1", True, False)))
+    assert await asyncio.wait_for(waiting, WAIT) == [Endpoint("10.0.0.1", 8080)]
+    assert looks == ["m", "m"]
 
 
 async def test_waiting_for_an_endpoint_ends_empty_at_the_deadline() -> None:

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 import structlog
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights
 from llmaz.gateway.__main__ import (
     activator_port,
     autoscaler_options,
     engine_signals,
+    gateway_metrics,
     gateway_options,
     main,
+    manager_options,
     parse_args,
 )
 from llmaz.gateway.routing.picker import RoutingOptions
@@ -101,7 +103,7 @@ def test_engine_signals_follow_their_flags_and_interval_0_turns_them_off() -> No
     catalog = Cluster().catalog()
     defaults = engine_signals(parse_args([]), catalog, CollectorRegistry())
     assert defaults is not None
-    assert (defaults.interval, defaults.timeout, defaults.resolve) == (0.25, 0.25, {})
+    assert (defaults.interval, defaults.timeout, defaults.resolve) == (0.25, 1.0, {})
     args = parse_args(["--engine-metrics-interval=2", "--engine-metrics-timeout=0.5", "--resolve=10.0.0.1=127.0.0.1"])
     registry = CollectorRegistry()
     chosen = engine_signals(args, catalog, registry)
@@ -171,3 +173,18 @@ def test_a_missing_kubeconfig_is_one_clear_error_and_exit_code_1(
     (error,) = error_lines(capsys)
     assert error["event"] == "cannot load the API server configuration"
     assert "exception" not in error
+
+
+def test_the_metrics_page_serves_the_runtimes_registry_beside_the_gateways_each_family_once() -> None:
+    page = generate_latest(gateway_metrics().registry).decode()
+    families = [line.split()[2] for line in page.splitlines() if line.startswith("# TYPE ")]
+    for runtime in ("leader_election_master_status", "rest_client_requests_total", "process_cpu_seconds_total"):
+        assert runtime in families, runtime
+    assert "llmaz_gateway_requests_total" in families
+    assert len(families) == len(set(families))
+
+
+def test_the_heap_is_frozen_after_the_caches_sync_as_in_the_manager() -> None:
+    options = manager_options(parse_args(["--drain-timeout=12"]))
+    assert options.freeze_heap_after_sync
+    assert options.graceful_shutdown_timeout == 17.0

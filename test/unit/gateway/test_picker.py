@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from llmaz.apis import constants as c
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights
+from llmaz.gateway.routing import picker as picker_module
 from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.inflight import RELEASE_HORIZON, InFlight
 from llmaz.gateway.routing.load import EngineLoad
 from llmaz.gateway.routing.picker import (
     PREFIX_BLOCKS,
+    RING_POINTS,
     Pickers,
     PrefixAware,
     PrefixIndex,
     Ring,
+    Rings,
     RoutingOptions,
 )
 from llmaz.gateway.routing.prefix import RoutingKey, routing_key
@@ -190,14 +195,38 @@ def test_forget_and_retain_drop_endpoints_that_left() -> None:
 
 
 def test_a_new_ring_prunes_endpoints_no_ring_has() -> None:
-    picker = PrefixAware(InFlight())
+    index = PrefixIndex()
+    picker = PrefixAware(InFlight(), index=index, rings=Rings(index, max_points=2 * 2 * RING_POINTS))
     picker.pick(ENDPOINTS[:3], key=keyed(1, (1,)))
     (chosen,) = picker.index.endpoints()
-    others = [Endpoint(f"10.9.0.{i}", 8080) for i in range(65)]
-    for i in range(64):  # CACHED_RINGS other candidate sets push that one's ring out
+    others = [Endpoint(f"10.9.0.{i}", 8080) for i in range(3)]
+    for i in range(2):  # two rings of two endpoints fill the bound and push that one's ring out
         picker.pick(others[i : i + 2], key=keyed(i, (i,)))
     assert chosen not in picker.index.endpoints()
     assert set(picker.index.endpoints()) <= set(others)
+
+
+def test_a_ring_is_built_once_per_endpoint_set_however_many_models_take_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built: list[tuple[Endpoint, ...]] = []
+
+    class CountedRing(Ring):
+        def __init__(self, endpoints: Sequence[Endpoint], *args: Any) -> None:
+            built.append(tuple(endpoints))
+            super().__init__(endpoints, *args)
+
+    monkeypatch.setattr(picker_module, "Ring", CountedRing)
+    picker = PrefixAware(InFlight())
+    models = [[Endpoint(f"10.{m}.0.{i}", 8080) for i in range(8)] for m in range(100)]
+    for turn in range(5):  # 100 models' requests in turn, as a busy gateway sees them
+        for m, endpoints in enumerate(models):
+            assert picker.pick(endpoints, key=keyed(turn * 1000 + m, (m,))) in endpoints
+    assert len(built) == 100
+    assert len(set(built)) == 100
+    # One endpoint leaves a model: one ring more, for the new set only.
+    picker.pick(models[0][1:], key=keyed(1, (1,)))
+    assert built[100:] == [tuple(models[0][1:])]
 
 
 def test_a_prefix_held_on_one_engine_draws_requests_from_their_own_idle_home_until_that_engine_is_busy() -> None:

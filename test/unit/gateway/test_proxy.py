@@ -122,11 +122,12 @@ async def test_a_client_that_disconnects_before_the_answer_cancels_the_engine_re
             await asyncio.wait_for(engine.cancelled.wait(), WAIT)
 
 
-async def test_a_connection_that_carried_a_stream_is_not_reused_for_the_next_request() -> None:
+async def test_a_stream_to_llamacpp_goes_on_a_connection_of_its_own_closed_at_its_end() -> None:
     # As llama.cpp does: keep-alive in the headers, but a connection that carried a stream is closed, so a request
     # sent on it again is lost. The engine here drops such a connection when a second request arrives on it, which
     # the gateway, with a single endpoint, could only answer 502.
     streamed_on: set[object] = set()
+    asked: list[str | None] = []
 
     async with engines(1) as (engine,):
 
@@ -136,6 +137,7 @@ async def test_a_connection_that_carried_a_stream_is_not_reused_for_the_next_req
                 request.transport.close()
                 return web.Response()
             streamed_on.add(request.transport)
+            asked.append(request.headers.get("Connection"))
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             await resp.write(FIRST_EVENT + LAST_EVENTS)
@@ -144,13 +146,42 @@ async def test_a_connection_that_carried_a_stream_is_not_reused_for_the_next_req
 
         engine.handler = stream_then_drop_the_connection
         cluster = Cluster().synced()
-        cluster.serve("m", engine.endpoint)
+        cluster.serve("m", engine.endpoint, backend="llamacpp")
         async with running_gateway(cluster) as gw:
             for _ in range(3):
                 async with gw.session.post(gw.url + CHAT, data=STREAM_BODY) as resp:
                     assert resp.status == 200
                     assert await asyncio.wait_for(resp.content.read(), WAIT) == FIRST_EVENT + LAST_EVENTS
             assert len(streamed_on) == 3  # each stream had a connection of its own
+            assert asked == ["close"] * 3
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+async def test_a_stream_to_an_engine_that_keeps_connections_alive_reuses_them(backend: str) -> None:
+    streamed_on: list[object] = []
+    asked: list[str | None] = []
+
+    async with engines(1) as (engine,):
+
+        async def stream(request: web.Request) -> web.StreamResponse:
+            streamed_on.append(request.transport)
+            asked.append(request.headers.get("Connection"))
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(FIRST_EVENT + LAST_EVENTS)
+            await resp.write_eof()
+            return resp
+
+        engine.handler = stream
+        cluster = Cluster().synced()
+        cluster.serve("m", engine.endpoint, backend=backend)
+        async with running_gateway(cluster) as gw:
+            for _ in range(3):
+                async with gw.session.post(gw.url + CHAT, data=STREAM_BODY) as resp:
+                    assert resp.status == 200
+                    assert await asyncio.wait_for(resp.content.read(), WAIT) == FIRST_EVENT + LAST_EVENTS
+        assert "close" not in asked
+        assert len(set(map(id, streamed_on))) == 1  # one pooled connection carried every stream
 
 
 async def test_a_refused_connection_is_retried_on_another_endpoint() -> None:

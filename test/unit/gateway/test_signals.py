@@ -14,11 +14,13 @@ from structlog.testing import capture_logs
 
 from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import Gateway
+from llmaz.gateway.routing import signals as signals_module
 from llmaz.gateway.routing.load import EngineLoad, NoSignals
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.signals import (
-    ENGINE_METRICS,
+    DEFAULT_TIMEOUT,
     MAX_PAGE_BYTES,
+    STALE_AFTER_FAILURES,
     EngineSignals,
     ScrapeError,
     read_page,
@@ -48,10 +50,6 @@ from .support import WAIT, Cluster, FakeEngine, endpoint_slice, engines, refused
 )
 def test_each_engines_page_gives_its_engine_and_load(page: str, engine: str, load: EngineLoad) -> None:
     assert read_page(page) == (engine, load)
-
-
-def test_the_table_is_keyed_by_backend_runtime_name() -> None:
-    assert set(ENGINE_METRICS) == {"llamacpp", "vllm", "sglang", "tgi"}
 
 
 def test_request_counts_are_summed_over_label_sets_and_utilisation_is_the_fullest() -> None:
@@ -135,6 +133,15 @@ def paths(engine: FakeEngine) -> list[str]:
     return [seen.path_qs for seen in engine.requests]
 
 
+def failures(signals: EngineSignals, kind: str) -> float:
+    return next(
+        s.value
+        for m in signals.failures.collect()
+        for s in m.samples
+        if s.labels.get("kind") == kind and s.name.endswith("_total")
+    )
+
+
 def stale_gauge(signals: EngineSignals) -> float:
     (family,) = signals.stale_gauge.collect()
     (sample,) = family.samples
@@ -185,7 +192,8 @@ async def test_llamacpp_slots_are_read_once_and_again_after_a_failure() -> None:
         assert signals.load(llama.endpoint) == EngineLoad(1, 0, 0.5)
 
         serve_page(llama, "", status=503)  # restarting
-        await signals.scrape()
+        for _ in range(STALE_AFTER_FAILURES):
+            await signals.scrape()
         assert signals.load(llama.endpoint) is None
         serve_page(llama, pages.llamacpp(1, 3), pages.llamacpp_props(4))  # back, with more slots
         await signals.scrape()
@@ -231,10 +239,11 @@ async def test_an_engine_that_never_answers_is_stale_and_the_cycle_ends_within_i
         serve_page(fast, pages.tgi(1, 2))
         cluster.serve("a", silent.endpoint, fast.endpoint)
         with capture_logs() as logs:
-            started_at = time.monotonic()
-            await asyncio.wait_for(signals.scrape(), WAIT)
-            elapsed = time.monotonic() - started_at
-        assert elapsed < 0.3 + 2.0, f"a cycle took {elapsed:.2f} s with a 0.3 s timeout"
+            for _ in range(STALE_AFTER_FAILURES):
+                started_at = time.monotonic()
+                await asyncio.wait_for(signals.scrape(), WAIT)
+                elapsed = time.monotonic() - started_at
+                assert elapsed < 0.3 + 2.0, f"a cycle took {elapsed:.2f} s with a 0.3 s timeout"
         assert signals.load(silent.endpoint) is None
         assert signals.load(fast.endpoint) == EngineLoad(1, 2, None)
         assert stale_gauge(signals) == 1
@@ -252,7 +261,7 @@ async def test_an_engine_that_never_answers_is_stale_and_the_cycle_ends_within_i
     ],
     ids=["500", "malformed", "not-utf8", "missing-metrics"],
 )
-async def test_a_failed_scrape_makes_the_endpoint_stale_with_its_reason(
+async def test_failed_scrapes_keep_the_last_load_until_several_in_a_row_make_it_stale_with_its_reason(
     metrics: str | bytes, status: int, reason: str
 ) -> None:
     cluster = Cluster().synced()
@@ -263,11 +272,64 @@ async def test_a_failed_scrape_makes_the_endpoint_stale_with_its_reason(
         assert signals.load(engine.endpoint) == EngineLoad(1, 1, None)
         serve_page(engine, metrics, status=status)
         with capture_logs() as logs:
+            for _ in range(STALE_AFTER_FAILURES - 1):
+                await signals.scrape()
+                assert signals.load(engine.endpoint) == EngineLoad(1, 1, None)
+                assert stale_gauge(signals) == 0
             await signals.scrape()
         assert signals.load(engine.endpoint) is None
         assert stale_gauge(signals) == 1
-        assert len(logs) == 1
-        assert reason in logs[0]["reason"]
+        assert [log["event"] for log in logs] == [
+            "engine metrics scrape failed: keeping the last sample",
+            "engine load unknown: metrics scrape failed",
+        ]
+        assert all(reason in log["reason"] for log in logs)
+        assert failures(signals, "malformed") == STALE_AFTER_FAILURES
+
+
+async def test_an_exception_nobody_foresaw_in_a_read_is_counted_logged_once_and_the_loop_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster().synced()
+    async with engines(1) as (engine,), scraping(cluster) as signals:
+        cluster.serve("a", engine.endpoint)
+        serve_page(engine, pages.tgi(1, 1))
+
+        def broken(page: str) -> Any:
+            raise KeyError("a bug")
+
+        monkeypatch.setattr(signals_module, "read_page", broken)
+        with capture_logs() as logs:
+            for _ in range(5):
+                await signals.scrape()
+        assert signals.load(engine.endpoint) is None
+        assert failures(signals, "unexpected") == 5
+        raised = [log for log in logs if log["event"] == "engine metrics scrape raised"]
+        assert len(raised) == 1
+        assert "KeyError" in raised[0]["reason"]
+        monkeypatch.undo()
+        await signals.scrape()
+        assert signals.load(engine.endpoint) == EngineLoad(1, 1, None)
+
+
+async def test_a_cycle_that_fails_as_a_whole_is_counted_and_the_loop_runs_the_next_one() -> None:
+    cluster, clock = Cluster().synced(), FakeClock()
+    async with scraping(cluster, clock=clock) as signals:
+        calls = 0
+
+        def broken() -> list[Endpoint]:
+            nonlocal calls
+            calls += 1
+            raise RuntimeError("the catalog is broken")
+
+        signals.catalog.routed_endpoints = broken  # type: ignore[method-assign]
+        with capture_logs() as logs:
+            async with started(signals):
+                await clock.wait_for_sleepers()
+                clock.step(0.25)
+                await eventually(lambda: calls == 2 and clock.sleepers == 1, WAIT, "the second cycle")
+        assert failures(signals, "unexpected") == 2
+        assert [log["event"] for log in logs].count("engine metrics cycle failed; trying again next interval") == 1
 
 
 async def test_a_refused_endpoint_is_stale() -> None:
@@ -276,7 +338,8 @@ async def test_a_refused_endpoint_is_stale() -> None:
         async with scraping(cluster) as signals:
             cluster.serve("a", refused)
             with capture_logs() as logs:
-                await signals.scrape()
+                for _ in range(STALE_AFTER_FAILURES):
+                    await signals.scrape()
             assert signals.load(refused) is None
             assert stale_gauge(signals) == 1
             assert "ClientConnectorError" in logs[0]["reason"]
@@ -332,8 +395,7 @@ async def test_one_log_line_per_transition_never_one_per_cycle() -> None:
 
 async def test_a_sample_older_than_stale_after_is_not_used() -> None:
     cluster, clock = Cluster().synced(), FakeClock()
-    async with engines(1) as (engine,), scraping(cluster, clock=clock, interval=0.25) as signals:
-        assert signals.stale_after == 1.0
+    async with engines(1) as (engine,), scraping(cluster, clock=clock, interval=0.25, stale_after=1.0) as signals:
         cluster.serve("a", engine.endpoint)
         serve_page(engine, pages.tgi(3, 0))
         await signals.scrape()
@@ -443,14 +505,37 @@ def test_nonsense_settings_are_refused_naming_the_setting(options: dict[str, Any
         EngineSignals(Cluster().catalog(), **options)
 
 
-def test_defaults_follow_the_interval() -> None:
+def test_the_timeout_is_its_own_setting_above_the_interval_and_staleness_covers_a_slow_cycle() -> None:
     catalog = Cluster().catalog()
     defaults = EngineSignals(catalog)
-    assert (defaults.interval, defaults.timeout, defaults.stale_after) == (0.25, 0.25, 1.0)
+    assert (defaults.interval, defaults.timeout, defaults.stale_after) == (0.25, DEFAULT_TIMEOUT, 2.0)
+    assert defaults.timeout > defaults.interval
     quick = EngineSignals(catalog, interval=0.1)
-    assert (quick.timeout, quick.stale_after) == (0.2, 1.0)
-    slow = EngineSignals(catalog, interval=2.0)
-    assert (slow.timeout, slow.stale_after) == (2.0, 8.0)
+    assert quick.timeout == DEFAULT_TIMEOUT
+    assert quick.stale_after == pytest.approx(1.4)
+    slow = EngineSignals(catalog, interval=2.0, timeout=3.0)
+    assert (slow.timeout, slow.stale_after) == (3.0, 11.0)
+
+
+async def test_an_engine_working_for_direct_clients_is_seen_by_its_requests_and_its_moving_counters() -> None:
+    cluster, clock = Cluster().synced(), FakeClock()
+    async with engines(1) as (llama,), scraping(cluster, clock=clock) as signals:
+        cluster.serve("a", llama.endpoint)
+        serve_page(llama, pages.llamacpp(0, 0, predicted=100), pages.llamacpp_props(2))
+        await signals.scrape()
+        assert signals.idle_for(llama.endpoint) is None  # never seen working yet
+        serve_page(llama, pages.llamacpp(1, 0, predicted=100), pages.llamacpp_props(2))
+        clock.step(0.25)
+        await signals.scrape()
+        assert signals.idle_for(llama.endpoint) == 0.0  # a request running
+        serve_page(llama, pages.llamacpp(0, 0, predicted=140), pages.llamacpp_props(2))
+        clock.step(0.25)
+        await signals.scrape()
+        assert signals.idle_for(llama.endpoint) == 0.0  # none running now, but it generated tokens since
+        clock.step(0.25)
+        await signals.scrape()
+        clock.step(10.0)
+        assert signals.idle_for(llama.endpoint) == pytest.approx(10.25)  # its counters stood still since
 
 
 def test_the_gateway_keeps_the_signals_it_is_given_and_none_by_default() -> None:

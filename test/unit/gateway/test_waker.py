@@ -1,8 +1,10 @@
 """Scale from zero through the gateway, and back to zero when idle, against fake informers and a fake API.
 
-The fake API applies the Waker's patches to the Playground in the fake informer the way the API server does
-(a JSON patch `test` that fails is a 422), so the catalog sees the change as an event. A test plays the engine:
-once the Playground has a replica, it adds a ready endpoint for it.
+The fake API applies the Waker's and idle detection's writes to the Playground in the fake informer the way the API
+server does: the last request time is a merge patch of an annotation, and a scale is read from the scale
+subresource and patched there naming the resourceVersion it was read at, so a write made between the read and the
+patch makes it a 409 (and `PlaygroundScale.scale_if` reads again). The catalog sees every change as an event. A
+test plays the engine: once the Playground has a replica, it adds a ready endpoint for it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class FakeApi:
         self.refuse: ApiError | None = None  # for scale patches
         self.refuse_annotations: ApiError | None = None  # for the last request time
         self.on_scaled: list[Any] = []
+        self.on_read_scale: list[Any] = []  # called after each read of a scale, before the patch that may follow
         self.version = 0
 
     def _stored(self, name: str, namespace: str | None) -> dict[str, Any]:
@@ -67,6 +70,8 @@ class FakeApi:
         obj = self._stored(name, namespace)
         replicas = obj["spec"].get("replicas", 1)
         version = obj["metadata"].get("resourceVersion", "0")
+        for callback in self.on_read_scale:
+            callback(obj)
         return {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas} if replicas else {}}
 
     async def patch(
@@ -131,13 +136,25 @@ class Scaling:
         return [await self.idle.reconcile(key) for key in keys]
 
 
-def setup(cluster: Cluster, clock: list[float] | None = None) -> tuple[Scaling, FakeApi, Events, Catalog]:
+class FakeActivity:
+    """The engines' own activity as the signals report it: seconds since each endpoint's engine last worked."""
+
+    def __init__(self) -> None:
+        self.idle: dict[Endpoint, float] = {}
+
+    def idle_for(self, endpoint: Endpoint) -> float | None:
+        return self.idle.get(endpoint)
+
+
+def setup(
+    cluster: Cluster, clock: list[float] | None = None, activity: FakeActivity | None = None
+) -> tuple[Scaling, FakeApi, Events, Catalog]:
     """Scaling over the fake API, and the catalog it reads (the gateway must read the same one)."""
     api, events, catalog = FakeApi(cluster.playgrounds), Events(), cluster.catalog()
     now = clock or [NOW]
     scale = PlaygroundScale(cast(Client, api), cast(EventRecorder, events), wall_clock=lambda: now[0])
     in_flight = InFlight(wall_clock=lambda: now[0])
-    idle = IdleDetector(catalog, scale, in_flight)
+    idle = IdleDetector(catalog, scale, in_flight, activity)
     return Scaling(Waker(catalog, scale), idle, in_flight, catalog), api, events, catalog
 
 
@@ -383,4 +400,61 @@ async def test_a_request_seen_here_keeps_the_model_awake_when_the_shared_time_ca
     with scaling.in_flight.request("m"):  # ended a moment ago
         pass
     assert await scaling.check() == [Result(requeue=True)]  # the write is retried with backoff
+    assert api.scaled == []
+
+
+DIRECT = Endpoint("10.0.0.9", 8080)
+
+
+def used_directly(cluster: Cluster) -> None:
+    """A running opted-in Playground, created an hour ago, with no request through the gateway, and one ready
+    endpoint behind its `-lb` Service (which direct clients call)."""
+    cluster.playgrounds.add(asleep("p", "m", replicas=1))
+    cluster.slices.add(endpoint_slice("p-lb-x", "p-lb", DIRECT.port, (DIRECT.address, True, False)))
+
+
+async def test_a_model_its_direct_clients_keep_busy_is_never_put_to_sleep() -> None:
+    cluster, clock, activity = Cluster().synced(), [NOW], FakeActivity()
+    used_directly(cluster)
+    scaling, api, _, _ = setup(cluster, clock=clock, activity=activity)
+
+    activity.idle[DIRECT] = 0.0  # the engine reports requests running now
+    assert await scaling.check() == [Result(requeue_after=75.0)]
+    stored = cluster.playgrounds.store.get(f"{NAMESPACE}/p")
+    assert stored is not None
+    assert stored["metadata"]["annotations"][c.LAST_REQUEST_TIME_ANNOTATION] == scaletozero.format_time(NOW)
+
+    clock[0] += 60
+    activity.idle[DIRECT] = 90.0  # it stopped 30 s after it was last seen working: the shared time is later
+    assert await scaling.check() == [Result(requeue_after=240.0)]
+    assert api.scaled == []
+    clock[0] += 239
+    activity.idle[DIRECT] = 5.0  # busy again a moment ago
+    assert await scaling.check() == [Result(requeue_after=295.0)]
+    assert api.scaled == []
+    clock[0] += 295
+    activity.idle[DIRECT] = 300.0
+    await scaling.check()
+    assert api.scaled == [("p", 0)]
+
+
+async def test_a_request_that_arrives_while_the_scale_down_is_being_written_stops_it() -> None:
+    cluster, clock = Cluster().synced(), [NOW]
+    used_directly(cluster)
+    scaling, api, events, _ = setup(cluster, clock=clock, activity=FakeActivity())
+    api.on_read_scale.append(lambda _: scaling.in_flight.started("m"))  # between the decision and the patch
+
+    assert await scaling.check() == [Result(requeue_after=75.0)]
+    assert api.scaled == []
+    assert events.recorded == []
+
+
+async def test_an_engine_that_starts_working_while_the_scale_down_is_being_written_stops_it() -> None:
+    cluster, clock, activity = Cluster().synced(), [NOW], FakeActivity()
+    used_directly(cluster)
+    activity.idle[DIRECT] = 3600.0
+    scaling, api, _, _ = setup(cluster, clock=clock, activity=activity)
+    api.on_read_scale.append(lambda _: activity.idle.update({DIRECT: 0.0}))  # a direct client's request
+
+    assert await scaling.check() == [Result(requeue_after=75.0)]
     assert api.scaled == []

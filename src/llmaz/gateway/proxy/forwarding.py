@@ -20,10 +20,12 @@ Invariants:
   connection, which is how the engine learns to stop generating.
 - An attempt counts for its endpoint in the `InFlight` tracker (which the pickers read) until it ends, however it
   ends (`try`/`finally`).
-- A streamed request goes on a connection of its own, closed at its end (`Connection: close`): llama.cpp closes
-  a connection after a stream while its headers still say keep-alive, so a pooled one would lose the next request.
+- A streamed request to an engine whose rule says so (`engines.Engine.close_after_stream`: llama.cpp, and an
+  engine not known) goes on a connection of its own, closed at its end (`Connection: close`): llama.cpp closes a
+  connection after a stream while its headers still say keep-alive, so a pooled one would lose the next request.
+  Every other request, streamed or not, reuses pooled keep-alive connections.
 - The request body is sent as received, or as `body_for(endpoint)` makes it for the endpoint an attempt goes to
-  (llama.cpp is sent the scales of a model's LoRA adapters in a `lora` member). Hop-by-hop headers, Host,
+  (an engine that takes adapter scales in the body is sent them, `routing.adapters`). Hop-by-hop headers, Host,
   Content-Length and Content-Encoding (aiohttp has decoded a compressed body) are not forwarded; Authorization is
   not forwarded when the gateway checks API keys (it carries the gateway's key, not the engine's). Engine
   responses are relayed with their status and headers, minus hop-by-hop ones.
@@ -44,6 +46,7 @@ from llmaz.gateway.proxy import errors
 from llmaz.gateway.proxy.body import InferenceRequest
 from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.proxy.usage import Usage, meter_for
+from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import Picker
 from llmaz.gateway.routing.prefix import RoutingKey
@@ -167,14 +170,15 @@ class Proxy:
         picker: Picker,
         key: RoutingKey | None = None,
         body_for: Callable[[Endpoint], bytes] | None = None,
+        engine_of: Callable[[Endpoint], engines.Engine] | None = None,
     ) -> web.StreamResponse:
         """Send `inference` to the endpoint `picker` picks for `key`, retrying as the module invariants say; each
-        attempt sends `body_for(endpoint)` when given, else the body as received."""
+        attempt sends `body_for(endpoint)` when given, else the body as received, with the connection rule of the
+        engine there (`engine_of(endpoint)`; not given: not known)."""
         headers = upstream_headers(
             request.headers, request.remote, forward_authorization=self._options.forward_authorization
         )
-        if inference.stream:
-            headers[hdrs.CONNECTION] = "close"
+        closing: CIMultiDict[str] | None = None  # the headers of a stream to an engine that closes after it
         attempts = 1 + max(0, self._options.retries)
         tried: set[Endpoint] = set()
         failure: errors.OpenAIError | None = None
@@ -185,7 +189,14 @@ class Proxy:
             self.in_flight.acquire(endpoint)
             try:
                 body = inference.body if body_for is None else body_for(endpoint)
-                outcome = await self._attempt(request, body, headers, endpoint, exchange, last)
+                engine = engines.UNKNOWN if engine_of is None else engine_of(endpoint)
+                sent = headers
+                if inference.stream and engine.close_after_stream:
+                    if closing is None:
+                        closing = headers.copy()
+                        closing[hdrs.CONNECTION] = "close"
+                    sent = closing
+                outcome = await self._attempt(request, body, sent, endpoint, exchange, last)
             finally:
                 self.in_flight.release(endpoint)
             if isinstance(outcome, web.StreamResponse):

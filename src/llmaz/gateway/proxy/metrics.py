@@ -1,5 +1,9 @@
 """The gateway's Prometheus metrics, in a registry of its own (served on the metrics port at `/metrics`).
 
+The gateway's `/metrics` serves the runtime's registry too (`include`): leader election (the autoscaler's
+Lease), the controllers' reconciles and work queues (idle detection, the activator), the API client's requests,
+the informers and the process and garbage-collector series are all there beside the gateway's own.
+
 Label `model` is a model the gateway routes (one a Playground or inference Service serves), or "" for a
 request that named none it knows (invalid, unknown, unauthenticated): client input never becomes a label
 value, so label cardinality is bounded by the cluster's objects, not by what clients send. Label `code` is the
@@ -13,10 +17,12 @@ same way.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.gc_collector import GCCollector
+from prometheus_client.metrics_core import Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
@@ -46,10 +52,34 @@ class _ByModel(Generic[M]):
         return child
 
 
+class Included:
+    """A collector that serves every metric of another registry, as it is at each scrape."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return self._registry.collect()
+
+    def describe(self) -> Iterable[Metric]:
+        return ()  # its names are the other registry's to check, and may grow after this one is registered
+
+
 class GatewayMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None, *, process_collectors: bool = True) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        process_collectors: bool = True,
+        include: CollectorRegistry | None = None,
+    ) -> None:
+        """`include`: another registry served with this one (the runtime's, which has the process collectors:
+        then they are not added a second time)."""
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
+        if include is not None:
+            r.register(Included(include))
+            process_collectors = False
         self.requests = Counter(
             "llmaz_gateway_requests", "Inference requests answered, by model and HTTP status.", ["model", "code"],
             registry=r,

@@ -60,6 +60,7 @@ from llmaz.gateway.proxy import body, errors
 from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.forwarding import Exchange, Proxy, ProxyOptions
 from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
+from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.adapters import Adapter, engine_body
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
@@ -264,29 +265,44 @@ class Gateway:
             key = None
             if picker.needs_key:
                 key = routing_key(inference.document, request.headers.get(SESSION_HEADER), name if adapter else None)
+            engine_of = self._engine_of(model)
             adapters = self.catalog.adapters_of(model)
-            body_for = self._adapter_body(model, adapters, adapter, inference) if adapters else None
-            return await self.proxy.forward(request, inference, endpoints, exchange, picker, key, body_for)
+            body_for = self._adapter_body(engine_of, adapters, adapter, inference) if adapters else None
+            return await self.proxy.forward(request, inference, endpoints, exchange, picker, key, body_for, engine_of)
 
     def _holding(self, adapter: Adapter, endpoints: list[Endpoint]) -> list[Endpoint]:
         """The endpoints holding `adapter`: those whose engine lists it, and those whose listing is not known."""
         return [e for e in endpoints if (listing := self.adapters.adapters(e)) is None or listing.holds(adapter)]
 
-    def _adapter_body(
-        self, model: str, adapters: list[Adapter], named: Adapter | None, inference: body.InferenceRequest
-    ) -> Callable[[Endpoint], bytes]:
-        """What each endpoint is sent for a request for `model`, which has `adapters`, naming the adapter `named` or
-        the base model (None): made for the engine recognised there, else the engine its Playground runs."""
+    def _engine_of(self, model: str) -> Callable[[Endpoint], engines.Engine]:
+        """The engine at each endpoint of `model`: the one recognised from its metrics, else the BackendRuntime of
+        the Playground behind it, else `engines.UNKNOWN`."""
         runtimes: dict[Endpoint, str | None] | None = None  # read only for an endpoint whose engine is not known
 
-        def body_for(endpoint: Endpoint) -> bytes:
+        def engine_of(endpoint: Endpoint) -> engines.Engine:
             nonlocal runtimes
-            engine = self.adapters.engine(endpoint)
-            if engine is None:
+            name = self.adapters.engine(endpoint)
+            if name is None:
                 runtimes = self.catalog.endpoint_runtimes(model) if runtimes is None else runtimes
-                engine = runtimes.get(endpoint)
+                name = runtimes.get(endpoint)
+            return engines.engine(name)
+
+        return engine_of
+
+    def _adapter_body(
+        self,
+        engine_of: Callable[[Endpoint], engines.Engine],
+        adapters: list[Adapter],
+        named: Adapter | None,
+        inference: body.InferenceRequest,
+    ) -> Callable[[Endpoint], bytes]:
+        """What each endpoint is sent for a request for a model with `adapters`, naming the adapter `named` or the
+        base model (None): made for the engine at the endpoint (`engine_of`) and the adapters it lists."""
+
+        def body_for(endpoint: Endpoint) -> bytes:
+            member = engine_of(endpoint).adapters.scales_member
             listing = self.adapters.adapters(endpoint)
-            return engine_body(engine, listing, adapters, named, inference.body, inference.document)
+            return engine_body(member, listing, adapters, named, inference.body, inference.document)
 
         return body_for
 

@@ -9,21 +9,24 @@ Rules:
   per adapter in spec order. Its `scale` is what a request that names it applies (default 1).
 - Names are resolved once: a served model's own name wins over an adapter of that name, and of two models listing
   an adapter of one name, the first model by name serves it (admission checks uniqueness within a model only).
-- Which endpoints hold an adapter is what the engine says, read by the engine signals:
-  - llama.cpp, `GET /lora-adapters`: `[{"id": 0, "path": "<file>", "scale": 0.0}, ...]`. An entry whose path has a
-    segment `adapters--<name>` (the model loader's directory for an adapter) holds that adapter under its id;
-    any other entry holds the adapter at its id's position in spec.adapters. So an old replica during a rollout
-    that reordered the adapters is still sent its own ids, and one started without an adapter does not hold it.
-  - vLLM, `GET /v1/models`: the entries with a `parent` are the adapters it serves, by name.
+- Which endpoints hold an adapter is what the engine says, read by the engine signals where the engine table
+  (`routing.engines`) says the engine lists its adapters, parsed there into one of two shapes:
+  - `LoraSlots`, llama.cpp's `GET /lora-adapters`: `[{"id": 0, "path": "<file>", "scale": 0.0}, ...]`. An entry
+    whose path has a segment `adapters--<name>` (the model loader's directory for an adapter) holds that adapter
+    under its id; any other entry holds the adapter at its id's position in spec.adapters. So an old replica
+    during a rollout that reordered the adapters is still sent its own ids, and one started without an adapter
+    does not hold it.
+  - `ServedAdapters`, vLLM's `GET /v1/models`: the entries with a `parent` are the adapters it serves, by name.
   An endpoint whose engine says nothing (signals off, an engine without a listing, a failed or stale read) is
   taken to hold every adapter of its model: every replica starts with them, and only a rollout adding one has a
   window where an old replica lacks it.
-- The request: to llama.cpp, every request for a model with adapters, the base model's included, carries every
-  adapter the endpoint holds, `"lora": [{"id": <id>, "scale": <scale>}, ...]`: the named adapter at its scale,
-  the others at 0. A request without the member would keep the scales of the slot's previous request, and a slot
+- The request: to an engine that takes per-request scales in a body member (the engine table's
+  `scales_member`: llama.cpp's `lora`), every request for a model with adapters, the base model's included,
+  carries every adapter the endpoint holds, `"lora": [{"id": <id>, "scale": <scale>}, ...]`: the named adapter at its
+  scale, the others at 0. A request without the member would keep the scales of the slot's previous request, and a slot
   whose last request named an adapter would answer the base model with that adapter's cached prompt; a request
   whose scales differ from the slot's makes llama.cpp drop that cache. llama.cpp ignores the request's `model`, so
-  it stays as sent. A body that already has a `lora` member is sent as it is. Any other engine gets the body
+  it stays as sent. A body that already has that member is sent as it is. Any other engine gets the body
   unchanged: vLLM and SGLang serve an adapter under its own `model` name, and the base model under its own.
 """
 
@@ -38,7 +41,6 @@ import orjson
 
 from llmaz.apis.modelpath import ADAPTER_DIRECTORY_PREFIX
 
-LLAMACPP: Final = "llamacpp"
 DEFAULT_SCALE: Final = 1.0
 # A listing is a handful of entries (at most 16 adapters a model); far more is not a listing.
 MAX_LISTING_BYTES: Final = 1024 * 1024
@@ -138,50 +140,15 @@ def path_adapter_name(path: str) -> str | None:
     return None
 
 
-def _json(body: bytes, what: str) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ValueError(f"{what} is not JSON") from None
-
-
-def parse_lora_adapters(body: bytes) -> LoraSlots:
-    """llama.cpp's `GET /lora-adapters` answer; raises ValueError when it is not a list of `{id, path}`."""
-    listed = _json(body, "/lora-adapters")
-    if not isinstance(listed, list):
-        raise ValueError("/lora-adapters is not a JSON list")
-    paths: list[tuple[int, str]] = []
-    for entry in listed:
-        lora_id, path = _mapping(entry).get("id"), _mapping(entry).get("path")
-        if not isinstance(lora_id, int) or isinstance(lora_id, bool) or lora_id < 0 or not isinstance(path, str):
-            raise ValueError(f"/lora-adapters has an entry without an id and a path: {str(entry)[:200]}")
-        paths.append((lora_id, path))
-    return LoraSlots(tuple(sorted(paths)))
-
-
-def parse_served_adapters(body: bytes) -> ServedAdapters:
-    """vLLM's `GET /v1/models` answer: the ids of the entries with a parent; raises ValueError when it is not a
-    model list."""
-    data = _mapping(_json(body, "/v1/models")).get("data")
-    if not isinstance(data, list):
-        raise ValueError("/v1/models has no data list")
-    names = {
-        entry["id"]
-        for entry in map(_mapping, data)
-        if isinstance(entry.get("id"), str) and isinstance(entry.get("parent"), str) and entry["parent"]
-    }
-    return ServedAdapters(frozenset(names))
-
-
-def with_lora(body: bytes, document: Mapping[str, Any], scales: list[dict[str, Any]]) -> bytes:
-    """The body with `"lora": scales` added as its last member, byte for byte otherwise; unchanged when it has a
-    `lora` member already, or there are no scales (an endpoint holding none of the adapters)."""
-    if "lora" in document or not scales:
+def with_scales(body: bytes, document: Mapping[str, Any], member: str, scales: list[dict[str, Any]]) -> bytes:
+    """The body with `member: scales` added as its last member, byte for byte otherwise; unchanged when it has that
+    member already, or there are no scales (an endpoint holding none of the adapters)."""
+    if member in document or not scales:
         return body
     end = body.rstrip().rfind(b"}")
-    member = b'"lora":' + orjson.dumps(scales)
+    added = orjson.dumps(member) + b":" + orjson.dumps(scales)
     separator = b"," if document else b""
-    return body[:end] + separator + member + body[end:]
+    return body[:end] + separator + added + body[end:]
 
 
 def lora_scales(
@@ -198,15 +165,16 @@ def lora_scales(
 
 
 def engine_body(
-    engine: str | None,
+    scales_member: str | None,
     listing: EngineAdapters | None,
     adapters: Iterable[Adapter],
     named: Adapter | None,
     body: bytes,
     document: Mapping[str, Any],
 ) -> bytes:
-    """What an endpoint running `engine` (None: not known) that lists `listing` is sent for a request for a model
-    with `adapters`, naming the adapter `named` or the base model (None; see the module rules)."""
-    if engine != LLAMACPP:
+    """What an endpoint is sent for a request for a model with `adapters`, naming the adapter `named` or the base
+    model (None; see the module rules): with the scales in `scales_member` when its engine takes them there
+    (`engines.AdapterApi.scales_member`), else the body as it is; `listing` is what the endpoint lists."""
+    if scales_member is None:
         return body
-    return with_lora(body, document, lora_scales(listing, adapters, named))
+    return with_scales(body, document, scales_member, lora_scales(listing, adapters, named))

@@ -14,9 +14,12 @@ Invariants:
 - The model -> backends table is rebuilt from the caches on the first lookup after any Playground or Service
   event, so it is never staler than the caches; endpoints are read from the slice cache on every lookup.
 - Reads never await, so a lookup sees one consistent state of every cache.
-- `await_endpoints(model, deadline, select)` re-reads a model's endpoints on each Playground, EndpointSlice or core
-  Service event and on each `notify()` (the engine signals call it when an endpoint's adapters change), never by
-  polling: a request held while its model gets a replica, or a replica holding its adapter, waits there.
+- `await_endpoints(model, deadline, select)` re-reads a model's endpoints on each event of that model: a Playground
+  or inference Service serving it (before or after the event), an EndpointSlice or core Service of one of its
+  `-lb` Services, and `notify_endpoint` of one of its endpoints (the engine signals call it when an endpoint's
+  adapters change); never by polling, and never for another model's events: a request held while its model gets
+  a replica, or a replica holding its adapter, waits there, and a thousand held requests of one model are not
+  woken by every event of the cluster.
 - The adapter table (adapter name -> its base model, `adapters`) is rebuilt with the model table, and on any
   OpenModel event that changes a model's adapters.
 - The informers are public (`playground_informer`, `core_service_informer`, `slice_informers`): the scaling
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from llmaz.apis import constants as c
 from llmaz.apis.resources import ENDPOINT_SLICES, INFERENCE_SERVICES, OPEN_MODELS, PLAYGROUNDS
@@ -100,20 +103,51 @@ class _InvalidateAdapters(_Invalidate):
             self._catalog.invalidate()
 
 
-class _Notify:
-    """An event handler that wakes whoever waits for the next change."""
+def _object(obj: Obj | DeletedFinalStateUnknown) -> Obj:
+    return obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+
+
+class _NotifyServing:
+    """A Playground or inference Service event handler: wakes whoever waits on the model it serves."""
 
     def __init__(self, catalog: Catalog) -> None:
         self._catalog = catalog
 
     def on_add(self, obj: Obj, is_initial_list: bool) -> None:
-        self._catalog.notify()
+        self._catalog.notify(_served(obj))
 
     def on_update(self, old: Obj, new: Obj) -> None:
-        self._catalog.notify()
+        self._catalog.notify({*_served(old), *_served(new)})
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        self._catalog.notify()
+        self._catalog.notify(_served(_object(obj)))
+
+
+def _served(obj: Obj) -> set[str]:
+    model = main_model(obj)
+    return {model} if model else set()
+
+
+class _NotifyBackend:
+    """An EndpointSlice or core Service event handler: wakes whoever waits on a model its `-lb` Service serves."""
+
+    def __init__(self, catalog: Catalog, backend_keys: Callable[[Obj], list[str]]) -> None:
+        self._catalog = catalog
+        self._keys = backend_keys
+
+    def on_add(self, obj: Obj, is_initial_list: bool) -> None:
+        self._catalog.notify_backends(self._keys(obj))
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._catalog.notify_backends({*self._keys(old), *self._keys(new)})
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self._catalog.notify_backends(self._keys(_object(obj)))
+
+
+def _service_key(obj: Obj) -> list[str]:
+    meta = obj.get("metadata") or {}
+    return [f"{meta.get('namespace')}/{meta.get('name')}"]
 
 
 class Catalog:
@@ -143,13 +177,18 @@ class Catalog:
         self._table: dict[str, tuple[Backend, ...]] | None = None
         self._adapters: dict[str, list[Adapter]] | None = None
         self._adapter_names: dict[str, Adapter] = {}
-        self._waiters: list[asyncio.Future[None]] = []
+        self._backend_models: dict[str, set[str]] | None = None
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         for informer in (playgrounds, services):
             informer.add_event_handler(_Invalidate(self))
         open_models.add_event_handler(_InvalidateAdapters(self))
-        for notifying in (playgrounds, *self.slice_informers, core_services):
-            if notifying is not None:
-                notifying.add_event_handler(_Notify(self))
+        # After the invalidation above, so that a backend's models are read from the new table.
+        for informer in (playgrounds, services):
+            informer.add_event_handler(_NotifyServing(self))
+        for slices in self.slice_informers:
+            slices.add_event_handler(_NotifyBackend(self, routes.slice_backend_key))
+        if core_services is not None:
+            core_services.add_event_handler(_NotifyBackend(self, _service_key))
 
     @classmethod
     def watch(cls, informers: SharedInformerFactory, gateway_service: str | None = None) -> Catalog:
@@ -184,12 +223,30 @@ class Catalog:
     def invalidate(self) -> None:
         self._table = None
         self._adapters = None
+        self._backend_models = None
 
-    def notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+    def notify(self, models: Iterable[str] | None = None) -> None:
+        """Wake the requests held on `models` (None: on every model) to read their endpoints again."""
+        for model in list(self._waiters) if models is None else models:
+            for waiter in self._waiters.pop(model, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def notify_backends(self, keys: Iterable[str]) -> None:
+        """Wake the requests held on the models the `-lb` Services `keys` ("namespace/name") serve."""
+        if not self._waiters:
+            return
+        if self._backend_models is None:
+            found: dict[str, set[str]] = {}
+            for model, backends in self._routes().items():
+                for backend in backends:
+                    found.setdefault(backend.key, set()).add(model)
+            self._backend_models = found
+        self.notify({model for key in keys for model in self._backend_models.get(key, ())})
+
+    def notify_endpoint(self, endpoint: Endpoint) -> None:
+        """Wake the requests held on the models `endpoint` serves (its adapters changed)."""
+        self.notify([model for model in list(self._waiters) if endpoint in self.endpoints(model)])
 
     async def await_endpoints(
         self,
@@ -207,16 +264,24 @@ class Catalog:
 
         while not (endpoints := found()) and loop.time() < deadline:
             waiter = loop.create_future()
-            self._waiters.append(waiter)
+            waiting = self._waiters.setdefault(model, [])
+            waiting.append(waiter)
             try:
                 async with asyncio.timeout_at(deadline):
                     await waiter
             except TimeoutError:
                 return found()
             finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+                waiting = self._waiters.get(model, [])
+                if waiter in waiting:
+                    waiting.remove(waiter)
+                    if not waiting:
+                        del self._waiters[model]
         return endpoints
+
+    def waiting(self, model: str) -> int:
+        """Requests held on `model` now (for tests and debugging)."""
+        return len(self._waiters.get(model, ()))
 
     def playgrounds(self) -> list[Obj]:
         return self.playground_informer.store.list()

@@ -3,7 +3,8 @@
 The engines count what the gateway cannot: requests sent by other gateway replicas or straight to the `-lb`
 Service, requests queued inside the engine, and how full its KV cache or its slots are. `LoadSignals` is the one
 way to ask: an implementation scrapes the engines' metrics and answers from its latest fresh sample.
-`AdapterSignals` asks the same engines which LoRA adapters they hold (`routing.adapters`).
+`AdapterSignals` asks the same engines which LoRA adapters they hold (`routing.adapters`); `EngineActivity` when
+they last worked (idle detection counts the requests the gateway never saw).
 
 Invariants:
 - `load` never waits and never raises: it answers from what is already known.
@@ -33,6 +34,9 @@ class EngineLoad:
     observed_at: float | None = field(default=None, compare=False)
     """When the engine was asked (monotonic seconds), None when not known: requests that ended here after that may
     still be in these counts (`InFlight.released_since`). Not part of equality: a load is its counts."""
+    work: float | None = field(default=None, compare=False)
+    """The sum of the engine's activity counters (prompt and generated tokens, `engines.MetricNames.activity`) when
+    it exports them: it moving between two reads means the engine worked meanwhile. Not part of equality."""
 
     @property
     def requests(self) -> int:
@@ -56,8 +60,19 @@ class AdapterSignals(Protocol):
         ...
 
 
+class EngineActivity(Protocol):
+    def idle_for(self, endpoint: Endpoint) -> float | None:
+        """Seconds since the endpoint's engine last reported work of its own (requests running or waiting, or its
+        token counters moving; 0 while it does), or None when that is not known (never read, never seen working, or
+        an engine that exports nothing)."""
+        ...
+
+
 class NoSignals:
     """Signals off: nothing is ever known, so everyone uses the gateway's own counts."""
+
+    def idle_for(self, endpoint: Endpoint) -> float | None:
+        return None
 
     def load(self, endpoint: Endpoint) -> EngineLoad | None:
         return None

@@ -33,7 +33,8 @@ Invariants:
 - Two pickers (two gateway replicas) fed the same keyed requests in the same order with the same loads pick the
   same endpoints: hashes are stable, ties follow the ring, and nothing keyed depends on the random generator.
 - Memory is bounded whatever the traffic: PREFIX_BLOCKS blocks per endpoint for at most PREFIX_ENDPOINTS
-  endpoints, CACHED_RINGS rings, CACHED_PICKERS weight settings.
+  endpoints, CACHED_RING_POINTS ring points (a candidate set's ring is built when the set is first seen and kept
+  while the bound allows, not built per request), CACHED_PICKERS weight settings.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ import bisect
 import math
 import random
 import sys
+from array import array
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -60,8 +62,12 @@ DEFAULT_LOAD_FACTOR: Final = 1.25
 # An endpoint's index: 8,192 blocks of 64 characters, about 130,000 tokens, the order of an engine's KV cache.
 PREFIX_BLOCKS: Final = 8192
 PREFIX_ENDPOINTS: Final = 128
-# Rings of distinct candidate sets (models, and a model's set while its endpoints change) kept built.
-CACHED_RINGS: Final = 64
+# Points of the rings kept built, over every candidate set (models, adapter holder sets, a model's set while its
+# endpoints change): 12 bytes each, ~6 MiB, 2,048 endpoints' worth (e.g. 256 models of 8 endpoints).
+CACHED_RING_POINTS: Final = 2048 * RING_POINTS
+# A point and its owner's rank are sorted as one integer.
+_RANK_BITS: Final = 32
+_RANK_MASK: Final = (1 << _RANK_BITS) - 1
 CACHED_PICKERS: Final = 32
 
 
@@ -138,23 +144,37 @@ class PrefixIndex:
         return tables + sum(sys.getsizeof(block) for held in self._held.values() for block in held)
 
 
+def endpoint_points(endpoint: Endpoint, points: int = RING_POINTS) -> array[int]:
+    """Where an endpoint's points are on every ring, sorted: stable hashes of "address:port#i"."""
+    return array("Q", sorted(stable_hash(f"{endpoint}#{i}".encode()) for i in range(points)))
+
+
 class Ring:
     """The consistent-hashing ring of a set of endpoints, RING_POINTS points each.
 
     Where an endpoint's points are depends only on its address and port, so every replica builds the same ring
-    from the same endpoints, in whatever order they come.
+    from the same endpoints, in whatever order they come (two endpoints on one point: the first by "address:port"
+    owns it). `points_of` gives an endpoint's points (`endpoint_points`, or a cache of them).
     """
 
-    def __init__(self, endpoints: Sequence[Endpoint], points: int = RING_POINTS) -> None:
+    def __init__(
+        self, endpoints: Sequence[Endpoint], points_of: Callable[[Endpoint], array[int]] = endpoint_points
+    ) -> None:
         self.endpoints = tuple(endpoints)
-        placed = sorted(
-            (stable_hash(f"{endpoint}#{i}".encode()), str(endpoint), index)
-            for index, endpoint in enumerate(self.endpoints)
-            for i in range(points)
-        )
-        self._points = [point for point, _, _ in placed]
-        self._owners = [index for _, _, index in placed]
+        # Each point as one integer, the point then its owner's rank by "address:port": one sort of plain ints.
+        by_name = sorted(range(len(self.endpoints)), key=lambda index: str(self.endpoints[index]))
+        placed: list[int] = []
+        for rank, index in enumerate(by_name):
+            placed.extend((point << _RANK_BITS) | rank for point in points_of(self.endpoints[index]))
+        placed.sort()
+        self._points = array("Q", (key >> _RANK_BITS for key in placed))
+        self._owners = array("I", (by_name[key & _RANK_MASK] for key in placed))
         self._distinct = len(set(self.endpoints))
+
+    @property
+    def size(self) -> int:
+        """Points on the ring."""
+        return len(self._points)
 
     def walk_indices(self, key: int) -> Iterator[int]:
         """The index in `endpoints` of every distinct endpoint once, in ring order from `key`'s position."""
@@ -179,12 +199,20 @@ class Ring:
 
 
 class Rings:
-    """Rings by candidate list, the last CACHED_RINGS built; the prefix index keeps only endpoints of a kept ring."""
+    """Rings by candidate list, built once per list and kept while they fit in `max_points` (least recently used
+    go first; the last one built is always kept), so that a pick never builds a ring for a set of endpoints it has
+    seen, however many models (and adapter holder sets) take turns. An endpoint's points are hashed once and kept
+    while a kept ring has it, so a ring for a changed set (an endpoint more or less) only sorts. The prefix index
+    keeps only endpoints of a kept ring."""
 
-    def __init__(self, index: PrefixIndex, size: int = CACHED_RINGS) -> None:
+    def __init__(self, index: PrefixIndex, max_points: int = CACHED_RING_POINTS) -> None:
         self._index = index
-        self._size = size
+        self._max_points = max_points
         self._rings: OrderedDict[tuple[Endpoint, ...], Ring] = OrderedDict()
+        self._points: dict[Endpoint, array[int]] = {}
+        self._kept_points = 0
+        self.builds = 0
+        """Rings built so far."""
 
     def of(self, candidates: Sequence[Endpoint]) -> Ring:
         key = tuple(candidates)
@@ -192,11 +220,22 @@ class Rings:
         if ring is not None:
             self._rings.move_to_end(key)
             return ring
-        ring = self._rings[key] = Ring(key)
-        while len(self._rings) > self._size:
-            self._rings.popitem(last=False)
-        self._index.retain({endpoint for kept in self._rings.values() for endpoint in kept.endpoints})
+        ring = self._rings[key] = Ring(key, self._points_of)
+        self.builds += 1
+        self._kept_points += ring.size
+        while self._kept_points > self._max_points and len(self._rings) > 1:
+            _, dropped = self._rings.popitem(last=False)
+            self._kept_points -= dropped.size
+        kept = {endpoint for kept in self._rings.values() for endpoint in kept.endpoints}
+        self._points = {endpoint: points for endpoint, points in self._points.items() if endpoint in kept}
+        self._index.retain(kept)
         return ring
+
+    def _points_of(self, endpoint: Endpoint) -> array[int]:
+        points = self._points.get(endpoint)
+        if points is None:
+            points = self._points[endpoint] = endpoint_points(endpoint)
+        return points
 
 
 class PrefixAware:

@@ -3,41 +3,43 @@
 `EngineSignals` is the `LoadSignals` the gateway runs. Every `interval` seconds it reads `GET /metrics` of every
 endpoint the catalog routes (`Catalog.routed_endpoints`) and keeps, per endpoint, the latest `EngineLoad`.
 
-Which engine an endpoint runs is recognised from its page, not from its Playground: the first entry of
-`ENGINE_METRICS` whose running-requests metric the page exports. So an engine is one entry in that table, and a
-custom BackendRuntime that runs, say, vLLM is read as vLLM. What is read:
-- llama.cpp: `llamacpp:requests_processing` (running), `llamacpp:requests_deferred` (waiting); utilisation is
-  running over the `total_slots` of `GET /props` (it has no KV-cache gauge), read once per endpoint and again
-  after the endpoint comes back from a failed scrape (it may have restarted with other settings) or reports more
-  running requests than slots.
-- vLLM: `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` (older releases:
-  `vllm:gpu_cache_usage_perc`).
-- SGLang: `sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`.
-- TGI: `tgi_batch_current_size`, `tgi_queue_size`; no utilisation.
-- Anything else (Ollama has no metrics page): nothing, so its load is never known.
-The same table says where an engine lists the LoRA adapters it holds (`routing.adapters`): llama.cpp's
-`GET /lora-adapters`, vLLM's `GET /v1/models`. A listing is read only from the endpoints of models that have
-adapters, when the endpoint is first read and then every `adapters_interval` seconds (10), after its load.
-Request counts are summed over label sets (vLLM labels by `model_name`); a utilisation, a fraction of one cache,
-is the largest over label sets, clamped to 0-1.
+What is read, and where, is the engine table's (`routing.engines`): which engine an endpoint runs is recognised
+from its page, not from its Playground (the first engine whose running-requests metric the page exports), so a
+custom BackendRuntime that runs, say, vLLM is read as vLLM. Per engine: its running and waiting requests, its
+utilisation (a 0-1 cache gauge; for llama.cpp, running over the `total_slots` of `GET /props`, read once per
+endpoint and again after the endpoint comes back from failed scrapes, as it may have restarted with other
+settings, or reports more running requests than slots), and its activity counters (tokens prefilled and
+generated: they moving means the engine worked, `idle_for`). An engine the table does not know (Ollama has no
+metrics page) is never known. The same table says where an engine lists the LoRA adapters it holds
+(`routing.adapters`); a listing is read only from the endpoints of models that have adapters, when the endpoint
+is first read and then every `adapters_interval` seconds (10), after its load. Request counts are summed over
+label sets (vLLM labels by `model_name`); a utilisation, a fraction of one cache, is the largest over label sets,
+clamped to 0-1.
 
 Invariants:
 - Bounded work: at most `max_concurrent` scrapes at once, each given `timeout` seconds (its `/props` read
   included), a body of at most `MAX_PAGE_BYTES`; a cycle starts only after the previous one ended, so a slow
   engine delays the next cycle by at most its timeout and never piles up requests.
-- A load is used only while younger than `stale_after` seconds. A failed scrape (refused, timed out, not 200,
-  malformed, none of the known metrics) makes the endpoint stale at once: `load` answers None, and callers
-  fall back to the gateway's own counts.
-- One log line when an endpoint turns stale (with the reason) and one when it recovers, never one per cycle.
+- `timeout` is a setting of its own (default `DEFAULT_TIMEOUT`, 1 s, four intervals): a loaded engine answers its
+  page late, and a read cut at the interval would lose the signal exactly when it matters.
+- A load is used only while younger than `stale_after` seconds (default the timeout plus four intervals) and until
+  `STALE_AFTER_FAILURES` (3) reads in a row have failed (refused, timed out, not 200, malformed, none of the known
+  metrics, or anything else raised): one failed read keeps the last sample. A stale endpoint's `load` answers
+  None, and callers fall back to the gateway's own counts.
+- Nothing raised by a read, expected or not, ends the scrape loop: every failure is counted in
+  `llmaz_gateway_engine_scrape_failures_total` (by kind), and a cycle that itself fails is counted and the loop
+  goes on at the next interval. One log line when an endpoint's reads start failing (with the reason; an
+  unexpected exception with its traceback), one when it turns stale, one when it recovers, never one per cycle.
   `llmaz_gateway_stale_endpoints` counts the routed endpoints whose load is not known (engines without metrics
   included), set after every cycle.
 - Memory is bounded by the routed endpoints: an endpoint that leaves the catalog is forgotten at the next cycle.
 - `load` and `adapters` never await and never raise.
-- A listing is used only while younger than 3 `adapters_interval`s and while the endpoint's load reads succeed; a
+- A listing is used only while younger than 3 `adapters_interval`s and until the endpoint's load turns stale; a
   failed listing read (its own `timeout`, at most MAX_LISTING_BYTES) makes it unknown at once, and is logged
   once when it turns unknown and once when it is known again. It is read again at once when the endpoint comes
   back from a failed load read (it may have restarted with other adapters). A listing that changes wakes the
-  requests held on the catalog (`Catalog.notify`): one may be waiting for a replica holding its adapter.
+  requests held on the catalog for the endpoint's models (`Catalog.notify_endpoint`): one may be waiting for a
+  replica holding its adapter.
 - The gateway's `--resolve` map applies as it does to forwarded requests: an endpoint at `address` is scraped
   at `resolve[address]`, and is still known by its own address.
 """
@@ -46,21 +48,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 import orjson
 from aiohttp import hdrs
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from llmaz.gateway.routing.adapters import (
-    MAX_LISTING_BYTES,
-    EngineAdapters,
-    parse_lora_adapters,
-    parse_served_adapters,
-)
+from llmaz.gateway.routing import engines
+from llmaz.gateway.routing.adapters import MAX_LISTING_BYTES, EngineAdapters
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.load import EngineLoad
 from llmaz.gateway.routing.routes import Endpoint
@@ -69,8 +68,11 @@ from llmaz.runtime.log import bounded, get_logger
 
 DEFAULT_INTERVAL = 0.25
 DEFAULT_MAX_CONCURRENT = 32
-MIN_DEFAULT_TIMEOUT = 0.2
-MIN_DEFAULT_STALE_AFTER = 1.0
+# One read's bound, its own setting: a busy engine answers its metrics page late, and a read cut at the interval
+# would turn a loaded engine's signal off exactly when it matters.
+DEFAULT_TIMEOUT = 1.0
+# An endpoint's load turns unknown after this many failed reads in a row (or when its last sample is too old).
+STALE_AFTER_FAILURES = 3
 # A vLLM page with every histogram of a busy server is a few hundred KiB; far more is not a metrics page.
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 MAX_PROPS_BYTES = 1024 * 1024
@@ -85,54 +87,6 @@ ACCEPT = "text/plain;version=0.0.4"
 # Adapters change only with a rollout (new replicas): read far less often than the load.
 DEFAULT_ADAPTERS_INTERVAL = 10.0
 ADAPTERS_STALE_INTERVALS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class AdapterListing:
-    """Where an engine lists its LoRA adapters, and how its answer is read (ValueError when it cannot be)."""
-
-    path: str
-    parse: Callable[[bytes], EngineAdapters]
-
-
-@dataclass(frozen=True, slots=True)
-class EngineMetrics:
-    """The metric names one engine exports its load as (gauges)."""
-
-    running: str
-    waiting: str
-    utilisation: tuple[str, ...] = ()
-    """0-1 gauges of how full the engine is; the first one the page exports is read."""
-    slots_utilisation: bool = False
-    """Utilisation is running requests over the `total_slots` of `GET /props` (llama.cpp)."""
-    adapters: AdapterListing | None = None
-    """Where the engine lists the LoRA adapters it holds; None: it does not say."""
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return (self.running, self.waiting, *self.utilisation)
-
-
-ENGINE_METRICS: Mapping[str, EngineMetrics] = {
-    "llamacpp": EngineMetrics(
-        "llamacpp:requests_processing",
-        "llamacpp:requests_deferred",
-        slots_utilisation=True,
-        adapters=AdapterListing("/lora-adapters", parse_lora_adapters),
-    ),
-    "vllm": EngineMetrics(
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        adapters=AdapterListing("/v1/models", parse_served_adapters),
-    ),
-    "sglang": EngineMetrics("sglang:num_running_reqs", "sglang:num_queue_reqs", ("sglang:token_usage",)),
-    "tgi": EngineMetrics("tgi_batch_current_size", "tgi_queue_size"),
-}
-"""BackendRuntime name -> the metrics its engine exports (and where it lists its adapters). The first entry whose
-running metric a page has wins."""
-
-WANTED = frozenset(name for engine in ENGINE_METRICS.values() for name in engine.names)
 
 
 # What may follow a metric name on its sample line (a line with the name alone is one without a value).
@@ -201,22 +155,26 @@ def _fraction(value: float) -> float | None:
 
 
 def read_page(page: str) -> tuple[str, EngineLoad]:
-    """The engine a metrics page comes from and the load it reports (a llama.cpp page has no utilisation here).
+    """The engine a metrics page comes from (an `engines.ENGINES` name) and the load it reports (a llama.cpp page has
+    no utilisation here; `work` is the sum of its activity counters, None when it exports none).
 
     Raises ScrapeError when no known engine's metrics are on the page, or one of them is malformed."""
-    samples = scan_samples(page, WANTED)
-    for engine, metrics in ENGINE_METRICS.items():
-        if metrics.running not in samples:
-            continue
-        if metrics.waiting not in samples:
-            raise ScrapeError(f"{engine} metrics without {metrics.waiting}")
-        utilisation = next((max(samples[n]) for n in metrics.utilisation if n in samples), None)
-        return engine, EngineLoad(
-            running=_count(samples[metrics.running], metrics.running),
-            waiting=_count(samples[metrics.waiting], metrics.waiting),
-            utilisation=None if utilisation is None else _fraction(utilisation),
-        )
-    raise ScrapeError("none of the known engine metrics on the page")
+    samples = scan_samples(page, engines.SCANNED)
+    engine = engines.recognise(samples)
+    if engine is None or engine.metrics is None:
+        raise ScrapeError("none of the known engine metrics on the page")
+    metrics = engine.metrics
+    if metrics.waiting not in samples:
+        raise ScrapeError(f"{engine.name} metrics without {metrics.waiting}")
+    utilisation = next((max(samples[n]) for n in metrics.utilisation if n in samples), None)
+    counters = [math.fsum(samples[n]) for n in metrics.activity if n in samples]
+    work = math.fsum(counters) if counters else None
+    return engine.name, EngineLoad(
+        running=_count(samples[metrics.running], metrics.running),
+        waiting=_count(samples[metrics.waiting], metrics.waiting),
+        utilisation=None if utilisation is None else _fraction(utilisation),
+        work=work if work is not None and math.isfinite(work) else None,
+    )
 
 
 def total_slots(props: bytes) -> int:
@@ -230,6 +188,17 @@ def total_slots(props: bytes) -> int:
     return value
 
 
+class FailureKind(enum.StrEnum):
+    """Why a read failed, as `llmaz_gateway_engine_scrape_failures_total` labels it (a bounded set)."""
+
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    MALFORMED = "malformed"
+    """Not 200, too large, not a page, none of the known metrics."""
+    UNEXPECTED = "unexpected"
+    """Anything else raised: a bug, caught so that the loop goes on."""
+
+
 @dataclass(slots=True)
 class _Known:
     """What is known about one routed endpoint."""
@@ -239,6 +208,12 @@ class _Known:
     read_at: float = -math.inf
     failure: str | None = None
     """Why the last scrape failed; None after a successful one."""
+    failures: int = 0
+    """Failed scrapes in a row (0 after a successful one)."""
+    busy_at: float | None = None
+    """When a read last saw the engine working (requests running or waiting, or its activity counters moved)."""
+    working: bool = False
+    """The last read saw it working."""
     slots: int | None = None
     """llama.cpp's total slots, from `/props`."""
     props_due: float = -math.inf
@@ -262,7 +237,7 @@ class EngineSignals:
         catalog: Catalog,
         *,
         interval: float = DEFAULT_INTERVAL,
-        timeout: float | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
         stale_after: float | None = None,
         max_concurrent: int = DEFAULT_MAX_CONCURRENT,
         adapters_interval: float = DEFAULT_ADAPTERS_INTERVAL,
@@ -270,12 +245,12 @@ class EngineSignals:
         registry: CollectorRegistry | None = None,
         clock: Clock = REAL_CLOCK,
     ) -> None:
-        """`timeout` defaults to `interval` (at least 0.2 s), `stale_after` to 4 times `interval` (at least 1 s);
+        """`timeout` bounds one endpoint's read (default 1 s, whatever the interval); `stale_after` defaults to the
+        timeout plus 4 intervals (a cycle that waited for a slow engine does not age every other sample out);
         `adapters_interval` is the seconds between two listings of an endpoint's adapters; `resolve` is the
-        gateway's `--resolve` map; the stale-endpoints gauge goes into `registry`."""
+        gateway's `--resolve` map; the gauges and counters go into `registry`."""
         _require_seconds("interval", interval, "(0 turns engine signals off: use NoSignals then)")
-        timeout = max(interval, MIN_DEFAULT_TIMEOUT) if timeout is None else timeout
-        stale_after = max(4 * interval, MIN_DEFAULT_STALE_AFTER) if stale_after is None else stale_after
+        stale_after = timeout + 4 * interval if stale_after is None else stale_after
         _require_seconds("timeout", timeout)
         _require_seconds("stale_after", stale_after)
         _require_seconds("adapters_interval", adapters_interval)
@@ -292,14 +267,26 @@ class EngineSignals:
         self._known: dict[Endpoint, _Known] = {}
         self._limit = asyncio.Semaphore(max_concurrent)
         self._session: aiohttp.ClientSession | None = None
+        self._cycle_failure: str | None = None
         self._log = get_logger("llmaz.gateway.signals")
+        registry = registry if registry is not None else CollectorRegistry()
         self.stale_gauge = Gauge(
             "llmaz_gateway_stale_endpoints",
-            "Routed engine endpoints whose load is not known now: their last metrics scrape failed (engines without "
-            "metrics included) or is older than the freshness bound. Routing falls back to the gateway's own counts "
-            "for them.",
-            registry=registry if registry is not None else CollectorRegistry(),
+            "Routed engine endpoints whose load is not known now: their metrics scrapes failed several times in a "
+            "row (engines without metrics included) or their last sample is older than the freshness bound. "
+            "Routing falls back to the gateway's own counts for them.",
+            registry=registry,
         )
+        self.failures = Counter(
+            "llmaz_gateway_engine_scrape_failures",
+            "Engine metrics reads that failed, by kind: timeout, connection, malformed (not 200, too large, no "
+            "known metric), unexpected (anything else raised; the scrape loop goes on). A cycle that failed as a "
+            "whole counts as unexpected.",
+            ["kind"],
+            registry=registry,
+        )
+        for kind in FailureKind:
+            self.failures.labels(kind.value)
 
     def load(self, endpoint: Endpoint) -> EngineLoad | None:
         known = self._known.get(endpoint)
@@ -307,16 +294,25 @@ class EngineSignals:
             return None
         return known.load
 
+    def idle_for(self, endpoint: Endpoint) -> float | None:
+        known = self._known.get(endpoint)
+        if known is None or known.busy_at is None:
+            return None
+        now = self._clock.now()
+        if known.working and self._fresh(known, now):
+            return 0.0
+        return max(0.0, now - known.busy_at)
+
     def adapters(self, endpoint: Endpoint) -> EngineAdapters | None:
         known = self._known.get(endpoint)
-        if known is None or known.failure is not None or known.adapters is None:
+        if known is None or known.failures >= STALE_AFTER_FAILURES or known.adapters is None:
             return None
         if self._clock.now() - known.adapters_read_at >= ADAPTERS_STALE_INTERVALS * self.adapters_interval:
             return None
         return known.adapters
 
     def engine(self, endpoint: Endpoint) -> str | None:
-        """The engine last recognised at `endpoint` (a key of `ENGINE_METRICS`), or None."""
+        """The engine last recognised at `endpoint` (a key of `engines.ENGINES`), or None."""
         known = self._known.get(endpoint)
         return None if known is None else known.engine
 
@@ -325,16 +321,34 @@ class EngineSignals:
         return sum(1 for known in self._known.values() if not self._fresh(known, now))
 
     def _fresh(self, known: _Known, now: float) -> bool:
-        return known.failure is None and known.load is not None and now - known.read_at < self.stale_after
+        return (
+            known.failures < STALE_AFTER_FAILURES and known.load is not None and now - known.read_at < self.stale_after
+        )
 
     async def run(self) -> None:
         try:
             while True:
                 started = self._clock.now()
-                await self.scrape()
+                await self.cycle()
                 await self._clock.sleep(self.interval - (self._clock.now() - started))
         finally:
             await self.close()
+
+    async def cycle(self) -> None:
+        """One scrape cycle that never raises (but for cancellation): a failure is counted, logged once until a cycle
+        succeeds again, and the loop goes on."""
+        try:
+            await self.scrape()
+        except Exception as exc:
+            self.failures.labels(FailureKind.UNEXPECTED.value).inc()
+            if self._cycle_failure is None:
+                self._log.exception("engine metrics cycle failed; trying again next interval")
+            self._cycle_failure = f"{type(exc).__name__}: {exc}"
+            self.cycles += 1
+        else:
+            if self._cycle_failure is not None:
+                self._log.info("engine metrics cycles succeed again")
+            self._cycle_failure = None
 
     async def close(self) -> None:
         if self._session is not None:
@@ -363,28 +377,35 @@ class EngineSignals:
                     engine, load = await self._read(endpoint, known)
                     load = dataclasses.replace(load, observed_at=asked)
             except ScrapeError as exc:
-                self._failed(endpoint, known, str(exc))
+                self._failed(endpoint, known, FailureKind.MALFORMED, str(exc))
             except TimeoutError:
-                self._failed(endpoint, known, f"no answer within {self.timeout:g} s")
+                self._failed(endpoint, known, FailureKind.TIMEOUT, f"no answer within {self.timeout:g} s")
             except (aiohttp.ClientError, OSError) as exc:
-                self._failed(endpoint, known, f"{type(exc).__name__}: {exc}")
+                self._failed(endpoint, known, FailureKind.CONNECTION, f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # a bug, or an engine answer nobody foresaw: never the end of the loop
+                self._failed(endpoint, known, FailureKind.UNEXPECTED, f"{type(exc).__name__}: {exc}", exc)
             else:
                 self._succeeded(endpoint, known, engine, load)
-                listing = ENGINE_METRICS[engine].adapters
-                if list_adapters and listing is not None and self._clock.now() >= known.adapters_due:
-                    await self._list_adapters(endpoint, known, listing)
+                adapter_api = engines.engine(engine).adapters
+                if list_adapters and adapter_api.listing_path is not None and self._clock.now() >= known.adapters_due:
+                    await self._list_adapters(endpoint, known, adapter_api)
 
-    async def _list_adapters(self, endpoint: Endpoint, known: _Known, listing: AdapterListing) -> None:
+    async def _list_adapters(self, endpoint: Endpoint, known: _Known, api: engines.AdapterApi) -> None:
         known.adapters_due = self._clock.now() + self.adapters_interval
+        assert api.listing_path is not None
+        assert api.parse is not None
         try:
             async with asyncio.timeout(self.timeout):
-                url = endpoint.connect_url(self.resolve) + listing.path
-                found = listing.parse(await self._get(url, MAX_LISTING_BYTES, accept="application/json"))
+                url = endpoint.connect_url(self.resolve) + api.listing_path
+                found = api.parse(await self._get(url, MAX_LISTING_BYTES, accept="application/json"))
         except (ScrapeError, ValueError) as exc:
             reason = str(exc)
         except TimeoutError:
             reason = f"no answer within {self.timeout:g} s"
         except (aiohttp.ClientError, OSError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # as for a load read: counted, and the loop goes on
+            self.failures.labels(FailureKind.UNEXPECTED.value).inc()
             reason = f"{type(exc).__name__}: {exc}"
         else:
             if known.adapters_failure is not None:
@@ -392,28 +413,49 @@ class EngineSignals:
             changed = found != known.adapters
             known.adapters, known.adapters_read_at, known.adapters_failure = found, self._clock.now(), None
             if changed:
-                self.catalog.notify()
+                self.catalog.notify_endpoint(endpoint)
             return
         if known.adapters_failure is None:
             self._log.warning("engine adapters unknown: listing failed", endpoint=str(endpoint), reason=bounded(reason))
         if known.adapters is not None:
-            self.catalog.notify()  # every endpoint of the model counts as a holder again
+            self.catalog.notify_endpoint(endpoint)  # every endpoint of the model counts as a holder again
         known.adapters, known.adapters_failure = None, reason
 
-    def _failed(self, endpoint: Endpoint, known: _Known, reason: str) -> None:
-        if known.failure is None:
+    def _failed(
+        self, endpoint: Endpoint, known: _Known, kind: FailureKind, reason: str, exc: BaseException | None = None
+    ) -> None:
+        self.failures.labels(kind.value).inc()
+        known.failures += 1
+        if known.failures == 1:  # the state changes: failing (its load kept until it turns stale)
+            fields = {"endpoint": str(endpoint), "reason": bounded(reason), "kind": kind.value}
+            if exc is not None:
+                self._log.error("engine metrics scrape raised", exc_info=exc, **fields)
+            else:
+                self._log.warning("engine metrics scrape failed: keeping the last sample", **fields)
+        if known.failures == STALE_AFTER_FAILURES:
             self._log.warning(
-                "engine load unknown: metrics scrape failed", endpoint=str(endpoint), reason=bounded(reason)
+                "engine load unknown: metrics scrape failed",
+                endpoint=str(endpoint),
+                reason=bounded(reason),
+                failures=known.failures,
             )
         known.failure = reason
         known.adapters_due = -math.inf  # listed again once it answers: it may have restarted with other adapters
 
     def _succeeded(self, endpoint: Endpoint, known: _Known, engine: str, load: EngineLoad) -> None:
-        if known.failure is not None:
+        if known.failures >= STALE_AFTER_FAILURES:
             self._log.info("engine load known again", endpoint=str(endpoint), engine=engine)
+        elif known.failures:
+            self._log.info("engine metrics scrape succeeds again", endpoint=str(endpoint), engine=engine)
         elif known.engine is None:
             self._log.info("engine load known", endpoint=str(endpoint), engine=engine)
-        known.engine, known.load, known.read_at, known.failure = engine, load, self._clock.now(), None
+        now = self._clock.now()
+        previous = known.load.work if known.load is not None and known.engine == engine else None
+        moved = previous is not None and load.work is not None and load.work > previous
+        known.working = load.requests > 0 or moved
+        if known.working:
+            known.busy_at = now
+        known.engine, known.load, known.read_at, known.failure, known.failures = engine, load, now, None, 0
 
     async def _read(self, endpoint: Endpoint, known: _Known) -> tuple[str, EngineLoad]:
         base_url = endpoint.connect_url(self.resolve)
@@ -422,13 +464,14 @@ class EngineSignals:
             engine, load = read_page(page.decode("utf-8"))
         except UnicodeDecodeError:
             raise ScrapeError("malformed page: not UTF-8") from None
-        if ENGINE_METRICS[engine].slots_utilisation:
-            if known.failure is not None or (known.slots is not None and load.running > known.slots):
+        metrics = engines.engine(engine).metrics
+        if metrics is not None and metrics.slots_utilisation:
+            if known.failures or (known.slots is not None and load.running > known.slots):
                 known.slots, known.props_due = None, -math.inf  # back from a failure: it may have restarted
             if known.slots is None and self._clock.now() >= known.props_due:
                 known.slots = await self._read_slots(endpoint, base_url, known)
             if known.slots is not None:
-                load = EngineLoad(load.running, load.waiting, min(1.0, load.running / known.slots))
+                load = dataclasses.replace(load, utilisation=min(1.0, load.running / known.slots))
         return engine, load
 
     async def _read_slots(self, endpoint: Endpoint, base_url: str, known: _Known) -> int | None:

@@ -1,12 +1,14 @@
 """The autoscaler's decisions for one Playground, pure: load samples in, a replica count out.
 
 The load is the requests the Playground's ready endpoints hold, running plus waiting, summed (see `autoscaler`
-for how it is read). Each tick gives `Scaler.decide` the time, the current replica count and the load (None when
-it is not known), and the policy (`AutoscalePolicy`). The rules, as Knative's KPA has them:
+for how it is read). Each tick gives `Scaler.decide` the time, the current replica count, how many of them are
+ready (serve requests), the load (None when it is not known), and the policy (`AutoscalePolicy`). The rules, as
+Knative's KPA has them:
 - Two averages of the load: over the last `stableWindow` and over the last `panicWindow` seconds (over what has
   been seen, while less has). The wanted count of each is ceil(average / targetPerReplica).
-- Panic: when the panic average reaches `panicThreshold` x the current capacity (current replicas x target), the
-  count rises at once to the panic window's wanted count. Panic lasts until a whole stable window has passed since
+- Panic: when the panic average reaches `panicThreshold` x the current capacity (ready replicas x target: as
+  Knative counts ready pods, a replica still loading its model carries nothing yet; at least one), the count
+  rises at once to the panic window's wanted count. Panic lasts until a whole stable window has passed since
   the load last reached the threshold (so at least a stable window after it began); while it lasts the count
   never falls: it is the highest of the current count, the highest panic count of this panic and the panic
   window's wanted count.
@@ -80,9 +82,17 @@ class Scaler:
         return self._panic_since is not None
 
     def decide(
-        self, now: float, current: int, load: float | None, policy: AutoscalePolicy, scale_to_zero: bool
+        self,
+        now: float,
+        current: int,
+        load: float | None,
+        policy: AutoscalePolicy,
+        scale_to_zero: bool,
+        *,
+        ready: int | None = None,
     ) -> Decision:
-        """The count for now, given the current count and the load now (None: not known)."""
+        """The count for now, given the current count, the replicas of it that are ready (None: all of them) and the
+        load now (None: not known)."""
         if self._first_seen is None:
             self._first_seen = now
         if load is not None:
@@ -97,7 +107,8 @@ class Scaler:
         if load is None or stable_load is None or panic_load is None:
             return Decision(_bounded(current, policy), current, None, Window.NO_SIGNAL)
         panic = wanted(panic_load, policy.target_per_replica)
-        if panic_load > 0 and panic_load >= policy.panic_threshold * current * policy.target_per_replica:
+        capacity = max(1, current if ready is None else min(ready, current)) * policy.target_per_replica
+        if panic_load > 0 and panic_load >= policy.panic_threshold * capacity:
             self._last_over = now
             if self._panic_since is None:
                 self._panic_since, self._panic_peak = now, 0

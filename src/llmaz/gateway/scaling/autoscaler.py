@@ -13,7 +13,8 @@ policy; a stored policy admission would deny is skipped, with one Warning Event 
   plus waiting, `LoadSignals`), where an engine's signal is not known this gateway's own requests in flight to it
   (`InFlight.outstanding`); when no endpoint's signal is known (or there is no ready endpoint) the load is not
   known, which is logged once when it starts and once when it ends, and shown by a gauge;
-- `autoscale.Scaler` decides (see there for the windows, panic, the delay and the bounds);
+- `autoscale.Scaler` decides (see there for the windows, panic, the delay and the bounds), panic counting only the
+  ready endpoints as capacity (replicas still starting or loading carry no load yet);
 - when the count changes, it is written through the scale subresource, only if it is still the count read
   (`PlaygroundScale.scale_if`: someone else's change wins, and is read next time), with an Event `ScaledUp` or
   `ScaledDown` saying from what to what, the load and the window that decided.
@@ -219,26 +220,28 @@ class Autoscaler:
                 continue
             autoscaled.add(key)
             scaler = self._scalers.setdefault(key, Scaler())
-            load = self.load(key, playground)
+            load, ready = self.load(key, playground)
             current = scaletozero.replicas(playground)
-            decision = scaler.decide(now, current, load, policy, self._scale_to_zero(playground))
+            decision = scaler.decide(now, current, load, policy, self._scale_to_zero(playground), ready=ready)
             self._metrics.record(key, decision)
             if decision.changes:
                 await self._apply(scale, playground, decision, policy)
         for key in set(self._scalers) - autoscaled:
             self._forget(key)
 
-    def load(self, key: str, playground: Mapping[str, Any]) -> float | None:
-        """Requests the Playground's ready engines hold; None when not one of them says (see the module docstring)."""
+    def load(self, key: str, playground: Mapping[str, Any]) -> tuple[float | None, int]:
+        """Requests the Playground's ready engines hold (None when not one of them says, see the module docstring),
+        and how many ready endpoints it has: the replicas that count as capacity."""
         meta = playground["metadata"]
         slices = self._catalog.slices_of(meta["namespace"], lb_service_name(meta["name"]))
         total, known = 0.0, False
-        for endpoint in routes.ready_endpoints(slices):
+        ready = routes.ready_endpoints(slices)
+        for endpoint in ready:
             signal = self._signals.load(endpoint)
             known = known or signal is not None
             total += signal.requests if signal is not None else self._in_flight.outstanding(endpoint)
         self._note_signal(key, known)
-        return total if known else None
+        return (total if known else None), len(ready)
 
     def _note_signal(self, key: str, known: bool) -> None:
         if known and key in self._missing:

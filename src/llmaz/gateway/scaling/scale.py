@@ -3,9 +3,9 @@
 - `touch` records a request (now, or when it was seen) in the shared last request time
   (`llmaz.io/last-request-time`, a merge patch).
 - `scale_if` sets the replica count through the scale subresource, as an HPA would, only if it is still what was
-  read: the patch names the resourceVersion of that read (optimistic concurrency; a JSON patch `test` cannot
-  express it, since the Scale object omits a zero count), so of many replicas racing to make one change exactly
-  one succeeds, and only it records the Event.
+  read (and the caller's last check, `proceed`, still holds after the read): the patch names the resourceVersion
+  of that read (optimistic concurrency; a JSON patch `test` cannot express it, since the Scale object omits a
+  zero count), so of many replicas racing to make one change exactly one succeeds, and only it records the Event.
 - `idle_after` reads a Playground's idle time; a value that is not one turns scale to zero off for that
   Playground, with one Warning Event (`InvalidScaleToZero`) per value.
 """
@@ -48,13 +48,17 @@ class PlaygroundScale:
         patch = scaletozero.touch_patch(self.now() if seen is None else seen)
         await self._client.patch(PLAYGROUNDS, meta["name"], patch, meta["namespace"])
 
-    async def scale_if(self, playground: Obj, current: int, wanted: int) -> bool:
-        """Set the replica count to `wanted` if it is `current`; True when this call made the change."""
+    async def scale_if(
+        self, playground: Obj, current: int, wanted: int, *, proceed: Callable[[], bool] | None = None
+    ) -> bool:
+        """Set the replica count to `wanted` if it is `current`; True when this call made the change. `proceed`, when
+        given, is asked once more just before each write (after the scale is read): False leaves the count as it is
+        (idle detection: a request arrived meanwhile)."""
         meta = playground["metadata"]
         name, namespace = meta["name"], meta["namespace"]
         for _ in range(_SCALE_ATTEMPTS):
             scale = await self._client.get_scale(PLAYGROUNDS, name, namespace)
-            if scaletozero.scale_replicas(scale) != current:
+            if scaletozero.scale_replicas(scale) != current or (proceed is not None and not proceed()):
                 return False
             try:
                 await self._client.patch(
