@@ -62,6 +62,7 @@ from llmaz.gateway.routing.adapters import (
     parse_served_adapters,
 )
 from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.freshness import EngineMetricsAge
 from llmaz.gateway.routing.load import EngineLoad
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.runtime.clock import REAL_CLOCK, Clock
@@ -300,6 +301,7 @@ class EngineSignals:
             "for them.",
             registry=registry if registry is not None else CollectorRegistry(),
         )
+        EngineMetricsAge(lambda: self._known, clock.now, registry)
 
     def load(self, endpoint: Endpoint) -> EngineLoad | None:
         known = self._known.get(endpoint)
