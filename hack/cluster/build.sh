@@ -3,15 +3,17 @@
 # also the components of the e2e tier's simulated cluster: kube-controller-manager, kube-scheduler, kwok and the
 # LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy, CoreDNS and
 # metrics-server; with
-# --prometheus only the Prometheus Operator and Prometheus that scrape llmaz there (hack/images/build.sh runs it).
+# --prometheus only the Prometheus Operator and Prometheus that scrape llmaz there, and promtool, which tests llmaz's
+# alerting rules (hack/images/build.sh runs it).
 #
 # Usage: hack/cluster/build.sh            build what is missing, print the binary directory
 #        hack/cluster/build.sh --e2e      the same plus the e2e components
 #        hack/cluster/build.sh --node     the same plus kubelet, kube-proxy, CoreDNS and metrics-server
 #        hack/cluster/build.sh --print    print the binary directory only
 #        hack/cluster/build.sh --prometheus
-#                                         only the Prometheus Operator and Prometheus: build them if missing, print
-#                                         the operator's directory, then Prometheus's, one per line
+#                                         only the Prometheus Operator, Prometheus and promtool: build them if
+#                                         missing, print the operator's directory, then Prometheus's (which holds
+#                                         promtool too), one per line
 #
 # Invariants:
 # - Versions come only from the go.mod files next to this script (k8s.io/kubernetes in go.mod, etcd in
@@ -20,7 +22,7 @@
 #   the output directories are keyed by those versions: $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd),
 #   bin/kwok-<v>/kwok, bin/lws-<v>/lws-controller, bin/coredns-<v>/coredns, bin/metrics-server-<v>/metrics-server,
 #   bin/prometheus-operator-<v>/{operator,prometheus-config-reloader,bundle.yaml},
-#   bin/prometheus-<upstream v>/prometheus.
+#   bin/prometheus-<upstream v>/{prometheus,promtool}.
 # - A binary appears under its final name only when complete (built into a scratch dir, then renamed), so an
 #   interrupted build is simply re-run. A lock serialises concurrent runs.
 # - Nothing is rebuilt when the binary exists, and no binary is built at all when KUBEBUILDER_ASSETS names a
@@ -102,13 +104,20 @@ build_prometheus_operator() {
   mkdir -p "$promop_dir"
   mv "$scratch/operator" "$scratch/prometheus-config-reloader" "$scratch/bundle.yaml" "$promop_dir/"
 }
+# prometheus, and promtool beside it (the alerting rules' checks and unit tests run it): one `go build` of the missing.
 build_prometheus() {
-  [[ -x "$prom_dir/prometheus" ]] && return
-  echo "building Prometheus $prom_version into $prom_dir (~4 min from nothing)" >&2
+  local cmd missing=()
+  for cmd in prometheus promtool; do
+    [[ -x "$prom_dir/$cmd" ]] || missing+=("github.com/prometheus/prometheus/cmd/$cmd")
+  done
+  ((${#missing[@]})) || return 0
+  echo "building ${missing[*]##*/} $prom_version into $prom_dir (~4 min from nothing)" >&2
   (cd "$here/prometheus" && go build -trimpath \
-    -ldflags "-s -w -X github.com/prometheus/common/version.Version=${prom_version#v}" -o "$scratch/prometheus" \
-    github.com/prometheus/prometheus/cmd/prometheus)
-  mkdir -p "$prom_dir" && mv "$scratch/prometheus" "$prom_dir/prometheus"
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=${prom_version#v}" -o "$scratch/" "${missing[@]}")
+  mkdir -p "$prom_dir"
+  for cmd in "${missing[@]##*/}"; do
+    mv "$scratch/$cmd" "$prom_dir/$cmd"
+  done
 }
 if $prom_only; then
   build_prometheus_operator

@@ -1,12 +1,18 @@
 // The Prometheus release the node tier scrapes llmaz with (v0.305.0 is Prometheus v3.5.0, the Prometheus Operator's
-// default): hack/cluster/build.sh --prometheus (run by `make image-build`) builds the command named by the tool
-// directive below. A module of its own: it needs an older client-go than the operator's module. Debian's package
-// cannot stand in: bookworm's Prometheus is built without Kubernetes service discovery.
+// default): hack/cluster/build.sh --prometheus (run by `make image-build`) builds the commands named by the tool
+// directives below, prometheus and promtool (which checks and unit-tests config/prometheus's alerting rules). A
+// module of its own: it needs an older client-go than the operator's module. Debian's package cannot stand in:
+// bookworm's Prometheus is built without Kubernetes service discovery. promtool's own requirements (go-ansiterm,
+// moby/sys/sequential) are pinned to the releases Prometheus's Docker client was built with, so golang.org/x/sys stays
+// at Prometheus's own requirement.
 module llmaz.io/hack/cluster/prometheus
 
 go 1.25.0
 
-tool github.com/prometheus/prometheus/cmd/prometheus
+tool (
+	github.com/prometheus/prometheus/cmd/prometheus
+	github.com/prometheus/prometheus/cmd/promtool
+)
 
 require (
 	cloud.google.com/go/auth v0.16.2 // indirect
@@ -17,6 +23,7 @@ require (
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.11.1 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v5 v5.7.0 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v4 v4.3.0 // indirect
+	github.com/Azure/go-ansiterm v0.0.0-20230124172434-306776ec8161 // indirect
 	github.com/AzureAD/microsoft-authentication-library-for-go v1.4.2 // indirect
 	github.com/Code-Hex/go-generics-cache v1.5.1 // indirect
 	github.com/KimMachineGun/automemlimit v0.7.3 // indirect
@@ -86,6 +93,7 @@ require (
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/go-querystring v1.1.0 // indirect
 	github.com/google/gofuzz v1.2.0 // indirect
+	github.com/google/pprof v0.0.0-20250607225305-033d6d78b36a // indirect
 	github.com/google/s2a-go v0.1.9 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/googleapis/enterprise-certificate-proxy v0.3.6 // indirect
@@ -132,10 +140,12 @@ require (
 	github.com/mitchellh/mapstructure v1.5.0 // indirect
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect
 	github.com/moby/docker-image-spec v1.3.1 // indirect
+	github.com/moby/sys/sequential v0.6.0 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/mwitkow/go-conntrack v0.0.0-20190716064945-2f068394615f // indirect
+	github.com/nsf/jsondiff v0.0.0-20230430225905-43f6cf3098c1 // indirect
 	github.com/oklog/run v1.1.0 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/oklog/ulid/v2 v2.1.1 // indirect

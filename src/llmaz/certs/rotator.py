@@ -14,7 +14,8 @@ Every replica runs a `CertRotator` (no leader election). One pass (`sync`):
 `ready()` turns true after the first complete pass: certificate files in place and the CA injected. Passes
 repeat every `check_interval` (default 60 s, which also repairs a caBundle wiped by re-applied manifests) or
 sooner when a certificate reaches its renewal point; failed passes retry with backoff (1 s doubling up to
-the interval) and never end the runnable, so the pod simply stays unready.
+the interval) and never end the runnable, so the pod simply stays unready. Every pass that reads usable material
+sets `llmaz_webhook_certificate_expiration_timestamp_seconds`, the notAfter of the serving certificate and the CA.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import Gauge
+
 from llmaz.certs.files import write_files
 from llmaz.certs.inject import MUTATING, VALIDATING, inject, read_bundles, wanted_bundle
 from llmaz.certs.material import CA_CERT, TLS_CERT, TLS_KEY, Material, Policy, from_secret, renew, usable
 from llmaz.certs.pki import split_pem_bundle
 from llmaz.runtime.client import AlreadyExists, Client, Conflict, NotFound
 from llmaz.runtime.log import get_logger
+from llmaz.runtime.metrics import REGISTRY
 from llmaz.runtime.rbac import allow
 from llmaz.runtime.resource import Resource
 
@@ -49,6 +53,13 @@ RBAC_RULES = (
     allow(VALIDATING, "get", "update", names=(VALIDATING_CONFIGURATION,)),
 )
 _RACE_RETRIES = 5
+EXPIRATION = Gauge(
+    "llmaz_webhook_certificate_expiration_timestamp_seconds",
+    "When the self-managed webhook certificates expire, in Unix time: `certificate` is `serving` (the one the "
+    "webhook server presents) or `ca` (the one the webhook configurations trust). Each is renewed 90 days before.",
+    ["certificate"],
+    registry=REGISTRY,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +166,8 @@ class CertRotator:
         if material is None:
             material = await self._renew(secret, current, now)
         self._material = material
+        EXPIRATION.labels("serving").set(material.serving.not_after.timestamp())
+        EXPIRATION.labels("ca").set(material.ca.not_after.timestamp())
         self._write_files(material)
         present = await read_bundles(self.client, self.options.targets)
         bundle = wanted_bundle(material.ca.cert_pem, present, now)

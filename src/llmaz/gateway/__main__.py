@@ -21,7 +21,7 @@ from llmaz.apis.routing import LEAST_OUTSTANDING, STRATEGIES, RoutingWeights, pa
 from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.proxy.forwarding import ProxyOptions
-from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.metrics import GatewayMetrics, ModelReadiness
 from llmaz.gateway.proxy.server import DEFAULT_MAX_CONNECTIONS, Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
@@ -270,6 +270,7 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
     """The gateway's parts, on the manager's informers: routing, scaling (when on), the activator, the server."""
     metrics = gateway_metrics()
     catalog = Catalog.watch(manager.informers, args.gateway_service)
+    ModelReadiness(catalog, metrics.registry)
     recorder = manager.event_recorder("llmaz-gateway")
     in_flight = InFlight()
     signals = engine_signals(args, catalog, metrics.registry)

@@ -3,11 +3,11 @@
 What changes from the built objects, and only this:
 - every `namespace: llmaz-system` (objects, webhook clientConfigs, binding subjects) is the release namespace;
 - every object's `metadata.labels` also gets Helm's labels (`llmaz.labels`);
-- custom resources (the BackendRuntimes, the ServiceMonitor) also get the ownership annotations Helm puts on every
-  object it installs (`llmaz.ownership`). Helm upgrades a custom resource by diffing the new manifest against the
-  previous one, not against the live object; without the annotations in the manifest that diff is never empty, and
-  every `helm upgrade` would patch every BackendRuntime through llmaz's own webhooks, failing whenever the manager
-  does not serve (for instance when the upgrade is what fixes its image);
+- custom resources (the BackendRuntimes, the monitors, the PrometheusRule) also get the ownership annotations Helm
+  puts on every object it installs (`llmaz.ownership`). Helm upgrades a custom resource by diffing the new manifest
+  against the previous one, not against the live object; without the annotations in the manifest that diff is never
+  empty, and every `helm upgrade` would patch every BackendRuntime through llmaz's own webhooks, failing whenever
+  the manager does not serve (for instance when the upgrade is what fixes its image);
 - the manager and gateway Deployments take replicas, image, flags and resources from values (the manager's first
   flag, `--namespace=`, from the release namespace);
 - the BackendRuntimes take their image and version from `backendRuntime.<name>.image`;

@@ -184,11 +184,13 @@ def _backends(sources: Sources) -> Group:
 def _prometheus(sources: Sources) -> Group:
     subject = o.prometheus_subject(sources.prometheus)
     return Group(
-        "Prometheus Operator integration, config/prometheus: a ServiceMonitor for the manager's metrics and a "
-        "binding of llmaz-metrics-reader to the scraping Prometheus' ServiceAccount. Enabling it fails when the "
-        "cluster has no monitoring.coreos.com/v1 ServiceMonitor (the Prometheus Operator's CRD).",
+        "Prometheus Operator integration, config/prometheus: ServiceMonitors for the manager's and the gateway's "
+        "metrics, a PodMonitor for the inference engines, a PrometheusRule with llmaz's alerts (runbooks: "
+        "docs/operations.md) and a binding of llmaz-metrics-reader to the scraping Prometheus' ServiceAccount. "
+        "Enabling it fails when the cluster has no monitoring.coreos.com/v1 ServiceMonitor (the Prometheus "
+        "Operator's CRD).",
         {
-            "enabled": Value(False, BOOLEAN, "Install the ServiceMonitor and the binding."),
+            "enabled": Value(False, BOOLEAN, "Install the monitors, the alerts and the binding."),
             "serviceAccount": Group(
                 "The ServiceAccount Prometheus scrapes with.",
                 {

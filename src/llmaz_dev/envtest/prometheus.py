@@ -12,11 +12,17 @@ Invariants:
   every ServiceMonitor in every namespace, and may take raw scrape configs too (`additionalScrapeConfigs`), as a
   Prometheus without the operator would have them. Its `version` is the image's tag (`v<upstream version>`), so
   the operator writes a configuration that Prometheus release understands.
+- promtool, which checks and unit-tests config/prometheus's alerting rules, is the one built with that Prometheus:
+  `$LLMAZ_CACHE/bin/prometheus-<upstream version>/promtool` (`hack/cluster/build.sh --prometheus`), the version read
+  from `hack/cluster/prometheus/go.mod` (Prometheus 3.x is tagged v0.3XX.Y as a Go module: v0.305.0 is v3.5.0), or
+  the file `$PROMTOOL` names.
 - Nothing here talks to a cluster: these are manifests, applied by whoever holds one.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,7 @@ import yaml
 from llmaz_dev.envtest._assets import AssetsMissingError, cache_root, module_version, source_root
 
 OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 PROMETHEUS_IMAGES = ("prometheus", "prometheus-operator", "prometheus-config-reloader")
 NAMESPACE = "monitoring"
 SERVICE_ACCOUNT = "prometheus-k8s"
@@ -58,6 +65,33 @@ def operator_bundle() -> Path:
     if not bundle.is_file():
         raise AssetsMissingError(f"not found: {bundle}: {_BUILD_HINT}")
     return bundle
+
+
+def prometheus_release(module_version: str) -> str:
+    """The Prometheus release of a github.com/prometheus/prometheus module version: v0.305.0 is v3.5.0."""
+    match = re.fullmatch(r"v0\.(\d)(\d\d)\.(\d+)", module_version)
+    if match is None:
+        raise ValueError(f"{module_version} is not a Prometheus 3.x module version (v0.3XX.Y)")
+    major, minor, patch = match.groups()
+    return f"v{major}.{int(minor)}.{patch}"
+
+
+def promtool() -> Path:
+    """promtool of the node tier's Prometheus release (see the module docstring); AssetsMissingError when absent."""
+    explicit = os.environ.get("PROMTOOL")
+    if explicit:
+        path = Path(explicit)
+    else:
+        root = source_root()
+        if root is None:
+            raise AssetsMissingError(
+                f"no source checkout to read the Prometheus version from: set PROMTOOL or {_BUILD_HINT}"
+            )
+        version = module_version(root / "hack/cluster/prometheus/go.mod", PROMETHEUS_MODULE)
+        path = cache_root() / "bin" / f"prometheus-{prometheus_release(version)}" / "promtool"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise AssetsMissingError(f"promtool not found at {path}: {_BUILD_HINT}, or set PROMTOOL")
+    return path
 
 
 def operator_manifests(bundle: str, operator_image: str, reloader_image: str) -> list[dict[str, Any]]:

@@ -80,8 +80,8 @@ INTENDED_DIFFERENCES = (
         apply=_with_helm_labels,
     ),
     Difference(
-        what="the custom resources (BackendRuntimes, the ServiceMonitor) carry Helm's ownership annotations "
-        "meta.helm.sh/release-name and meta.helm.sh/release-namespace",
+        what="the custom resources (BackendRuntimes, the monitors, the PrometheusRule) carry Helm's ownership "
+        "annotations meta.helm.sh/release-name and meta.helm.sh/release-namespace",
         why="Helm sets them on every object it installs anyway; Helm upgrades a custom resource by diffing the new "
         "manifest against the previous one, so without them in the manifest every upgrade patches every "
         "BackendRuntime through llmaz's webhooks, and fails whenever the manager is not serving",

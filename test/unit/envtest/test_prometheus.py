@@ -9,13 +9,17 @@ import pytest
 import yaml
 
 from llmaz_dev.envtest import AssetsMissingError
+from llmaz_dev.envtest._assets import module_version
 from llmaz_dev.envtest.prometheus import (
     NAMESPACE,
+    PROMETHEUS_MODULE,
     SERVICE_ACCOUNT,
     operator_bundle,
     operator_manifests,
     prometheus_manifests,
+    prometheus_release,
     prometheus_version,
+    promtool,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -156,3 +160,33 @@ def test_a_missing_bundle_names_the_command_that_builds_it(tmp_path: Path, monke
     missing = r"prometheus-operator-v\d+\.\d+\.\d+/bundle\.yaml: run `make image-build`"
     with pytest.raises(AssetsMissingError, match=missing):
         operator_bundle()
+
+
+@pytest.mark.parametrize(
+    ("module", "release"), [("v0.305.0", "v3.5.0"), ("v0.310.2", "v3.10.2"), ("v0.300.1", "v3.0.1")]
+)
+def test_a_prometheus_module_version_names_its_release(module: str, release: str) -> None:
+    assert prometheus_release(module) == release
+
+
+def test_a_module_version_that_is_no_prometheus_3_release_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"v2\.53\.0 is not a Prometheus 3\.x module version"):
+        prometheus_release("v2.53.0")
+
+
+def test_promtool_is_found_beside_the_pinned_prometheus_in_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMAZ_CACHE", str(tmp_path))
+    monkeypatch.delenv("PROMTOOL", raising=False)
+    pinned = prometheus_release(module_version(REPO / "hack/cluster/prometheus/go.mod", PROMETHEUS_MODULE))
+    built = tmp_path / "bin" / f"prometheus-{pinned}" / "promtool"
+    with pytest.raises(AssetsMissingError, match=f"promtool not found at {built}: run `make image-build`"):
+        promtool()
+    built.parent.mkdir(parents=True)
+    built.write_text("#!/bin/sh\n")
+    built.chmod(0o755)
+    assert promtool() == built
+    monkeypatch.setenv("PROMTOOL", "/nowhere/promtool")
+    with pytest.raises(AssetsMissingError, match="promtool not found at /nowhere/promtool"):
+        promtool()

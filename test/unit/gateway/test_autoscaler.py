@@ -164,6 +164,19 @@ async def test_the_engines_load_scales_up_through_the_scale_subresource_with_an_
     assert s.gauge("signal_missing", playground=key) == 0
 
 
+async def test_the_autoscaler_reports_each_playgrounds_max_replicas_and_target_and_forgets_them_with_it() -> None:
+    s = Setup(autoscaled(replicas=8, targetPerReplica=10))
+    s.signals.loads = {E1: load(60, 30), E2: load(50, 0)}
+    autoscaler = s.autoscaler()
+    await autoscaler.tick(s.scale)
+    key = f"{NAMESPACE}/p"
+    assert (s.gauge("max_replicas", playground=key), s.gauge("target_per_replica", playground=key)) == (8, 10)
+    assert s.gauge("desired_replicas", playground=key) == 8
+    s.cluster.playgrounds.delete(autoscaled(replicas=8))
+    await autoscaler.tick(s.scale)
+    assert (s.gauge("max_replicas", playground=key), s.gauge("target_per_replica", playground=key)) == (None, None)
+
+
 async def test_no_write_when_the_count_is_right() -> None:
     s = Setup(autoscaled(replicas=2))
     s.signals.loads = {E1: load(10), E2: load(8)}

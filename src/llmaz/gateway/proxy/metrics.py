@@ -21,12 +21,15 @@ from collections.abc import Iterable
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
 from llmaz.gateway.proxy.usage import Usage
+from llmaz.gateway.routing.catalog import Catalog
 
 CLIENT_CLOSED = 499
 # LLM requests run from milliseconds (a cached short answer) to minutes (a long generation).
@@ -114,6 +117,13 @@ class GatewayMetrics:
             ["model", "reason"],
             registry=r,
         )
+        self.requests_held = Gauge(
+            "llmaz_gateway_requests_held",
+            "Requests waiting for a ready endpoint of their model (a replica starting, waking from zero, or coming "
+            "with the adapter they name), by model.",
+            ["model"],
+            registry=r,
+        )
         if process_collectors:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
@@ -124,6 +134,8 @@ class GatewayMetrics:
         self._prompt_tokens = _ByModel(self.prompt_tokens)
         self._completion_tokens = _ByModel(self.completion_tokens)
         self.in_flight_of = _ByModel(self.in_flight)
+        self.held_of = _ByModel(self.requests_held)
+        """`held_of(model)`: the held-requests gauge of `model`."""
         """`in_flight_of(model)`: the in-flight gauge of `model`."""
 
     def in_flight_changed(self, model: str, count: int) -> None:
@@ -146,3 +158,39 @@ class GatewayMetrics:
 
     def retried(self, model: str, reason: str) -> None:
         self.upstream_retries.labels(model=model, reason=reason).inc()
+
+
+class ModelReadiness(Collector):
+    """Per served model, read from the catalog at each scrape: `llmaz_gateway_model_ready_endpoints` (the endpoints
+    requests can go to now) and `llmaz_gateway_model_desired_replicas` (what its Playgrounds ask for,
+    `Catalog.readiness`). Nothing is reported until the catalog has synced, so a starting gateway does not report a
+    model without endpoints."""
+
+    def __init__(self, catalog: Catalog, registry: CollectorRegistry) -> None:
+        self._catalog = catalog
+        registry.register(self)
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return self._families()
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        ready, desired = self._families()
+        if self._catalog.has_synced():
+            for model, (endpoints, replicas) in sorted(self._catalog.readiness().items()):
+                ready.add_metric([model], endpoints)
+                desired.add_metric([model], replicas)
+        return ready, desired
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        ready = GaugeMetricFamily(
+            "llmaz_gateway_model_ready_endpoints",
+            "Ready endpoints of each served model: where its requests can be sent now.",
+            labels=["model"],
+        )
+        desired = GaugeMetricFamily(
+            "llmaz_gateway_model_desired_replicas",
+            "Replicas the Playgrounds (or inference Services) serving each model ask for; 0 while it sleeps.",
+            labels=["model"],
+        )
+        return ready, desired

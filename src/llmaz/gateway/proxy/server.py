@@ -249,7 +249,7 @@ class Gateway:
                 started = asyncio.get_running_loop().time()
                 coming = await self._replica_coming(model, name, started + self.options.wake_timeout)
                 bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
-                endpoints = await self.catalog.await_endpoints(model, started + bound, holding)
+                endpoints = await self._held(model, started + bound, holding)
                 if not endpoints and coming is Coming.WAKING:
                     raise errors.wake_timeout(name, bound)
                 if not endpoints:
@@ -258,7 +258,7 @@ class Gateway:
                 # Ready replicas, none holding the adapter yet: the new ones of a rollout that adds it are coming.
                 bound = self.options.hold_timeout
                 deadline = asyncio.get_running_loop().time() + bound
-                endpoints = await self.catalog.await_endpoints(model, deadline, holding)
+                endpoints = await self._held(model, deadline, holding)
                 if not endpoints:
                     raise errors.not_ready_in_time(name, bound)
             picker = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(model))
@@ -269,6 +269,13 @@ class Gateway:
             adapters = self.catalog.adapters_of(model)
             body_for = self._adapter_body(engine_of, adapters, adapter, inference) if adapters else None
             return await self.proxy.forward(request, inference, endpoints, exchange, picker, key, body_for, engine_of)
+
+    async def _held(
+        self, model: str, deadline: float, holding: Callable[[list[Endpoint]], list[Endpoint]] | None
+    ) -> list[Endpoint]:
+        """The request waits on routing for an endpoint (`Catalog.await_endpoints`), counted as held meanwhile."""
+        with self.metrics.held_of(model).track_inprogress():
+            return await self.catalog.await_endpoints(model, deadline, holding)
 
     def _holding(self, adapter: Adapter, endpoints: list[Endpoint]) -> list[Endpoint]:
         """The endpoints holding `adapter`: those whose engine lists it, and those whose listing is not known."""

@@ -59,6 +59,12 @@ def _model_index(obj: Obj) -> list[str]:
     return [model] if model else []
 
 
+def _replicas(obj: Obj | None) -> int:
+    spec = (obj or {}).get("spec")
+    value = spec.get("replicas", 1) if isinstance(spec, dict) else 1
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
 def compact_service(obj: Obj) -> Obj:
     """A core Service reduced to what the activator reads: its key, its ports and its IP families."""
     meta = obj.get("metadata") or {}
@@ -379,6 +385,20 @@ class Catalog:
         for backend in self._routes().get(model, ()):
             found.update(routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)))
         return sorted(found)
+
+    def readiness(self) -> dict[str, tuple[int, int]]:
+        """Per served model: (its ready endpoints, the replicas asked for it). A backend asks for its Playground's
+        `spec.replicas`, else (an inference Service without a Playground) its Service's; absent is 1, the API's
+        default. A sleeping Playground asks for 0."""
+        found: dict[str, tuple[int, int]] = {}
+        for model, backends in self._routes().items():
+            asked = 0
+            for backend in backends:
+                namespace, name = backend.namespace, backend.service.removesuffix(LB_SERVICE_SUFFIX)
+                owner = self.playground(namespace, name) or self._services.store.get(f"{namespace}/{name}")
+                asked += _replicas(owner)
+            found[model] = (len(self.endpoints(model)), asked)
+        return found
 
     def routed_endpoints(self) -> list[Endpoint]:
         """Every ready endpoint of every served model, each once, sorted."""

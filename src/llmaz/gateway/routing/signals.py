@@ -61,6 +61,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.adapters import MAX_LISTING_BYTES, EngineAdapters
 from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.freshness import EngineMetricsAge
 from llmaz.gateway.routing.load import EngineLoad
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.runtime.clock import REAL_CLOCK, Clock
@@ -287,6 +288,7 @@ class EngineSignals:
         )
         for kind in FailureKind:
             self.failures.labels(kind.value)
+        EngineMetricsAge(lambda: self._known, clock.now, registry)
 
     def load(self, endpoint: Endpoint) -> EngineLoad | None:
         known = self._known.get(endpoint)

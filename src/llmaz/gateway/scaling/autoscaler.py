@@ -114,9 +114,21 @@ class AutoscalerMetrics:
             by_playground,
             registry=registry,
         )
+        self.max_replicas = Gauge(
+            "llmaz_gateway_autoscaler_max_replicas", "The Playground's elasticConfig.maxReplicas.", by_playground,
+            registry=registry,
+        )  # fmt: skip
+        self.target = Gauge(
+            "llmaz_gateway_autoscaler_target_per_replica",
+            "Requests (running plus waiting) one replica should carry: the trigger's targetPerReplica.",
+            by_playground,
+            registry=registry,
+        )
 
-    def record(self, key: str, decision: Decision) -> None:
+    def record(self, key: str, decision: Decision, policy: AutoscalePolicy) -> None:
         self.desired.labels(key).set(decision.desired)
+        self.max_replicas.labels(key).set(policy.max_replicas)
+        self.target.labels(key).set(policy.target_per_replica)
         self.current.labels(key).set(decision.current)
         if decision.load is None:
             with contextlib.suppress(KeyError):
@@ -127,7 +139,7 @@ class AutoscalerMetrics:
             self.window.labels(key, window.value).set(1 if window is decision.window else 0)
 
     def forget(self, key: str) -> None:
-        for gauge in (self.desired, self.current, self.load, self.signal_missing):
+        for gauge in (self.desired, self.current, self.load, self.signal_missing, self.max_replicas, self.target):
             with contextlib.suppress(KeyError):
                 gauge.remove(key)
         for window in Window:
@@ -223,7 +235,7 @@ class Autoscaler:
             load, ready = self.load(key, playground)
             current = scaletozero.replicas(playground)
             decision = scaler.decide(now, current, load, policy, self._scale_to_zero(playground), ready=ready)
-            self._metrics.record(key, decision)
+            self._metrics.record(key, decision, policy)
             if decision.changes:
                 await self._apply(scale, playground, decision, policy)
         for key in set(self._scalers) - autoscaled:
