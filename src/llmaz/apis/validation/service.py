@@ -2,7 +2,9 @@
 
 Deliberate differences from llmaz (docs/compatibility.md): a Service must claim at least one model and exactly
 one main model, and its workload size must be at least 1. llmaz admitted a Service without models, which its
-controller then failed on, and a size of 0, which the LeaderWorkerSet controller cannot run.
+controller then failed on, and a size of 0, which the LeaderWorkerSet controller cannot run. Its name must be a
+DNS-1035 label short enough for every name made from it (`llmaz.apis.serving.max_name_length`: 52 characters, 48 for
+a multi-host Service).
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from typing import Any, Final
 
 from llmaz.apis import constants as c
 from llmaz.apis.inference_v1alpha1 import Service
-from llmaz.apis.serving import is_main
+from llmaz.apis.serving import is_main, max_name_length
 from llmaz.apis.validation.field import FieldError, forbidden, invalid, required
-from llmaz.apis.validation.names import validate_name
+from llmaz.apis.validation.names import validate_serving_name
 
 SPECULATIVE_NEEDS_TWO: Final = "only two models are allowed in speculativeDecoding mode"
 MAIN_REQUIRED: Final = "main model is required"
@@ -46,7 +48,9 @@ def validate_service(service: Service, creating: bool) -> list[FieldError]:
     if isinstance(size, int) and not isinstance(size, bool) and size < 1:
         errors.append(invalid(SIZE_PATH, size, SIZE_BELOW_ONE))
     if creating:
-        errors += validate_name(service.metadata.to_dict())
+        multi_host = service.spec.workload_template.get("leaderTemplate") is not None
+        replicas = 1 if service.spec.replicas is None else service.spec.replicas
+        errors += validate_serving_name(service.metadata.to_dict(), max_name_length(multi_host, replicas))
         if not _has_model_runner(service.spec.workload_template):
             errors.append(forbidden(CONTAINERS_PATH, RUNNER_MISSING))
     return errors
