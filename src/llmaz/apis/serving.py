@@ -34,15 +34,16 @@ def lb_service_name(name: str) -> str:
     return name + LB_SERVICE_SUFFIX
 
 
-def max_name_length(multi_host: bool = False, replicas: int = 1) -> int:
+def max_name_length(multi_host: bool = False, replicas: int = 1, min_group_digits: int = MIN_GROUP_INDEX_DIGITS) -> int:
     """The longest name of an inference Service (or Playground) whose derived names all fit (see above).
 
     A single-host one is bounded by the leader pods' revision label; a multi-host one by its workers', which also
-    carry the group index: sized for `replicas` groups, and at least for 1000.
+    carry the group index: sized for `replicas` groups, and for at least `min_group_digits` digits of it (1000
+    groups by default; 1 counts the current replicas alone).
     """
     longest = REVISION_HASH_SUFFIX_LENGTH
     if multi_host:
-        digits = max(MIN_GROUP_INDEX_DIGITS, len(str(max(replicas - 1, 0))))
+        digits = max(min_group_digits, len(str(max(replicas - 1, 0))))
         longest += 1 + digits
     return MAX_DERIVED_NAME_LENGTH - max(longest, len(LB_SERVICE_SUFFIX))
 

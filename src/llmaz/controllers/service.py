@@ -128,7 +128,7 @@ class ServiceReconciler(ParentReconciler[Service]):
         self._pods = informers.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).store
 
     def validate(self, service: Service) -> list[FieldError]:
-        return validate_service(service, creating=True)
+        return validate_service(service, creating=True, reconciling=True)
 
     async def converge(self, request: Request, obj: Obj, service: Service) -> Result:
         settings = self._settings.current

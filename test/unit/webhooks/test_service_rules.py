@@ -150,3 +150,12 @@ class TestNamesMadeFromTheServiceName:
     def test_a_name_starting_with_a_digit_is_denied(self) -> None:
         assert errors(sized("1b")) == [f'metadata.name: Invalid value: "1b": {DNS1035_FORMAT_MESSAGE}']
         assert errors(sized("1b"), creating=False) == []
+
+
+def test_the_reconciler_sizes_a_multi_host_name_for_its_current_groups_only() -> None:
+    # Admitted before the limit, with ten groups: its names fit, so the reconciler does not stop it.
+    name = "s" * 50
+    assert [str(e) for e in validate_service(sized(name, multi_host=True, replicas=10), True, reconciling=True)] == []
+    assert [str(e) for e in validate_service(sized(name, multi_host=True, replicas=11), True, reconciling=True)] == [
+        f'metadata.name: Invalid value: "{name}": {serving_name_too_long(49)}'
+    ]

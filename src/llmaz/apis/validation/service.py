@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from llmaz.apis import constants as c
 from llmaz.apis.inference_v1alpha1 import Service
-from llmaz.apis.serving import is_main, max_name_length
+from llmaz.apis.serving import MIN_GROUP_INDEX_DIGITS, is_main, max_name_length
 from llmaz.apis.validation.field import FieldError, forbidden, invalid, required
 from llmaz.apis.validation.names import validate_serving_name
 
@@ -29,7 +29,10 @@ CONTAINERS_PATH: Final = "spec.workloadTemplate.workerTemplate.spec.containers"
 SIZE_PATH: Final = "spec.workloadTemplate.size"
 
 
-def validate_service(service: Service, creating: bool) -> list[FieldError]:
+def validate_service(service: Service, creating: bool, reconciling: bool = False) -> list[FieldError]:
+    """The Service's field errors; `creating` adds the rules of a create. `reconciling` (the reconciler's run of
+    the create rules) sizes a multi-host name for the Service's current replicas alone, so a Service admitted
+    before the name limit, whose groups fit, is not stopped."""
     claims = service.spec.model_claims
     models = (claims.models if claims else None) or []
     speculative = any(m.role == c.DRAFT_ROLE for m in models)
@@ -50,7 +53,8 @@ def validate_service(service: Service, creating: bool) -> list[FieldError]:
     if creating:
         multi_host = service.spec.workload_template.get("leaderTemplate") is not None
         replicas = 1 if service.spec.replicas is None else service.spec.replicas
-        errors += validate_serving_name(service.metadata.to_dict(), max_name_length(multi_host, replicas))
+        limit = max_name_length(multi_host, replicas, 1 if reconciling else MIN_GROUP_INDEX_DIGITS)
+        errors += validate_serving_name(service.metadata.to_dict(), limit)
         if not _has_model_runner(service.spec.workload_template):
             errors.append(forbidden(CONTAINERS_PATH, RUNNER_MISSING))
     return errors
