@@ -338,7 +338,7 @@ docker-push: ## Push the manager image IMG and the model-loader image LOADER_IMG
 	$(CONTAINER_TOOL) push $(LOADER_IMG)
 
 .PHONY: deploy
-deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default config/default, images IMG, LOADER_IMG).
+deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default config/default, images IMG, LOADER_IMG; MODEL_POD_SECURITY).
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 	$(KUBECTL) wait --for=condition=Established --timeout=60s -f config/crd/bases
 	@rm -rf .dev/deploy && mkdir -p .dev/deploy
@@ -347,6 +347,9 @@ deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default con
 	@# init-container-image key, merged into the ConfigMap: it overrides config.data's and keeps every other setting.
 	@if [ "$(origin LOADER_IMG)" != file ]; then cd .dev/deploy && $(KUSTOMIZE) edit add configmap \
 	  llmaz-global-config --namespace=llmaz-system --behavior=merge '--from-literal=init-container-image=$(LOADER_IMG)'; fi
+	@# MODEL_POD_SECURITY=none (docs/migration.md: pods as llmaz renders them, no rollout) merges its key the same way.
+	@if [ -n "$(MODEL_POD_SECURITY)" ]; then cd .dev/deploy && $(KUSTOMIZE) edit add configmap \
+	  llmaz-global-config --namespace=llmaz-system --behavior=merge '--from-literal=model-pod-security=$(MODEL_POD_SECURITY)'; fi
 	@# Replacing a running llmaz (docs/migration.md): the webhook configurations already exist and no manager serves
 	@# them yet, so the objects that need admission (the BackendRuntimes) are refused on the first pass; they are
 	@# applied again once the new manager is rolled out and admitting.

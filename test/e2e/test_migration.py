@@ -378,7 +378,10 @@ def test_a_serving_playground_switches_from_go_llmaz_to_python_and_back_with_no_
         return ""
 
     def install_python(timeout: float = 180.0) -> None:
-        install_llmaz(e2e.cluster, images["manager"].image, timeout=timeout, loader_image=GO_LOADER_IMAGE)
+        # Go's loader image and Go's pod rendering (no security contexts), as docs/migration.md step 2 says.
+        install_llmaz(
+            e2e.cluster, images["manager"].image, timeout=timeout, loader_image=GO_LOADER_IMAGE, pod_security="none"
+        )
 
     def start_python() -> str:
         install_python()

@@ -128,7 +128,7 @@ def _graph(sources: dict[str, Path]) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for module, path in sources.items():
-        targets = set()
+        targets: set[str] = set()
         for imported, names in _import_statements(path):
             modules = [f"{imported}.{n}" for n in names if f"{imported}.{n}" in sources]
             if len(modules) < len(names) or not names:

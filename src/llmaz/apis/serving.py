@@ -16,12 +16,36 @@ from llmaz.apis import constants as c
 
 LB_SERVICE_SUFFIX: Final = "-lb"
 
+# The names derived from an inference Service's (or Playground's) name `<name>`, each limited to 63 characters (a
+# DNS-1035 label for Services, a label value for the pod label): the `-lb` Service `<name>-lb`; the LeaderWorkerSet,
+# its headless Service and leader StatefulSet `<name>`, whose pods `<name>-<group>` carry the StatefulSet label
+# `controller-revision-hash: <name>-<hash>` (a hash of up to 10 characters); on a multi-host Service, a worker
+# StatefulSet `<name>-<group>` per group, whose pods `<name>-<group>-<index>` carry `<name>-<group>-<hash>`.
+MAX_DERIVED_NAME_LENGTH: Final = 63
+REVISION_HASH_SUFFIX_LENGTH: Final = 11
+# Group indices a multi-host name is sized for at least: groups 0 to 999.
+MIN_GROUP_INDEX_DIGITS: Final = 3
+
 T = TypeVar("T")
 
 
 def lb_service_name(name: str) -> str:
     """The core Service in front of the engines of the inference Service (or Playground) called `name`."""
     return name + LB_SERVICE_SUFFIX
+
+
+def max_name_length(multi_host: bool = False, replicas: int = 1, min_group_digits: int = MIN_GROUP_INDEX_DIGITS) -> int:
+    """The longest name of an inference Service (or Playground) whose derived names all fit (see above).
+
+    A single-host one is bounded by the leader pods' revision label; a multi-host one by its workers', which also
+    carry the group index: sized for `replicas` groups, and for at least `min_group_digits` digits of it (1000
+    groups by default; 1 counts the current replicas alone).
+    """
+    longest = REVISION_HASH_SUFFIX_LENGTH
+    if multi_host:
+        digits = max(min_group_digits, len(str(max(replicas - 1, 0))))
+        longest += 1 + digits
+    return MAX_DERIVED_NAME_LENGTH - max(longest, len(LB_SERVICE_SUFFIX))
 
 
 def is_main(role: str | None) -> bool:

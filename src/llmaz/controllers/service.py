@@ -53,6 +53,7 @@ from llmaz.controllers.builders import (
 from llmaz.controllers.builders.adapters import adapter_loader_envs, adapter_paths, unavailable_adapters
 from llmaz.controllers.builders.diagnosis import unusable_adapters
 from llmaz.controllers.builders.flavors import flavor_order, missing_flavors
+from llmaz.controllers.builders.security import PodOptions
 from llmaz.controllers.builders.service import claimed_flavors
 from llmaz.controllers.builders.status import with_adapters, with_flavor
 from llmaz.controllers.common import (
@@ -127,7 +128,7 @@ class ServiceReconciler(ParentReconciler[Service]):
         self._pods = informers.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).store
 
     def validate(self, service: Service) -> list[FieldError]:
-        return validate_service(service, creating=True)
+        return validate_service(service, creating=True, reconciling=True)
 
     async def converge(self, request: Request, obj: Obj, service: Service) -> Result:
         settings = self._settings.current
@@ -150,7 +151,12 @@ class ServiceReconciler(ParentReconciler[Service]):
                 flavor = replace(flavor, requeue_after=_sooner(flavor.requeue_after, recheck))
                 if candidates:
                     flavor = self._return_if_room(service, models[0], flavor, candidates, fallback_after)
-            desired_lws = build_leader_worker_set(service, models, settings.init_container_image, flavor.active)
+            pod_options = PodOptions(
+                settings.model_pod_security, settings.model_loader_resources, settings.model_volume_size_limit
+            )
+            desired_lws = build_leader_worker_set(
+                service, models, settings.init_container_image, flavor.active, pod_options
+            )
             desired_lb = build_lb_service(service, models)
         except BuildError as err:
             await self.abort(obj, service, err)

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from llmaz.apis import OpenModel
 from llmaz.apis import constants as c
+from llmaz.apis.validation.names import label_value_messages
 from llmaz.apis.validation.openmodel import validate_openmodel as validate_openmodel
 
 HUB_AND_URI_WARNING: Final = "spec.source: both modelHub and uri are set; modelHub is used and uri is ignored"
@@ -15,6 +16,9 @@ HUB_AND_URI_WARNING: Final = "spec.source: both modelHub and uri are set; modelH
 
 def default_openmodel(obj: dict[str, Any], now: datetime, old: dict[str, Any] | None = None) -> dict[str, Any]:
     """A copy of `obj` with the family-name label set (always overwritten) and createdAt set if missing.
+
+    A family name that is no label value is not copied (the label is removed): the API server would refuse the
+    label before the validating webhook could name the field, `spec.familyName`, and say what is wrong with it.
 
     A missing createdAt is taken from `old` (the stored object, on UPDATE) when it has one, else it is `now`:
     llmaz reset it to the time of every update that omitted it (e.g. an apply from a manifest without it).
@@ -24,7 +28,12 @@ def default_openmodel(obj: dict[str, Any], now: datetime, old: dict[str, Any] | 
     out = dict(obj)
     spec = out.get("spec")
     family = spec.get("familyName") if isinstance(spec, dict) else None
-    _copied_labels(out)[c.MODEL_FAMILY_NAME_LABEL] = family if isinstance(family, str) else ""
+    family = family if isinstance(family, str) else ""
+    labels = _copied_labels(out)
+    if label_value_messages(family):
+        labels.pop(c.MODEL_FAMILY_NAME_LABEL, None)
+    else:
+        labels[c.MODEL_FAMILY_NAME_LABEL] = family
     if isinstance(spec, dict) and spec.get("createdAt") is None:
         spec = out["spec"] = dict(spec)
         spec["createdAt"] = _stored_created_at(old) or rfc3339_seconds(now)

@@ -73,16 +73,16 @@ async def engine() -> AsyncIterator[Engine]:
         await runner.cleanup()
 
 
-def _gateway_rbac(namespace: str) -> list[tuple[str, dict[str, Any]]]:
-    """The generated roles and bindings of them to the test's ServiceAccount, as (collection path, object): the
-    ClusterRole (renamed per test), and the Role of the autoscaler's Lease in the test's namespace, which stands
-    for the gateway's own."""
+def gateway_rbac(namespace: str, account: str = SERVICE_ACCOUNT) -> list[tuple[str, dict[str, Any]]]:
+    """The generated roles and bindings of them to the test's ServiceAccount `account`, as (collection path,
+    object): the ClusterRole (renamed per test), and the Role of the autoscaler's Lease in the test's namespace,
+    which stands for the gateway's own."""
     documents = [d for d in yaml.safe_load_all((REPO / "config" / "gateway" / "role.yaml").read_text()) if d]
     (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole"]
     (role,) = [d for d in documents if d["kind"] == "Role"]
     cluster_role["metadata"]["name"] = f"gateway-role-{namespace}"
     role["metadata"] = {"name": "gateway-role", "namespace": namespace}
-    subjects = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
+    subjects = [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     cluster_binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -134,7 +134,7 @@ async def _ready(gateway: GatewayProcess, session: aiohttp.ClientSession) -> boo
 def gateway_kubeconfig(control_plane: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
     """A kubeconfig with a token of the test's `gateway` ServiceAccount, which has the gateway's role only."""
     admin = control_plane.admin_client()
-    rbac = _gateway_rbac(namespace)
+    rbac = gateway_rbac(namespace)
     for collection, obj in rbac:
         admin.request("POST", collection, obj)
     token = control_plane.service_account_token(namespace, SERVICE_ACCOUNT)

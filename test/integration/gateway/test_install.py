@@ -40,12 +40,17 @@ def test_uncommenting_the_line_adds_the_gateway_prefixed_in_llmaz_system_and_it_
         "Service/llmaz-gateway",
         "Service/llmaz-gateway-metrics",
         "ServiceAccount/llmaz-gateway",
+        "ValidatingAdmissionPolicy/llmaz-gateway-writes",
+        "ValidatingAdmissionPolicyBinding/llmaz-gateway-writes",
     ]
     deployment = gateway["Deployment/llmaz-gateway"]
     pod = deployment["spec"]["template"]["spec"]
     assert deployment["metadata"]["namespace"] == "llmaz-system"
     assert pod["serviceAccountName"] == "llmaz-gateway"
     assert pod["containers"][0]["image"] == "controller:latest"  # `make deploy` replaces `controller`
+    policy_binding = gateway["ValidatingAdmissionPolicyBinding/llmaz-gateway-writes"]
+    assert policy_binding["spec"]["policyName"] == "llmaz-gateway-writes"
+    assert "namespace" not in policy_binding["metadata"]  # cluster-scoped
     binding = gateway["ClusterRoleBinding/llmaz-gateway-rolebinding"]
     assert binding["roleRef"]["name"] == "llmaz-gateway-role"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llmaz-gateway", "namespace": "llmaz-system"}]

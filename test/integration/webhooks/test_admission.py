@@ -59,6 +59,13 @@ DENIALS = [
         "4 (how strongly the adapter applies; 1 is as trained)]",
     ),
     (
+        "OpenModel",
+        "long-family",
+        {"familyName": "f" * 64, "source": {"uri": "s3://models/qwen.gguf"}},
+        'admission webhook "vopenmodel.kb.io" denied the request: spec.familyName: Invalid value: '
+        f'"{"f" * 64}": must be no more than 63 characters',
+    ),
+    (
         "BackendRuntime",
         "dup",
         {"image": "i", "version": "v", "recommendedConfigs": [{"name": "default"}, {"name": "default"}]},
@@ -110,6 +117,13 @@ DENIALS = [
         "[spec.elasticConfig.scaleTrigger.requests.targetPerReplica: Invalid value: 0.0: must be a number greater "
         "than 0 (requests running plus waiting per replica), "
         'spec.elasticConfig.scaleTrigger.requests.panicWindow: Invalid value: "1m": must be shorter than stableWindow]',
+    ),
+    (
+        "Playground",
+        "p" * 61,
+        {"modelClaim": {"modelName": "qwen2-0-5b"}},
+        'admission webhook "vplayground.kb.io" denied the request: metadata.name: Invalid value: '
+        f'"{"p" * 61}": must be no more than 52 characters, so that every name made from it fits in 63',
     ),
     (
         "Service",

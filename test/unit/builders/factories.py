@@ -125,6 +125,8 @@ AWS_KEYS = [
 MODEL_VOLUME = {"name": "model-volume", "emptyDir": {}}
 READ_ONLY_MODEL_MOUNT = {"name": "model-volume", "mountPath": "/workspace/models/", "readOnly": True}
 LOADER_MOUNT = [{"name": "model-volume", "mountPath": "/workspace/models/"}]
+# What a loader runs with under `model-pod-security: restricted`, the default.
+LOADER_SECURITY = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def env(name: str, value: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from .factories import (
     HF_TOKENS,
     LOADER_IMAGE,
     LOADER_MOUNT,
+    LOADER_SECURITY,
     MODEL_VOLUME,
     OSS_KEYS,
     READ_ONLY_MODEL_MOUNT,
@@ -172,7 +173,13 @@ def test_each_source_gets_its_loader_env(
         assert "initContainers" not in pod
     else:
         assert pod["initContainers"] == [
-            {"name": "model-loader", "image": LOADER_IMAGE, "env": loader_env, "volumeMounts": LOADER_MOUNT}
+            {
+                "name": "model-loader",
+                "image": LOADER_IMAGE,
+                "env": loader_env,
+                "volumeMounts": LOADER_MOUNT,
+                "securityContext": LOADER_SECURITY,
+            }
         ]
 
 

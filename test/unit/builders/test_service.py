@@ -22,6 +22,7 @@ from .factories import (
     HF_TOKENS,
     LOADER_IMAGE,
     LOADER_MOUNT,
+    LOADER_SECURITY,
     MODEL_VOLUME,
     READ_ONLY_MODEL_MOUNT,
     SERVICE_UID,
@@ -102,6 +103,7 @@ def test_worked_example_worker_pod_gets_loader_volume_and_flavor() -> None:
                 *HF_TOKENS,
             ],
             "volumeMounts": LOADER_MOUNT,
+            "securityContext": LOADER_SECURITY,
         }
     ]
     assert pod["volumes"] == [

@@ -140,3 +140,63 @@ def test_a_bad_key_is_named_in_the_error(key: str, text: str, message: str) -> N
 def test_a_key_alone_does_not_replace_config_data() -> None:
     with pytest.raises(SettingsError, match=r"^config\.data not found in ConfigMap$"):
         parse_global_config({"data": {"init-container-image": "img:1"}})
+
+
+def test_model_pods_are_restricted_with_no_loader_resources_or_size_limit_by_default() -> None:
+    parsed = parse_global_config(_cm("init-container-image: img:1\n"))
+    assert (parsed.model_pod_security, parsed.model_loader_resources, parsed.model_volume_size_limit) == (
+        "restricted",
+        None,
+        None,
+    )
+
+
+def test_model_pod_settings_are_read_from_config_data() -> None:
+    parsed = parse_global_config(
+        _cm(
+            "init-container-image: img:1\nmodel-pod-security: none\nmodel-volume-size-limit: 100Gi\n"
+            "model-loader-resources:\n  requests: {cpu: 0.5, memory: 256Mi}\n  limits: {memory: 1Gi}\n"
+        )
+    )
+    assert parsed.model_pod_security == "none"
+    assert parsed.model_volume_size_limit == "100Gi"
+    assert parsed.model_loader_resources == {
+        "requests": {"cpu": "500m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "field", "value"),
+    [
+        ("model-pod-security", "none", "model_pod_security", "none"),
+        ("model-volume-size-limit", "20Gi", "model_volume_size_limit", "20Gi"),
+        ("model-loader-resources", "{limits: {cpu: '2'}}", "model_loader_resources", {"limits": {"cpu": "2"}}),
+    ],
+)
+def test_every_model_pod_setting_s_key_is_read_as_its_text(key: str, text: str, field: str, value: object) -> None:
+    config_map = _cm("init-container-image: img:1\n")
+    config_map["data"][key] = text
+    assert getattr(parse_global_config(config_map), field) == value
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("model-pod-security: baseline", "model-pod-security must be one of restricted, none, got 'baseline'"),
+        ("model-volume-size-limit: lots", "model-volume-size-limit must be a positive quantity such as"),
+        ("model-volume-size-limit: 0", "model-volume-size-limit must be a positive quantity such as"),
+        ("model-loader-resources: 1Gi", "model-loader-resources must be a mapping with requests and limits"),
+        ("model-loader-resources: {memory: 1Gi}", "model-loader-resources must be a mapping with requests and limits"),
+        ("model-loader-resources: {limits: [1Gi]}", "model-loader-resources.limits must map resource names to"),
+        ("model-loader-resources: {limits: {cpu: x}}", "model-loader-resources.limits.cpu must be a positive quantity"),
+        (
+            "model-loader-resources: {requests: {memory: 2Gi}, limits: {memory: 1Gi}}",
+            "model-loader-resources.limits.memory (1Gi) must be at least its request (2Gi)",
+        ),
+    ],
+)
+def test_a_bad_model_pod_setting_is_named_in_the_error(setting: str, message: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        parse_global_config(_cm(f"init-container-image: img:1\n{setting}\n"))
+    assert str(err.value).startswith(f"invalid global config: {message}")

@@ -296,7 +296,7 @@ async def test_an_adapter_no_ready_replica_holds_is_held_then_503_model_not_read
             assert chats(a) + chats(b) == [{"model": "m"}]
 
 
-async def test_an_adapter_its_service_left_out_is_503_at_once_with_why_and_the_rest_serves() -> None:
+async def test_an_adapter_its_service_left_out_is_503_at_once_its_why_logged_and_the_rest_serves() -> None:
     cluster = Cluster().synced()
     async with engines(1) as (engine,), scraping(cluster) as signals:
         llamacpp(engine, "/workspace/models/adapters--chat/chat.gguf")
@@ -307,12 +307,16 @@ async def test_an_adapter_its_service_left_out_is_503_at_once_with_why_and_the_r
         await signals.scrape()
         async with running_gateway(cluster, GatewayOptions(hold_timeout=WAIT), adapters=signals) as gw:
             started = time.monotonic()
-            status, answer = await gw.post(CHAT, {"model": "sql"})
+            with capture_logs() as logs:
+                status, answer = await gw.post(CHAT, {"model": "sql"})
             assert (status, answer["error"]["code"]) == (503, "model_not_ready")
             assert time.monotonic() - started < WAIT  # not held: no replica will ever hold it
             assert answer["error"]["message"] == (
-                f"The model `sql` has no ready endpoint, and none is coming: adapter sql is left out of model m: {why}"
+                "The model `sql` has no ready endpoint, and none is coming (adapter unavailable)."
             )
+            assert [log["detail"] for log in logs if log["event"] == "request"] == [
+                f"adapter sql is left out of model m: {why}"
+            ]
             assert (await gw.post(CHAT, {"model": "chat"}))[0] == 200
             assert (await gw.post(CHAT, {"model": "m"}))[0] == 200
             assert [body["lora"] for body in chats(engine)] == [[{"id": 0, "scale": 1.0}], [{"id": 0, "scale": 0.0}]]

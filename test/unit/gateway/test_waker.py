@@ -14,6 +14,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any, cast
 
+from structlog.testing import capture_logs
+
 from llmaz.apis import constants as c
 from llmaz.apis.resources import PLAYGROUNDS
 from llmaz.gateway.proxy.server import GatewayOptions
@@ -264,7 +266,7 @@ async def test_a_model_that_does_not_become_ready_in_time_is_a_504() -> None:
     assert api.scaled == [("p", 1)]
 
 
-async def test_a_refused_scale_up_is_a_503_that_says_why() -> None:
+async def test_a_refused_scale_up_is_a_503_whose_why_is_in_the_log_only() -> None:
     cluster = Cluster().synced()
     cluster.playgrounds.add(asleep("p", "m"))
     scaling, api, _, catalog = setup(cluster)
@@ -272,10 +274,13 @@ async def test_a_refused_scale_up_is_a_503_that_says_why() -> None:
         403, {"kind": "Status", "reason": "Forbidden", "message": "playgrounds/scale is forbidden"}
     )
     async with running_gateway(cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight) as gw:
-        status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
+        with capture_logs() as logs:
+            status, answer = await gw.post(CHAT, {"model": "m", "messages": []})
     assert status == 503
     assert answer["error"]["code"] == "model_wake_failed"
-    assert "playgrounds/scale is forbidden" in answer["error"]["message"]
+    assert answer["error"]["message"] == "The model `m` is scaled to zero and could not be scaled up. Retry later."
+    [line] = [log for log in logs if log["event"] == "request"]
+    assert "playgrounds/scale is forbidden" in line["detail"]
 
 
 async def test_an_idle_model_is_put_to_sleep_once_and_a_busy_one_keeps_the_shared_time_fresh() -> None:

@@ -15,8 +15,9 @@ from llmaz.manager.__main__ import parse_args
 from llmaz.manager.startguard import DEPLOYMENTS
 from llmaz.runtime.client import ApiError, Forbidden, NotFound, ObjectList
 from llmaz.runtime.entrypoint import StartRefusedError
-from llmaz.runtime.leaderelection import LEASES, micro_time
+from llmaz.runtime.leaderelection import LEASES
 from llmaz.runtime.resource import Resource
+from llmaz.runtime.timestamp import micro_time
 
 NAMESPACE = "llmaz-system"
 LEASE = "fbb36db9.llmaz.io"

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import copy
 import random
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,7 +17,6 @@ from llmaz.runtime.leaderelection import (
     LeaderElector,
     LeadershipLostError,
     default_identity,
-    micro_time,
 )
 from llmaz.runtime.resource import Resource
 from llmaz_dev.testing.clock import FakeClock
@@ -54,10 +52,6 @@ def test_identity_is_hostname_underscore_uuid() -> None:
     host, _, suffix = default_identity().rpartition("_")
     assert host
     assert len(suffix) == 36
-
-
-def test_micro_time_is_rfc3339_with_microseconds_in_utc() -> None:
-    assert micro_time(datetime(2024, 5, 6, 7, 8, 9, 12, tzinfo=UTC)) == "2024-05-06T07:08:09.000012Z"
 
 
 def test_another_holder_is_respected_until_its_record_is_unchanged_for_a_lease_duration() -> None:

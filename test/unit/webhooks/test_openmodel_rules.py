@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from llmaz.apis import OpenModel
-from llmaz.apis.validation.field import aggregate
-from llmaz.apis.validation.names import LABEL_FORMAT_MESSAGE
+from llmaz.apis.validation.field import aggregate, go_quote
+from llmaz.apis.validation.names import LABEL_FORMAT_MESSAGE, LABEL_VALUE_FORMAT_MESSAGE
 from llmaz.webhooks.openmodel import HUB_AND_URI_WARNING, default_openmodel, openmodel_warnings, validate_openmodel
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
@@ -293,3 +293,35 @@ class TestAdapters:
             "spec.source.uri",
             "spec.adapters[0].name",
         ]
+
+
+class TestFamilyName:
+    """Fix: llmaz copied any family name into a label, which the API server then refused under metadata.labels."""
+
+    def family(self, name: str) -> dict[str, Any]:
+        obj = model(HUB)
+        obj["spec"]["familyName"] = name
+        return obj
+
+    @pytest.mark.parametrize("name", ["llama3", "Qwen2.5_chat", "f" * 63, ""])
+    def test_a_label_value_is_a_good_family_name_and_becomes_the_label(self, name: str) -> None:
+        assert errors(self.family(name)) == []
+        assert default_openmodel(self.family(name), NOW)["metadata"]["labels"]["llmaz.io/model-family-name"] == name
+
+    def test_a_family_name_longer_than_63_characters_is_denied_on_its_field(self) -> None:
+        name = "f" * 64
+        assert errors(self.family(name)) == [
+            f'spec.familyName: Invalid value: "{name}": must be no more than 63 characters'
+        ]
+
+    @pytest.mark.parametrize("name", ["llama 3", "-llama", "llama/3", "llama."])
+    def test_a_family_name_with_what_a_label_cannot_hold_is_denied_on_its_field(self, name: str) -> None:
+        assert errors(self.family(name)) == [
+            f"spec.familyName: Invalid value: {go_quote(name)}: {LABEL_VALUE_FORMAT_MESSAGE}"
+        ]
+        assert errors(self.family(name), creating=False) != []
+
+    def test_a_bad_family_name_is_not_copied_into_the_label_so_the_denial_names_the_field(self) -> None:
+        obj = self.family("llama 3")
+        obj["metadata"]["labels"] = {"llmaz.io/model-family-name": "old", "team": "a"}
+        assert default_openmodel(obj, NOW)["metadata"]["labels"] == {"team": "a"}

@@ -9,7 +9,7 @@ import pytest
 from llmaz.apis import Playground
 from llmaz.apis.validation import validate_playground
 from llmaz.apis.validation.autoscale import BOTH_TRIGGERS, DELAY_RULE, TARGET_RULE, THRESHOLD_RULE, WINDOW_RULE
-from llmaz.apis.validation.names import LABEL_FORMAT_MESSAGE
+from llmaz.apis.validation.names import DNS1035_FORMAT_MESSAGE, LABEL_FORMAT_MESSAGE, serving_name_too_long
 from llmaz.webhooks.lookup import StaticLookup
 from llmaz.webhooks.playground import default_playground, playground_warnings
 
@@ -273,3 +273,34 @@ class TestWarnings:
 
     def test_no_lookup_means_no_warnings(self) -> None:
         assert warnings({"modelClaim": {"modelName": "nope"}}, None) == []
+
+
+class TestNamesMadeFromThePlaygroundName:
+    """Fix: llmaz admitted a name its `-lb` Service or its LeaderWorkerSet's pods could not carry."""
+
+    def test_a_name_of_52_characters_is_admitted(self) -> None:
+        assert errors(CLAIM, name="p" * 52) == []
+
+    def test_a_name_of_53_characters_is_denied_with_the_limit_and_why(self) -> None:
+        name = "p" * 53
+        assert errors(CLAIM, name=name) == [f'metadata.name: Invalid value: "{name}": {serving_name_too_long(52)}']
+        assert "must be no more than 52 characters" in serving_name_too_long(52)
+
+    @pytest.mark.parametrize("length", [61, 63])
+    def test_a_name_whose_lb_service_name_is_too_long_is_denied(self, length: int) -> None:
+        assert [e.split(": ")[0] for e in errors(CLAIM, name="p" * length)] == ["metadata.name"]
+
+    def test_a_name_starting_with_a_digit_is_denied_as_services_need_a_letter_first(self) -> None:
+        assert errors(CLAIM, name="7b-chat") == [f'metadata.name: Invalid value: "7b-chat": {DNS1035_FORMAT_MESSAGE}']
+
+    def test_a_generate_name_is_checked_on_the_name_it_generates(self) -> None:
+        def generated(prefix: str) -> list[str]:
+            obj = Playground.from_dict(playground(CLAIM, name="", generateName=prefix))
+            return [str(e) for e in validate_playground(obj, True)]
+
+        assert generated("p" * 47) == []
+        prefix = "p" * 48
+        assert generated(prefix) == [f'metadata.generateName: Invalid value: "{prefix}": {serving_name_too_long(52)}']
+
+    def test_names_are_checked_on_create_only(self) -> None:
+        assert errors(CLAIM, name="p" * 60, creating=False) == []

@@ -8,7 +8,7 @@ import pytest
 
 from llmaz.apis import Service
 from llmaz.apis.validation import validate_service
-from llmaz.apis.validation.names import LABEL_FORMAT_MESSAGE
+from llmaz.apis.validation.names import DNS1035_FORMAT_MESSAGE, LABEL_FORMAT_MESSAGE, serving_name_too_long
 from llmaz.webhooks.lookup import StaticLookup
 from llmaz.webhooks.service import service_warnings
 
@@ -116,3 +116,46 @@ def test_a_claimed_flavor_the_main_model_lacks_is_named_in_a_warning() -> None:
     ]
     # A model not known yet: only the missing model is named.
     assert service_warnings(svc, StaticLookup()) == ["OpenModel 'a' not found; the workload waits until it exists"]
+
+
+LEADER = {"spec": {"containers": [{"name": "model-runner", "image": "llama"}]}}
+
+
+def sized(name: str, multi_host: bool = False, replicas: int | None = None) -> Service:
+    svc = service([{"name": "a"}], {**RUNNER, "leaderTemplate": LEADER, "size": 2} if multi_host else RUNNER, name)
+    if replicas is not None:
+        svc.spec.replicas = replicas
+    return svc
+
+
+class TestNamesMadeFromTheServiceName:
+    """Fix: llmaz admitted a name its `-lb` Service or its LeaderWorkerSet's pods could not carry."""
+
+    def test_a_single_host_service_name_may_have_52_characters(self) -> None:
+        assert errors(sized("s" * 52)) == []
+        assert errors(sized("s" * 53)) == [f'metadata.name: Invalid value: "{"s" * 53}": {serving_name_too_long(52)}']
+
+    def test_a_multi_host_service_name_leaves_room_for_the_group_index_of_its_workers(self) -> None:
+        assert errors(sized("s" * 48, multi_host=True)) == []
+        assert errors(sized("s" * 49, multi_host=True)) == [
+            f'metadata.name: Invalid value: "{"s" * 49}": {serving_name_too_long(48)}'
+        ]
+
+    def test_more_than_a_thousand_groups_need_a_shorter_name(self) -> None:
+        assert errors(sized("s" * 48, multi_host=True, replicas=1000)) == []
+        assert errors(sized("s" * 48, multi_host=True, replicas=1001)) == [
+            f'metadata.name: Invalid value: "{"s" * 48}": {serving_name_too_long(47)}'
+        ]
+
+    def test_a_name_starting_with_a_digit_is_denied(self) -> None:
+        assert errors(sized("1b")) == [f'metadata.name: Invalid value: "1b": {DNS1035_FORMAT_MESSAGE}']
+        assert errors(sized("1b"), creating=False) == []
+
+
+def test_the_reconciler_sizes_a_multi_host_name_for_its_current_groups_only() -> None:
+    # Admitted before the limit, with ten groups: its names fit, so the reconciler does not stop it.
+    name = "s" * 50
+    assert [str(e) for e in validate_service(sized(name, multi_host=True, replicas=10), True, reconciling=True)] == []
+    assert [str(e) for e in validate_service(sized(name, multi_host=True, replicas=11), True, reconciling=True)] == [
+        f'metadata.name: Invalid value: "{name}": {serving_name_too_long(49)}'
+    ]

@@ -4,7 +4,9 @@ The source rules' order and texts are llmaz's (all errors are collected, none sh
 source set -> URI format / protocol / address -> ModelScope filename -> filename vs patterns -> name (create).
 Each adapter's source is held to the same rules, reported under `spec.adapters[<index>].source`, and cannot be an
 ollama:// URI; adapter names are DNS-1123 labels, unique within the model and not the model's own name (the
-gateway serves both under their names); a scale is a number in (0, 4].
+gateway serves both under their names); a scale is a number in (0, 4]. The family name must be a label value
+(the defaulter copies it into the label `llmaz.io/model-family-name`), checked after the source rules; llmaz let
+the API server refuse the label, under `metadata.labels`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from llmaz.apis import constants as c
 from llmaz.apis.core_v1alpha1 import ModelSource, OpenModel
 from llmaz.apis.uri import parse_bucket_path, parse_oss, parse_uri
 from llmaz.apis.validation.field import FieldError, forbidden, invalid
-from llmaz.apis.validation.names import dns1123_label_messages, validate_name
+from llmaz.apis.validation.names import dns1123_label_messages, label_value_messages, validate_name
 
 SOURCE_NULL: Final = "Source can't be all null"
 URI_WRONG_FORMAT: Final = "URI with wrong format"
@@ -42,6 +44,8 @@ ADAPTER_SCALE_RANGE: Final = (
 
 def validate_openmodel(model: OpenModel, creating: bool) -> list[FieldError]:
     errors = validate_source(model.spec.source, "spec.source")
+    family = model.spec.family_name
+    errors += [invalid("spec.familyName", family, message) for message in label_value_messages(family)]
     if creating:
         errors += validate_name(model.metadata.to_dict())
     return errors + validate_adapters(model)

@@ -5,6 +5,8 @@ Deliberate differences from llmaz (docs/compatibility.md):
   (llmaz counted models *named* `main`, so the rule never fired).
 - A `requests` scale trigger (llmaz-gateway's autoscaler, which llmaz lacks) satisfies the "hpa couldn't be nil"
   rule as `hpa` does, and is checked by `llmaz.apis.validation.autoscale`.
+- Names are DNS-1035 labels of at most 52 characters, so that every name made from them fits
+  (`llmaz.apis.serving.max_name_length`); llmaz admitted longer ones, which its LeaderWorkerSet could not run.
 - Elastic errors are reported on the fields they concern: `spec.elasticConfig.minReplicas` (llmaz:
   `spec.elasticConfig.scaleTrigger.hpa`) and `spec.elasticConfig.scaleTrigger.hpa` (llmaz:
   `spec.backendRuntime.scaleTrigger.hpa`). The detail texts are llmaz's.
@@ -19,10 +21,10 @@ from llmaz.apis.base import ResourceRequirements
 from llmaz.apis.core_v1alpha1 import ModelClaims
 from llmaz.apis.inference_v1alpha1 import Playground
 from llmaz.apis.quantity import QuantityError, canonical_quantity, parse_quantity
-from llmaz.apis.serving import is_main
+from llmaz.apis.serving import is_main, max_name_length
 from llmaz.apis.validation.autoscale import policy_errors
 from llmaz.apis.validation.field import FieldError, forbidden, invalid
-from llmaz.apis.validation.names import validate_name
+from llmaz.apis.validation.names import validate_serving_name
 
 CLAIMS_BOTH_NIL: Final = "modelClaim and modelClaims couldn't be both nil"
 CLAIMS_BOTH_SET: Final = "modelClaim and modelClaims couldn't be both not nil"
@@ -68,7 +70,7 @@ def validate_playground(playground: Playground, creating: bool) -> list[FieldErr
         errors += _validate_resources(runtime.resources)
     errors += _validate_elastic(playground)
     if creating:
-        errors += validate_name(playground.metadata.to_dict())
+        errors += validate_serving_name(playground.metadata.to_dict(), max_name_length())
     return errors
 
 

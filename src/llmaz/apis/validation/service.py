@@ -2,7 +2,9 @@
 
 Deliberate differences from llmaz (docs/compatibility.md): a Service must claim at least one model and exactly
 one main model, and its workload size must be at least 1. llmaz admitted a Service without models, which its
-controller then failed on, and a size of 0, which the LeaderWorkerSet controller cannot run.
+controller then failed on, and a size of 0, which the LeaderWorkerSet controller cannot run. Its name must be a
+DNS-1035 label short enough for every name made from it (`llmaz.apis.serving.max_name_length`: 52 characters, 48 for
+a multi-host Service).
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from typing import Any, Final
 
 from llmaz.apis import constants as c
 from llmaz.apis.inference_v1alpha1 import Service
-from llmaz.apis.serving import is_main
+from llmaz.apis.serving import MIN_GROUP_INDEX_DIGITS, is_main, max_name_length
 from llmaz.apis.validation.field import FieldError, forbidden, invalid, required
-from llmaz.apis.validation.names import validate_name
+from llmaz.apis.validation.names import validate_serving_name
 
 SPECULATIVE_NEEDS_TWO: Final = "only two models are allowed in speculativeDecoding mode"
 MAIN_REQUIRED: Final = "main model is required"
@@ -27,7 +29,10 @@ CONTAINERS_PATH: Final = "spec.workloadTemplate.workerTemplate.spec.containers"
 SIZE_PATH: Final = "spec.workloadTemplate.size"
 
 
-def validate_service(service: Service, creating: bool) -> list[FieldError]:
+def validate_service(service: Service, creating: bool, reconciling: bool = False) -> list[FieldError]:
+    """The Service's field errors; `creating` adds the rules of a create. `reconciling` (the reconciler's run of
+    the create rules) sizes a multi-host name for the Service's current replicas alone, so a Service admitted
+    before the name limit, whose groups fit, is not stopped."""
     claims = service.spec.model_claims
     models = (claims.models if claims else None) or []
     speculative = any(m.role == c.DRAFT_ROLE for m in models)
@@ -46,7 +51,10 @@ def validate_service(service: Service, creating: bool) -> list[FieldError]:
     if isinstance(size, int) and not isinstance(size, bool) and size < 1:
         errors.append(invalid(SIZE_PATH, size, SIZE_BELOW_ONE))
     if creating:
-        errors += validate_name(service.metadata.to_dict())
+        multi_host = service.spec.workload_template.get("leaderTemplate") is not None
+        replicas = 1 if service.spec.replicas is None else service.spec.replicas
+        limit = max_name_length(multi_host, replicas, 1 if reconciling else MIN_GROUP_INDEX_DIGITS)
+        errors += validate_serving_name(service.metadata.to_dict(), limit)
         if not _has_model_runner(service.spec.workload_template):
             errors.append(forbidden(CONTAINERS_PATH, RUNNER_MISSING))
     return errors

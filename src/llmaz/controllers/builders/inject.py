@@ -26,6 +26,7 @@ from llmaz.apis import constants as c
 from llmaz.apis.modelpath import mentions_path
 from llmaz.controllers.builders.flavors import with_node_selector
 from llmaz.controllers.builders.merge import append_absent, merge_kvs, quantity_text
+from llmaz.controllers.builders.security import PodOptions, loader_fields
 from llmaz.controllers.builders.sources import (
     Weights,
     adapter_loader_container_name,
@@ -73,10 +74,16 @@ def needs_model_volume(models: Sequence[OpenModel], skip: bool, left_out: Collec
 
 
 def inject_loaders(
-    template: dict[str, Any], models: Sequence[OpenModel], image: str, left_out: Collection[str] = frozenset()
+    template: dict[str, Any],
+    models: Sequence[OpenModel],
+    image: str,
+    left_out: Collection[str] = frozenset(),
+    options: PodOptions | None = None,
 ) -> None:
     """One loader init container per model, then per served adapter, that needs one, with the `model-runner` env
-    as its base (llmaz copied `containers[0]`'s env, duplicating the names the loader sets)."""
+    as its base (llmaz copied `containers[0]`'s env, duplicating the names the loader sets), and the resources and
+    security context of `options` (`security.loader_fields`)."""
+    extra = loader_fields(options or PodOptions())
     runner_list = runners(template)
     runner_env = runner_list[0].get("env") if runner_list else None
     named: list[tuple[OpenModel | Weights, str]] = [
@@ -85,7 +92,7 @@ def inject_loaders(
     named += [(adapter, adapter_loader_container_name(index)) for index, adapter in served_adapters(models, left_out)]
     loaders = []
     for weights, name in named:
-        loader = loader_container(weights, name, image, runner_env)
+        loader = loader_container(weights, name, image, runner_env, extra)
         if loader is not None:
             loaders.append(loader)
     if loaders:
@@ -123,10 +130,11 @@ def _mount_host_path(template: dict[str, Any], name: str, path: str) -> None:
     _append_to_runners(template, "volumeMounts", [{"name": name, "mountPath": path, "readOnly": True}], "mountPath")
 
 
-def inject_model_volume(template: dict[str, Any]) -> None:
+def inject_model_volume(template: dict[str, Any], size_limit: str | None = None) -> None:
     mount = {"name": c.MODEL_VOLUME_NAME, "mountPath": c.CONTAINER_MODEL_PATH, "readOnly": True}
     _append_to_runners(template, "volumeMounts", [mount], "mountPath")
-    _append_volume(template, {"name": c.MODEL_VOLUME_NAME, "emptyDir": {}})
+    empty_dir = {"sizeLimit": size_limit} if size_limit else {}
+    _append_volume(template, {"name": c.MODEL_VOLUME_NAME, "emptyDir": empty_dir})
 
 
 def inject_models(
@@ -135,17 +143,20 @@ def inject_models(
     skip: bool,
     image: str,
     left_out: Collection[str] = frozenset(),
+    options: PodOptions | None = None,
 ) -> None:
-    """Everything a template needs to find the models' weights and the adapters not `left_out`."""
+    """Everything a template needs to find the models' weights and the adapters not `left_out`; the loaders and
+    the model volume as `options` say (`security`)."""
+    options = options or PodOptions()
     _field(template, "spec", dict)
     model_volume = needs_model_volume(models, skip, left_out)
     if skip:
         inject_credentials(template, models, left_out)
     else:
-        inject_loaders(template, models, image, left_out)
+        inject_loaders(template, models, image, left_out, options)
     inject_host_volumes(template, models, model_volume, left_out)
     if model_volume:
-        inject_model_volume(template)
+        inject_model_volume(template, options.model_volume_size_limit)
 
 
 def inject_labels(template: dict[str, Any], main: OpenModel, inference_flavors: Sequence[str] | None) -> None:

@@ -6,6 +6,9 @@ Invariants:
   `creationTimestamp`.
 - "Multi-host" means the Service has a leaderTemplate. Model, label and flavor injection then apply to BOTH
   templates; llmaz labelled only the leader, while its own validation read the worker's labels.
+- Every pod template is confined by `security.harden` (`model-pod-security` of the global config): pod-level seccomp
+  and service-account token, the runners' and loaders' security contexts, filling only what the template leaves
+  unset.
 - `restartPolicy` and `subGroupPolicy` are carried to the LeaderWorkerSet (llmaz dropped them: silently ignored).
 - The startup policy is `LeaderReady` (llmaz's) for a single-host Service and `LeaderCreated` for a multi-host one:
   a multi-host leader's engine starts only once its workers answer (llama.cpp's `--rpc`, SGLang's `--nnodes`), so
@@ -28,6 +31,7 @@ from llmaz.controllers.builders.inject import inject_flavor, inject_labels, inje
 from llmaz.controllers.builders.merge import json_copy
 from llmaz.controllers.builders.meta import apply_ready, owned_metadata
 from llmaz.controllers.builders.models import require_models, skip_model_loader
+from llmaz.controllers.builders.security import PodOptions, harden
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 # What the Service CRD defaults a present rollingUpdateConfiguration to.
@@ -87,7 +91,7 @@ def _left_out(
 
 
 def _leader_worker_template(
-    service: Service, models: Sequence[OpenModel], image: str, active_flavor: str | None
+    service: Service, models: Sequence[OpenModel], image: str, active_flavor: str | None, options: PodOptions
 ) -> dict[str, Any]:
     main = require_models(models)
     flavors = claimed_flavors(service)
@@ -100,9 +104,10 @@ def _leader_worker_template(
     left_out = _left_out(service, main, skip, (leader, worker))
     for template in (leader, worker):
         if template is not None:
-            inject_models(template, models, skip, image, left_out)
+            inject_models(template, models, skip, image, left_out, options)
             inject_labels(template, main, flavors)
             inject_flavor(template, flavor)
+            harden(template, options, c.MODEL_RUNNER_CONTAINER_NAME)
     workload = service.spec.workload_template
     size = workload.get("size")
     return {
@@ -115,12 +120,18 @@ def _leader_worker_template(
 
 
 def build_leader_worker_set(
-    service: Service, models: Sequence[OpenModel], init_container_image: str, active_flavor: str | None = None
+    service: Service,
+    models: Sequence[OpenModel],
+    init_container_image: str,
+    active_flavor: str | None = None,
+    pod_options: PodOptions | None = None,
 ) -> dict[str, Any]:
     """The desired LeaderWorkerSet running `service`'s templates with its models injected.
 
     The pods are rendered for `active_flavor` (a flavor name of the main model; by default the first of
-    `flavors.flavor_order`): its limits as resources, its nodeSelector as required node affinity.
+    `flavors.flavor_order`): its limits as resources, its nodeSelector as required node affinity. They are confined
+    as `pod_options` say (`security`; by default `model-pod-security: restricted`, no loader resources, no size
+    limit).
 
     Raises `NoModelClaimedError` or `InvalidModelSourceError`.
     """
@@ -130,7 +141,9 @@ def build_leader_worker_set(
         "metadata": _owned(service, service.metadata.name or ""),
         "spec": {
             "replicas": 1 if service.spec.replicas is None else service.spec.replicas,
-            "leaderWorkerTemplate": _leader_worker_template(service, models, init_container_image, active_flavor),
+            "leaderWorkerTemplate": _leader_worker_template(
+                service, models, init_container_image, active_flavor, pod_options or PodOptions()
+            ),
             "rolloutStrategy": _rollout_strategy(service.spec.rollout_strategy),
             "startupPolicy": LEADER_CREATED if is_multi_host(service) else LEADER_READY,
         },

@@ -158,9 +158,14 @@ def adapter_loader_container_name(index: int) -> str:
 
 
 def loader_container(
-    weights: OpenModel | Weights, name: str, image: str, runner_env: list[dict[str, Any]] | None
+    weights: OpenModel | Weights,
+    name: str,
+    image: str,
+    runner_env: list[dict[str, Any]] | None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """The init container `name` loading a model or adapter, or None for sources without a loader (ollama, host).
+    """The init container `name` loading a model or adapter, or None for sources without a loader (ollama, host);
+    `extra` fields (its resources and security context, `security.loader_fields`) are added last.
 
     Its env starts from the runner's (proxies, HF_ENDPOINT, ...), merged by name with the loader's own variables,
     which win; llmaz concatenated the two and produced duplicate names that apply rejects.
@@ -173,6 +178,7 @@ def loader_container(
         "image": image,
         "env": merge_envs(runner_env, own_env),
         "volumeMounts": [{"name": c.MODEL_VOLUME_NAME, "mountPath": c.CONTAINER_MODEL_PATH}],
+        **(extra or {}),
     }
 
 

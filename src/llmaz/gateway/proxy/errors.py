@@ -5,10 +5,16 @@ report the gateway's refusals the way they report OpenAI's (the `openai` SDK rai
 Every answer the gateway itself makes (not one relayed from an engine) goes through here. Types follow
 OpenAI: `invalid_request_error` for the client's mistakes (4xx), `server_error` for 5xx. Messages may quote
 what the client sent; JSON encoding makes that harmless, and a model name is checked before it is quoted.
+
+A model that cannot answer is described to the client by its name and a reason class only (`Unready`: loading,
+scaled to zero, no ready endpoint, adapter unavailable): the cluster's own account (Playgrounds in other
+namespaces, their conditions, the API server's refusal) goes into the error's `detail`, which the server logs in
+the request's line and never sends. The objects' conditions say the same to whoever may read them.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 
 import orjson
@@ -20,8 +26,18 @@ SERVER_ERROR = "server_error"
 LISTED_MODELS = 20
 # How much of something the client sent a message quotes.
 QUOTED_CHARS = 120
-# How much of the cluster's reason for a model not being ready a message quotes (one pod finding is at most ~500).
-REASON_CHARS = 1000
+# How much of the cluster's reason for a model not being ready the log line keeps (one pod finding is at most ~500).
+DETAIL_CHARS = 1000
+
+
+class Unready(enum.StrEnum):
+    """Why a model cannot answer, as a client is told it."""
+
+    LOADING = "loading"
+    """Replicas starting: said as "is starting" by `not_ready_in_time` and `wake_timeout`."""
+    SCALED_TO_ZERO = "scaled to zero"
+    NO_READY_ENDPOINT = "no ready endpoint"
+    ADAPTER_UNAVAILABLE = "adapter unavailable"
 
 
 def _quote(text: str, limit: int = QUOTED_CHARS) -> str:
@@ -41,6 +57,7 @@ class OpenAIError(Exception):
         param: str | None = None,
         headers: Mapping[str, str] | None = None,
         close: bool = False,
+        detail: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -51,6 +68,8 @@ class OpenAIError(Exception):
         self.headers = dict(headers or {})
         self.close = close
         """Close the connection after answering: the rest of the request was not (and will not be) read."""
+        self.detail = None if detail is None else _quote(detail, DETAIL_CHARS)
+        """Why, for the gateway's log line only: never in the answer."""
 
     def body(self) -> dict[str, dict[str, str | None]]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -118,13 +137,15 @@ def bad_gateway(model: str) -> OpenAIError:
     )
 
 
-def no_ready_endpoint(model: str, reason: str | None = None) -> OpenAIError:
-    """No ready endpoint: none left to retry on (`reason` None), or none coming, and why."""
-    if reason is None:
+def no_ready_endpoint(model: str, detail: str | None = None, reason: Unready | None = None) -> OpenAIError:
+    """No ready endpoint: none left to retry on (`detail` None), or none coming (`detail` says why, to the log;
+    `reason`, when given, is the class the client is told)."""
+    if detail is None:
         message = f"The model `{model}` has no ready endpoint; it may be starting or scaled to zero. Retry later."
     else:
-        message = f"The model `{model}` has no ready endpoint, and none is coming: {_quote(reason, REASON_CHARS)}"
-    return _retry_later(503, message, "model_not_ready")
+        message = f"The model `{model}` has no ready endpoint, and none is coming"
+        message += f" ({reason})." if reason is not None else "."
+    return _retry_later(503, message, "model_not_ready", detail)
 
 
 def not_ready_in_time(model: str, seconds: float) -> OpenAIError:
@@ -139,14 +160,14 @@ def wake_timeout(model: str, seconds: float) -> OpenAIError:
     return _retry_later(504, message, "model_wake_timeout")
 
 
-def wake_failed(model: str, reason: str) -> OpenAIError:
-    message = f"The model `{model}` is scaled to zero and could not be scaled up: {_quote(reason)}"
-    return _retry_later(503, message, "model_wake_failed")
+def wake_failed(model: str, detail: str) -> OpenAIError:
+    message = f"The model `{model}` is {Unready.SCALED_TO_ZERO} and could not be scaled up. Retry later."
+    return _retry_later(503, message, "model_wake_failed", detail)
 
 
-def _retry_later(status: int, message: str, code: str) -> OpenAIError:
+def _retry_later(status: int, message: str, code: str, detail: str | None = None) -> OpenAIError:
     """A model that cannot answer now but may soon: clients are told when to retry."""
-    return OpenAIError(status, message, type=SERVER_ERROR, code=code, headers={"Retry-After": "5"})
+    return OpenAIError(status, message, type=SERVER_ERROR, code=code, headers={"Retry-After": "5"}, detail=detail)
 
 
 def not_ready() -> OpenAIError:

@@ -29,6 +29,9 @@ Invariants:
   Content-Length and Content-Encoding (aiohttp has decoded a compressed body) are not forwarded; Authorization is
   not forwarded when the gateway checks API keys (it carries the gateway's key, not the engine's). Engine
   responses are relayed with their status and headers, minus hop-by-hop ones.
+- No request header value reaches a log line: a failure is logged as its type and a message (`sanitised_error`)
+  from which the request's credentials (Authorization, API keys, cookies) are cut. aiohttp's `repr` of an
+  upstream error quotes the request's headers, and so a client's `Authorization` when it is forwarded.
 """
 
 from __future__ import annotations
@@ -76,6 +79,14 @@ RETRYABLE = (
     aiohttp.ServerDisconnectedError,
     aiohttp.ConnectionTimeoutError,
 )
+# Request headers that carry credentials: their values are cut from every logged error text.
+SENSITIVE_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie", "set-cookie", "x-auth-token"}
+)
+REDACTED = "[redacted]"
+# Secrets shorter than this are not searched for: cutting every "a" from a message would say nothing.
+_MIN_SECRET_CHARS = 4
+_LOGGED_ERROR_CHARS = 512
 # Below the 5 s keep-alive timeout of uvicorn (vLLM, SGLang) so a pooled connection is not reused just as the
 # engine closes it; a reuse that loses the race anyway is retried (ServerDisconnectedError).
 UPSTREAM_KEEPALIVE_SECONDS = 4.0
@@ -109,6 +120,38 @@ class Exchange:
     first_byte: float | None = None
     usage: Usage | None = None
     truncated: bool = False
+    detail: str | None = None
+    """Why the gateway answered as it did, for the log line only (clients get a generic reason)."""
+
+
+def _secrets(headers: Mapping[str, str] | None) -> list[str]:
+    """The credential values in `headers`, and each one's token after its scheme (`Bearer <token>`)."""
+    found: set[str] = set()
+    for name, value in (headers or {}).items():
+        if name.lower() not in SENSITIVE_HEADERS:
+            continue
+        for part in (value, *value.split()):
+            part = part.strip(" ;,")
+            if len(part) >= _MIN_SECRET_CHARS:
+                found.add(part)
+    return sorted(found, key=len, reverse=True)  # the whole value first, then its parts
+
+
+def sanitised_error(exc: BaseException, headers: Mapping[str, str] | None = None) -> str:
+    """`exc` for a log line: its type and message, never a request header.
+
+    An upstream `ClientResponseError` is described by its status and message alone (its `repr` holds the request's
+    headers); any text left is cut of the credential values `headers` (the client's request headers) carry, and
+    bounded.
+    """
+    if isinstance(exc, aiohttp.ClientResponseError):
+        message = f"status={exc.status}, message={exc.message!r}"
+    else:
+        message = str(exc)
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    for secret in _secrets(headers):
+        text = text.replace(secret, REDACTED)
+    return text if len(text) <= _LOGGED_ERROR_CHARS else text[:_LOGGED_ERROR_CHARS] + "..."
 
 
 def _listed_in_connection(headers: CIMultiDictProxy[str]) -> set[str]:
@@ -222,7 +265,8 @@ class Proxy:
                 request.method, url, data=body, headers=headers, allow_redirects=False
             )
         except RETRYABLE as exc:
-            self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=repr(exc))
+            error = sanitised_error(exc, request.headers)
+            self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=error)
             if not last:
                 self._metrics.retried(model, "connect_error")
             timed_out = isinstance(exc, aiohttp.ConnectionTimeoutError)
@@ -230,7 +274,8 @@ class Proxy:
         except (aiohttp.ServerTimeoutError, TimeoutError):
             raise errors.upstream_timeout(model) from None
         except aiohttp.ClientError as exc:
-            self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=repr(exc))
+            error = sanitised_error(exc, request.headers)
+            self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=error)
             raise errors.bad_gateway(model) from None
         async with upstream:
             if upstream.status == 503 and not last:
@@ -274,7 +319,7 @@ class Proxy:
             "engine failed mid-answer, closing the client connection",
             model=exchange.model,
             endpoint=str(exchange.endpoint),
-            error=repr(exc),
+            error=sanitised_error(exc, request.headers),
         )
         if request.transport is not None:
             request.transport.close()

@@ -36,7 +36,11 @@ Invariants:
   model up), and when one is the request waits on routing for it (`Catalog.await_endpoints`): up to
   `wake_timeout` for a model scaling up from zero (504), up to `hold_timeout` for replicas starting (503
   `model_not_ready`); when none is coming (no Playground, no replica, or replicas that cannot become ready) it is
-  answered 503 `model_not_ready` at once, with the reason.
+  answered 503 `model_not_ready` at once.
+- A client is told only the model's name and a reason class (`errors.Unready`); why, in the cluster's words (other
+  namespaces' Playgrounds, their conditions, the API server's refusals), is in the request's log line (`detail`).
+- No request header value is logged: a failure of the gateway itself is logged as its type, a message cut of the
+  request's credentials (`forwarding.sanitised_error`) and its stack without any exception's text.
 - Graceful stop: once `stopping` is set, readiness fails and nothing new is accepted; the connections drain
   (`Connections.drain`: each answer closes its connection, quiet keep-alive connections are closed) while
   requests already in flight (streams included) finish, for at most `drain_timeout`; then whatever is left gets
@@ -51,6 +55,7 @@ import dataclasses
 import functools
 import logging
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -58,7 +63,7 @@ from aiohttp import hdrs, web
 
 from llmaz.gateway.proxy import body, errors
 from llmaz.gateway.proxy.auth import ApiKeys
-from llmaz.gateway.proxy.forwarding import Exchange, Proxy, ProxyOptions
+from llmaz.gateway.proxy.forwarding import Exchange, Proxy, ProxyOptions, sanitised_error
 from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.adapters import Adapter, engine_body
@@ -80,6 +85,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _EXCHANGE: contextvars.ContextVar[Exchange] = contextvars.ContextVar("llmaz_gateway_exchange")
 # How much of an unknown path a log line keeps.
 _LOGGED_PATH_CHARS = 200
+# How much of a failure's stack a log line keeps (its last frames).
+_LOGGED_STACK_CHARS = 4096
 # After refusing a request whose body was not read (413, 408, 401), how long the rest of the body is read and
 # dropped before the connection closes: long enough for a client still sending to reach its read and see the
 # answer (closing on unread data resets the connection, which can discard the answer), short enough that a
@@ -238,7 +245,7 @@ class Gateway:
             raise errors.model_not_found(name, self.catalog.served_names())
         exchange.model = name  # a served name only: client input never becomes a label
         if adapter is not None and (why := self.catalog.left_out(adapter)) is not None:
-            raise errors.no_ready_endpoint(name, why)
+            raise errors.no_ready_endpoint(name, why, errors.Unready.ADAPTER_UNAVAILABLE)
         model = name if adapter is None else adapter.model
         holding = None if adapter is None else functools.partial(self._holding, adapter)
         with self.in_flight.request(model):
@@ -348,11 +355,18 @@ class Gateway:
                 self.api_keys.check(request.headers.get(hdrs.AUTHORIZATION))
             return await handler(request)
         except errors.OpenAIError as exc:
+            _EXCHANGE.get().detail = exc.detail
             return exc.response()
         except web.HTTPException as exc:
             return errors.from_http_exception(exc, request.method, request.path).response()
-        except Exception:
-            self._log.exception("request failed", path=request.path[:_LOGGED_PATH_CHARS])
+        except Exception as exc:
+            # Neither the exception's repr nor a formatted traceback: either may quote the request's headers.
+            self._log.error(
+                "request failed",
+                path=request.path[:_LOGGED_PATH_CHARS],
+                error=sanitised_error(exc, request.headers),
+                stack="".join(traceback.format_tb(exc.__traceback__))[-_LOGGED_STACK_CHARS:],
+            )
             return errors.internal_error().response()
 
     def _record(self, request: web.Request, exchange: Exchange) -> None:
@@ -378,4 +392,5 @@ class Gateway:
             endpoint=str(exchange.endpoint) if exchange.endpoint else None,
             attempts=exchange.attempts,
             seconds=round(now - exchange.started, 6),
+            detail=exchange.detail,
         )

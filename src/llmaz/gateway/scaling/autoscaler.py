@@ -64,7 +64,9 @@ from llmaz.runtime.runnable import grace_remains
 LEASE_NAME = "llmaz-gateway-autoscaler"
 DEFAULT_INTERVAL = 2.0
 RBAC_RULES = (
-    allow(LEASES, "get", "create", "update", own_namespace=True),
+    # Its own Lease only; a create cannot be limited by name (config/gateway's admission policy limits it).
+    allow(LEASES, "get", "update", names=(LEASE_NAME,), own_namespace=True),
+    allow(LEASES, "create", own_namespace=True),
     allow(PLAYGROUNDS, "get", "patch", subresource="scale"),
 )
 

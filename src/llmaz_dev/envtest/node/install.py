@@ -30,8 +30,15 @@ class InstallError(RuntimeError):
     """`make deploy` failed, or llmaz did not become ready; the message has make's or kubectl's output."""
 
 
-def install_llmaz(cluster: Cluster, image: str, timeout: float = 180.0, loader_image: str | None = None) -> None:
-    """`make deploy` of config/node with the manager `image` (and `LOADER_IMG=loader_image` when given)."""
+def install_llmaz(
+    cluster: Cluster,
+    image: str,
+    timeout: float = 180.0,
+    loader_image: str | None = None,
+    pod_security: str | None = None,
+) -> None:
+    """`make deploy` of config/node with the manager `image` (and `LOADER_IMG=loader_image`,
+    `MODEL_POD_SECURITY=pod_security` when given)."""
     root = source_root()
     if root is None:
         raise AssetsMissingError("installing llmaz needs the source checkout (make deploy, config/node)")
@@ -39,6 +46,8 @@ def install_llmaz(cluster: Cluster, image: str, timeout: float = 180.0, loader_i
     argv = ["make", "--no-print-directory", "deploy", f"IMG={image}", "DEPLOY_CONFIG=config/node", f"KUBECTL={kubectl}"]
     if loader_image is not None:
         argv.append(f"LOADER_IMG={loader_image}")
+    if pod_security is not None:
+        argv.append(f"MODEL_POD_SECURITY={pod_security}")
     result = subprocess.run(argv, cwd=root, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise InstallError(f"make deploy failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
