@@ -15,6 +15,18 @@ from typing import Any
 import structlog
 
 
+class _Stderr:
+    """Whatever `sys.stderr` is when a line is written. Loggers are cached on first use, so a logger given the
+    stream itself would keep writing to the one of that moment after it is replaced (and closed), as a test
+    runner's capture does between tests."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "info", fmt: str = "auto") -> None:
     """Configure structlog once per process. `fmt` is "json", "console", or "auto" (console on a TTY)."""
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
@@ -29,7 +41,7 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
 
