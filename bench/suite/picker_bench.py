@@ -7,6 +7,10 @@ request a conversation's next turn (its whole history: the system prompt, then 1
 the loads the picker sees move as they would. Timed per request: the routing key from the parsed body plus the
 pick and the in-flight count (what the gateway adds per request with `--routing-strategy=prefix-aware`).
 
+Worst inputs: the routing key of the largest bodies the gateway takes (a 10 MB prompt, a million messages, a
+million content parts, three million token ids), each of which must be read only up to its bound, and the scan of a
+1 MiB vLLM metrics page (1,300 engines' gauges and histograms), timed once each.
+
 Memory: a fresh picker is fed `prompts` distinct prompts (a distinct first question under one of the system
 prompts), and the prefix index's footprint is read (`PrefixIndex.footprint`), with the blocks it holds.
 """
@@ -23,6 +27,7 @@ from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import PrefixAware
 from llmaz.gateway.routing.prefix import routing_key
 from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.routing.signals import read_page
 
 ENDPOINTS = [Endpoint(f"10.0.0.{i}", 8000) for i in range(1, 9)]
 TENANTS = 8
@@ -139,5 +144,42 @@ def memory(prompts: int, seed: int = 2) -> dict[str, Any]:
     }
 
 
+def _timed_ms(work: Any) -> float:
+    started = time.perf_counter()
+    work()
+    return (time.perf_counter() - started) * 1000
+
+
+def _vllm_page(engines: int) -> str:
+    """A vLLM /metrics page with `engines` label sets of the gauges the gateway reads and a histogram each."""
+    lines: list[str] = []
+    for e in range(engines):
+        labels = f'engine="{e}",model_name="m"'
+        lines += [f"vllm:num_requests_running{{{labels}}} 1.0", f"vllm:num_requests_waiting{{{labels}}} 0.0",
+                  f"vllm:kv_cache_usage_perc{{{labels}}} 0.5"]  # fmt: skip
+        lines += [f'vllm:time_to_first_token_seconds_bucket{{{labels},le="{le}"}} 3.0'
+                  for le in ("0.01", "0.05", "0.1", "0.5", "1", "5", "10", "+Inf")]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def worst_inputs() -> dict[str, float]:
+    huge = "lorem ipsum dolor sit amet " * 400_000  # ~10 MB, the largest body the gateway takes
+    page = _vllm_page(1300)  # about 1 MiB
+    return {
+        "key_huge_prompt_ms": _timed_ms(lambda: routing_key({"model": "m", "prompt": huge})),
+        "key_many_messages_ms": _timed_ms(
+            lambda: routing_key({"model": "m", "messages": [{"role": "user", "content": "hi"}] * 1_000_000})
+        ),
+        "key_many_parts_ms": _timed_ms(
+            lambda: routing_key(
+                {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}] * 1_000_000}]}
+            )
+        ),
+        "key_many_tokens_ms": _timed_ms(lambda: routing_key({"model": "m", "prompt": [[1] * 3_000_000]})),
+        "metrics_page_mb": len(page.encode()) / 2**20,
+        "metrics_page_ms": _timed_ms(lambda: read_page(page)),
+    }
+
+
 def run_once(rate: float, seconds: float, conversations: int, prompts: int) -> dict[str, Any]:
-    return {"paced": paced(rate, seconds, conversations), "memory": memory(prompts)}
+    return {"paced": paced(rate, seconds, conversations), "memory": memory(prompts), "worst": worst_inputs()}

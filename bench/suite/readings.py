@@ -110,7 +110,14 @@ PICKER_ROWS: list[Row] = [
     ("busiest / idlest endpoint's requests", lambda r: r["paced"]["busiest_over_idlest"] or 0.0),
     ("prefix index after M distinct prompts MB", lambda r: r["memory"]["index_mb"]),
     ("prefix index after M distinct prompts, blocks", lambda r: r["memory"]["index_blocks"]),
+    ("routing key of the largest body (worst of 4 shapes) ms", lambda r: max_key_ms(r)),
+    ("scan of a 1 MiB vLLM metrics page ms", lambda r: r["worst"]["metrics_page_ms"]),
 ]
+
+
+def max_key_ms(run: dict[str, Any]) -> float:
+    """The slowest routing key among the picker scenario's worst inputs."""
+    return max(float(value) for name, value in run["worst"].items() if name.startswith("key_"))
 
 
 GROWTH_PER_OBJECT = (("wall ms", "wall_ms"), ("manager CPU ms", "cpu_ms"), ("API requests", "requests"),

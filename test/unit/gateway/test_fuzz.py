@@ -231,7 +231,6 @@ async def test_hostile_and_malformed_requests_are_refused_cleanly_and_the_gatewa
                 assert port is not None
                 http_cases = [http_case(rng) for _ in range(560)]
                 raw_cases = [raw_case(rng) for _ in range(140)]
-                started = time.monotonic()
                 await asyncio.wait_for(
                     bounded(
                         [functools.partial(send_http, gw, c) for c in http_cases]
@@ -256,7 +255,6 @@ async def test_hostile_and_malformed_requests_are_refused_cleanly_and_the_gatewa
                 # by refusing it outright, and none outlived the bound.
                 assert min(stalled) >= min(HEADER_TIMEOUT, BODY_TIMEOUT) * 0.9, stalled
                 assert max(stalled) < DROPPED_WITHIN, stalled
-                assert time.monotonic() - started < 120
 
                 assert len(http_cases) + len(raw_cases) + len(stalled) >= 500
                 assert not [

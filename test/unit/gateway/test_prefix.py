@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -113,20 +112,16 @@ def test_blocks_are_chained_so_a_shared_start_shares_hashes_and_nothing_after_a_
     assert repeated.blocks[0] != repeated.blocks[1]  # the same text at another place is another prefix
 
 
-def test_a_huge_prompt_is_read_only_up_to_max_blocks_in_bounded_time() -> None:
+def test_a_huge_prompt_is_read_only_up_to_max_blocks() -> None:
+    # How long these take is a benchmark's reading (make bench-picker: the worst inputs), not this test's.
     huge = "lorem ipsum dolor sit amet " * 400_000  # ~10 MB, the largest body the server takes
-    started = time.perf_counter()
     found = key({"model": "m", "prompt": huge})
     many_messages = key(chat(*[user("hi")] * 1_000_000))
     many_parts = key(chat(user([{"type": "image_url"}] * 1_000_000)))
     many_tokens = key({"model": "m", "prompt": [[1] * 3_000_000]})
-    elapsed = time.perf_counter() - started
     assert found == key({"model": "m", "prompt": huge[:MAX_CHARS]})
     for bounded in (found, many_messages, many_parts, many_tokens):
         assert len(bounded.blocks) == MAX_BLOCKS
-    # Each key reads at most MAX_CHARS characters and hashes MAX_BLOCKS blocks (well under a millisecond); the
-    # bound leaves a loaded machine room while still failing if any of the inputs were read in full.
-    assert elapsed < 2.0
 
 
 def test_the_ring_key_is_the_same_on_every_turn_of_a_conversation_and_differs_between_conversations() -> None:

@@ -103,13 +103,11 @@ def test_total_slots_comes_from_props() -> None:
             total_slots(bad)
 
 
-def test_a_large_vllm_page_is_scanned_quickly() -> None:
+def test_a_large_vllm_page_sums_every_sample() -> None:
+    # How long the scan takes is a benchmark's reading (make bench-picker), not this test's.
     page = pages.vllm((3,), (1,), (0.5,)) * 200  # about 1 MiB of histograms and gauges
-    started_at = time.perf_counter()
     engine, load = read_page(page)
-    elapsed = time.perf_counter() - started_at
     assert (engine, load.running, load.waiting) == ("vllm", 600, 200)
-    assert elapsed < 0.5, f"scanning a 1 MiB page took {elapsed:.3f} s"
 
 
 # --- the scraper -------------------------------------------------------------------------------------------------
