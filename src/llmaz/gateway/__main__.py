@@ -24,9 +24,10 @@ from llmaz.gateway.proxy.forwarding import ProxyOptions
 from llmaz.gateway.proxy.metrics import GatewayMetrics, ModelReadiness
 from llmaz.gateway.proxy.server import DEFAULT_MAX_CONNECTIONS, Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.filters import DEFAULT_LOAD_FACTOR
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import LoadSignals, NoSignals
-from llmaz.gateway.routing.picker import DEFAULT_LOAD_FACTOR, RoutingOptions
+from llmaz.gateway.routing.picker import RoutingOptions
 from llmaz.gateway.routing.signals import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, EngineSignals
 from llmaz.gateway.scaling.activator import DEFAULT_PORT, Activator, ActivatorOptions, activator_controller
 from llmaz.gateway.scaling.autoscaler import DEFAULT_INTERVAL as AUTOSCALER_INTERVAL

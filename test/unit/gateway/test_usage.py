@@ -48,6 +48,25 @@ def test_embeddings_usage_has_no_completion_tokens() -> None:
     assert fed(JsonUsage(), b'{"data": [], "usage": {"prompt_tokens": 8, "total_tokens": 8}}', 4) == Usage(8, 0)
 
 
+@pytest.mark.parametrize(
+    ("details", "cached"),
+    [
+        ({"cached_tokens": 96}, 96),
+        ({"cached_tokens": 0}, 0),
+        ({"cached_tokens": -1}, None),
+        ({"cached_tokens": "96"}, None),
+        ({"cached_tokens": True}, None),
+        ({}, None),
+        (None, None),
+        ([96], None),
+    ],
+)
+def test_the_prompts_cached_tokens_are_read_when_the_engine_reports_them(details: object, cached: int | None) -> None:
+    usage = {"prompt_tokens": 128, "completion_tokens": 3, "prompt_tokens_details": details}
+    assert fed(JsonUsage(), orjson.dumps({"usage": usage}), 7) == Usage(128, 3, cached)
+    assert fed(SseUsage(), b"data: " + orjson.dumps({"usage": usage}) + b"\n\n", 7) == Usage(128, 3, cached)
+
+
 def test_bodies_too_big_to_be_worth_parsing_count_nothing_and_keep_nothing() -> None:
     meter = JsonUsage()
     assert (

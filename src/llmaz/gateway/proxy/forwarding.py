@@ -18,8 +18,10 @@ Invariants:
 - A client that goes away ends the request: the handler is cancelled (the server runs with handler
   cancellation) or its next write fails, and leaving the upstream response's context closes the engine
   connection, which is how the engine learns to stop generating.
-- An attempt counts for its endpoint in the `InFlight` tracker (which the pickers read) until it ends, however it
-  ends (`try`/`finally`).
+- Every attempt goes where the routing scheduler (`routing.scheduler`) decides, scheduled afresh with the
+  endpoints already tried excluded; it is between the scheduler's `pre_request` (counted in flight, recorded by
+  the scheduler's plugins) and `post_response` (released, with the prompt's usage when the engine reported it),
+  however it ends (`try`/`finally`).
 - A streamed request to an engine whose rule says so (`engines.Engine.close_after_stream`: llama.cpp, and an
   engine not known) goes on a connection of its own, closed at its end (`Connection: close`): llama.cpp closes a
   connection after a stream while its headers still say keep-alive, so a pooled one would lose the next request.
@@ -37,7 +39,7 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -50,10 +52,8 @@ from llmaz.gateway.proxy.body import InferenceRequest
 from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.proxy.usage import Usage, meter_for
 from llmaz.gateway.routing import engines
-from llmaz.gateway.routing.inflight import InFlight
-from llmaz.gateway.routing.picker import Picker
-from llmaz.gateway.routing.prefix import RoutingKey
 from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.routing.scheduler import PromptUsage, Request, Scheduler
 from llmaz.runtime.log import get_logger
 
 HOP_BY_HOP = frozenset(
@@ -154,6 +154,14 @@ def sanitised_error(exc: BaseException, headers: Mapping[str, str] | None = None
     return text if len(text) <= _LOGGED_ERROR_CHARS else text[:_LOGGED_ERROR_CHARS] + "..."
 
 
+def _prompt_usage(exchange: Exchange, outcome: object) -> PromptUsage | None:
+    """What the engine reported of the prompt, for the scheduler, when an attempt was answered and it did."""
+    usage = exchange.usage
+    if not isinstance(outcome, web.StreamResponse) or usage is None:
+        return None
+    return PromptUsage(usage.prompt_tokens, usage.cached_tokens)
+
+
 def _listed_in_connection(headers: CIMultiDictProxy[str]) -> set[str]:
     return {token.strip().lower() for value in headers.getall(hdrs.CONNECTION, []) for token in value.split(",")}
 
@@ -179,8 +187,7 @@ def relayed_headers(headers: CIMultiDictProxy[str]) -> Iterable[tuple[str, str]]
 
 
 class Proxy:
-    def __init__(self, in_flight: InFlight, metrics: GatewayMetrics, options: ProxyOptions) -> None:
-        self.in_flight = in_flight
+    def __init__(self, metrics: GatewayMetrics, options: ProxyOptions) -> None:
         self._metrics = metrics
         self._options = options
         self._session: aiohttp.ClientSession | None = None
@@ -208,16 +215,16 @@ class Proxy:
         self,
         request: web.Request,
         inference: InferenceRequest,
-        endpoints: Sequence[Endpoint],
+        routed: Request,
         exchange: Exchange,
-        picker: Picker,
-        key: RoutingKey | None = None,
+        scheduler: Scheduler,
         body_for: Callable[[Endpoint], bytes] | None = None,
         engine_of: Callable[[Endpoint], engines.Engine] | None = None,
     ) -> web.StreamResponse:
-        """Send `inference` to the endpoint `picker` picks for `key`, retrying as the module invariants say; each
-        attempt sends `body_for(endpoint)` when given, else the body as received, with the connection rule of the
-        engine there (`engine_of(endpoint)`; not given: not known)."""
+        """Send `inference` where `scheduler` decides for `routed`, retrying as the module invariants say: each
+        attempt is scheduled afresh, the endpoints tried excluded, between the scheduler's `pre_request` and
+        `post_response`. Each attempt sends `body_for(endpoint)` when given, else the body as received, with the
+        connection rule of the engine there (`engine_of(endpoint)`; not given: not known)."""
         headers = upstream_headers(
             request.headers, request.remote, forward_authorization=self._options.forward_authorization
         )
@@ -225,11 +232,13 @@ class Proxy:
         attempts = 1 + max(0, self._options.retries)
         tried: set[Endpoint] = set()
         failure: errors.OpenAIError | None = None
-        while len(tried) < attempts and (endpoint := picker.pick(endpoints, tried, key)) is not None:
+        attempt = routed
+        while len(tried) < attempts and (endpoint := scheduler.schedule(attempt).endpoint) is not None:
             tried.add(endpoint)
-            last = len(tried) == attempts or len(tried) == len(set(endpoints))
+            last = len(tried) == attempts or len(tried) == len(set(routed.candidates))
             exchange.endpoint, exchange.attempts = endpoint, len(tried)
-            self.in_flight.acquire(endpoint)
+            scheduler.pre_request(attempt, endpoint)
+            outcome: web.StreamResponse | errors.OpenAIError | None = None
             try:
                 body = inference.body if body_for is None else body_for(endpoint)
                 engine = engines.UNKNOWN if engine_of is None else engine_of(endpoint)
@@ -241,10 +250,11 @@ class Proxy:
                     sent = closing
                 outcome = await self._attempt(request, body, sent, endpoint, exchange, last)
             finally:
-                self.in_flight.release(endpoint)
+                scheduler.post_response(attempt, endpoint, _prompt_usage(exchange, outcome))
             if isinstance(outcome, web.StreamResponse):
                 return outcome
             failure = outcome
+            attempt = routed.excluding(tried)
         raise failure or errors.no_ready_endpoint(exchange.model)
 
     async def _attempt(

@@ -71,8 +71,9 @@ from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import AdapterSignals, LoadSignals, NoSignals
 from llmaz.gateway.routing.picker import Pickers, RoutingOptions
-from llmaz.gateway.routing.prefix import SESSION_HEADER, routing_key
+from llmaz.gateway.routing.prefix import SESSION_HEADER, routing_key, session_of
 from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.routing.scheduler import Request
 from llmaz.gateway.scaling.outlook import Coming
 from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, Waker
 from llmaz.runtime.log import get_logger
@@ -157,8 +158,8 @@ class Gateway:
         proxy_options = opts.proxy
         if api_keys is not None:
             proxy_options = dataclasses.replace(proxy_options, forward_authorization=False)
-        self.pickers = Pickers(self.in_flight, self.signals, opts.routing)
-        self.proxy = Proxy(self.in_flight, self.metrics, proxy_options)
+        self.pickers = Pickers(self.in_flight, self.signals, opts.routing, adapters=self.adapters)
+        self.proxy = Proxy(self.metrics, proxy_options)
         self.port: int | None = None
         self.activator_port: int | None = None
         self._serving = asyncio.Event()
@@ -268,14 +269,16 @@ class Gateway:
                 endpoints = await self._held(model, deadline, holding)
                 if not endpoints:
                     raise errors.not_ready_in_time(name, bound)
-            picker = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(model))
+            scheduler = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(model))
+            session = request.headers.get(SESSION_HEADER)
             key = None
-            if picker.needs_key:
-                key = routing_key(inference.document, request.headers.get(SESSION_HEADER), name if adapter else None)
+            if scheduler.needs_key:
+                key = routing_key(inference.document, session, name if adapter else None)
+            routed = Request(model, endpoints, key, adapter, session_of(inference.document, session))
             engine_of = self._engine_of(model)
             adapters = self.catalog.adapters_of(model)
             body_for = self._adapter_body(engine_of, adapters, adapter, inference) if adapters else None
-            return await self.proxy.forward(request, inference, endpoints, exchange, picker, key, body_for, engine_of)
+            return await self.proxy.forward(request, inference, routed, exchange, scheduler, body_for, engine_of)
 
     async def _held(
         self, model: str, deadline: float, holding: Callable[[list[Endpoint]], list[Endpoint]] | None
@@ -285,8 +288,9 @@ class Gateway:
             return await self.catalog.await_endpoints(model, deadline, holding)
 
     def _holding(self, adapter: Adapter, endpoints: list[Endpoint]) -> list[Endpoint]:
-        """The endpoints holding `adapter`: those whose engine lists it, and those whose listing is not known."""
-        return [e for e in endpoints if (listing := self.adapters.adapters(e)) is None or listing.holds(adapter)]
+        """The endpoints holding `adapter` (the schedulers' adapter filter): those whose engine lists it, and those
+        whose listing is not known."""
+        return self.pickers.holds_adapter.holders(adapter, endpoints)
 
     def _engine_of(self, model: str) -> Callable[[Endpoint], engines.Engine]:
         """The engine at each endpoint of `model`: the one recognised from its metrics, else the BackendRuntime of

@@ -7,7 +7,8 @@
   request asks `stream_options.include_usage`, and some engines (llama.cpp) put it in their last chunk anyway.
 - A compressed body, or any other content type, is not inspected.
 A `usage` counts only when `prompt_tokens` and `completion_tokens` are non-negative integers (embeddings
-report no completion tokens: 0).
+report no completion tokens: 0). The prompt's cached tokens (`prompt_tokens_details.cached_tokens`, vLLM's and
+OpenAI's) are read when they are a non-negative integer, else not known.
 """
 
 from __future__ import annotations
@@ -26,16 +27,24 @@ MAX_SSE_LINE_BYTES = 64 * 1024
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int | None = None
+    """The prompt tokens the engine found in its prefix cache, when it says."""
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def usage_of(document: Any) -> Usage | None:
     usage = document.get("usage") if isinstance(document, dict) else None
     if not isinstance(usage, dict):
         return None
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens", 0)
-    valid = all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (prompt, completion))
-    return Usage(prompt, completion) if valid else None  # type: ignore[arg-type]
+    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens", 0))
+    if prompt is None or completion is None:
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return Usage(prompt, completion, cached)
 
 
 class UsageMeter(Protocol):

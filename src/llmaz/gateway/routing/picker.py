@@ -40,25 +40,26 @@ Invariants:
 from __future__ import annotations
 
 import bisect
-import math
 import random
 import sys
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights, routing_override
 from llmaz.gateway.routing.balancer import LeastOutstanding
+from llmaz.gateway.routing.filters import DEFAULT_LOAD_FACTOR, HoldsAdapter, Untried, WithinBound
 from llmaz.gateway.routing.inflight import InFlight
-from llmaz.gateway.routing.load import LoadSignals, NoSignals
+from llmaz.gateway.routing.load import AdapterSignals, LoadSignals
 from llmaz.gateway.routing.prefix import RoutingKey, stable_hash
 from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.routing.scheduler import MaxScore, Scheduler
+from llmaz.gateway.routing.scorers import FreeCapacity, PrefixMatch, Queue
 
 # Virtual points per endpoint: with 256 each, every endpoint's share of the ring is within a few percent of even.
 RING_POINTS: Final = 256
-DEFAULT_LOAD_FACTOR: Final = 1.25
 # An endpoint's index: 8,192 blocks of 64 characters, about 130,000 tokens, the order of an engine's KV cache.
 PREFIX_BLOCKS: Final = 8192
 PREFIX_ENDPOINTS: Final = 128
@@ -69,17 +70,6 @@ CACHED_RING_POINTS: Final = 2048 * RING_POINTS
 _RANK_BITS: Final = 32
 _RANK_MASK: Final = (1 << _RANK_BITS) - 1
 CACHED_PICKERS: Final = 32
-
-
-class Picker(Protocol):
-    needs_key: bool
-    """Whether `pick` reads the request's routing key (the server computes it only then)."""
-
-    def pick(
-        self, candidates: Sequence[Endpoint], exclude: Collection[Endpoint] = (), key: RoutingKey | None = None
-    ) -> Endpoint | None:
-        """A candidate not in `exclude` for the request of `key`, or None when none is left."""
-        ...
 
 
 class PrefixIndex:
@@ -206,7 +196,7 @@ class Rings:
     keeps only endpoints of a kept ring."""
 
     def __init__(self, index: PrefixIndex, max_points: int = CACHED_RING_POINTS) -> None:
-        self._index = index
+        self.index = index
         self._max_points = max_points
         self._rings: OrderedDict[tuple[Endpoint, ...], Ring] = OrderedDict()
         self._points: dict[Endpoint, array[int]] = {}
@@ -228,8 +218,12 @@ class Rings:
             self._kept_points -= dropped.size
         kept = {endpoint for kept in self._rings.values() for endpoint in kept.endpoints}
         self._points = {endpoint: points for endpoint, points in self._points.items() if endpoint in kept}
-        self._index.retain(kept)
+        self.index.retain(kept)
         return ring
+
+    def order(self, candidates: Sequence[Endpoint], key: RoutingKey) -> Iterator[int]:
+        """The positions of `candidates` in ring order from `key`'s ring key (`scheduler.Order`)."""
+        return self.of(candidates).walk_indices(key.ring)
 
     def _points_of(self, endpoint: Endpoint) -> array[int]:
         points = self._points.get(endpoint)
@@ -238,14 +232,16 @@ class Rings:
         return points
 
 
-class PrefixAware:
-    """The prefix-aware strategy (see the module docstring).
+class PrefixAware(Scheduler):
+    """The prefix-aware strategy (see the module docstring): a configuration of the Scheduler.
 
-    A pick works on positions in the candidate list: an Endpoint's hash is a Python call, and a pick over 8
-    endpoints would otherwise spend most of its time hashing them.
+        filters:  HoldsAdapter, Untried, WithinBound(load_factor)
+        order:    the ring of the candidates (`Rings`), from the request's ring key
+        scorers:  Queue x queue weight, FreeCapacity x utilisation weight, PrefixMatch x prefix weight
+        picker:   MaxScore (ties: ring order; keyless, at random)
+
+    The scores are summed in that order, so a total is the same float whatever the weights' history.
     """
-
-    needs_key = True
 
     def __init__(
         self,
@@ -257,20 +253,31 @@ class PrefixAware:
         index: PrefixIndex | None = None,
         rings: Rings | None = None,
         rng: random.Random | None = None,
+        adapters: AdapterSignals | None = None,
     ) -> None:
-        """`index` and `rings` may be shared by pickers of different weights: they learn from the same traffic."""
-        if not load_factor >= 1:
-            raise ValueError(f"the load factor must be at least 1, got {load_factor}")
-        self.in_flight = in_flight
-        self.signals = signals or NoSignals()
+        """`index` and `rings` may be shared by schedulers of different weights: they learn from the same traffic."""
         self.weights = weights or RoutingWeights()
         self.load_factor = load_factor
         self.index = index or PrefixIndex()
         self.rings = rings or Rings(self.index)
         self._rng = rng or random.Random()
+        self._adapters = adapters
+        super().__init__(
+            PREFIX_AWARE,
+            in_flight,
+            filters=[HoldsAdapter(adapters), Untried(), WithinBound(load_factor)],
+            scorers=[
+                (Queue(), self.weights.queue),
+                (FreeCapacity(), self.weights.utilisation),
+                (PrefixMatch(self.index), self.weights.prefix),
+            ],
+            picker=MaxScore(self._rng),
+            signals=signals,
+            order=self.rings,
+        )
 
     def with_weights(self, weights: RoutingWeights) -> PrefixAware:
-        """A picker of other weights on the same index, rings and counts."""
+        """A scheduler of other weights on the same index, rings and counts."""
         return PrefixAware(
             self.in_flight,
             self.signals,
@@ -279,67 +286,8 @@ class PrefixAware:
             index=self.index,
             rings=self.rings,
             rng=self._rng,
+            adapters=self._adapters,
         )
-
-    def pick(
-        self, candidates: Sequence[Endpoint], exclude: Collection[Endpoint] = (), key: RoutingKey | None = None
-    ) -> Endpoint | None:
-        pool = [i for i, endpoint in enumerate(candidates) if not exclude or endpoint not in exclude]
-        if not pool:
-            return None
-        requests: dict[int, int] = {}
-        utilisation: dict[int, float | None] = {}
-        for i in pool:
-            own = self.in_flight.outstanding(candidates[i])
-            engine = self.signals.load(candidates[i])
-            if engine is None:
-                requests[i], utilisation[i] = own, None
-                continue
-            # The engine was asked a moment ago: what ended here since may still be in its counts.
-            ended = (
-                0 if engine.observed_at is None else self.in_flight.released_since(candidates[i], engine.observed_at)
-            )
-            requests[i] = max(engine.requests - ended, own)
-            utilisation[i] = engine.utilisation if not ended else None
-        total = sum(requests.values())
-        bound = math.ceil(self.load_factor * (total + 1) / len(pool))
-        eligible = [i for i in pool if requests[i] + 1 <= bound] or pool
-        if key is None:
-            scores = self._load_scores(eligible, requests, utilisation, bound)
-            best = max(scores.values())
-            tied = [i for i in eligible if scores[i] == best]
-            return candidates[tied[0] if len(tied) == 1 else self._rng.choice(tied)]
-        allowed = set(eligible)
-        in_order = [i for i in self.rings.of(candidates).walk_indices(key.ring) if i in allowed]
-        scores = self._load_scores(in_order, requests, utilisation, bound)
-        matches = [self._match(candidates[i], key.blocks) for i in in_order]
-        if not any(matches):  # a prefix new here: the home (first on the ring within the bound) starts it
-            matches[0] = 1.0
-        best_score, best = -1.0, in_order[0]
-        for i, prefix in zip(in_order, matches, strict=True):
-            score = self.weights.prefix * prefix + scores[i]
-            if score > best_score:  # strictly: ties go to the earlier on the ring
-                best_score, best = score, i
-        chosen = candidates[best]
-        self.index.record(chosen, key.blocks)
-        return chosen
-
-    def _match(self, endpoint: Endpoint, blocks: Sequence[int]) -> float:
-        return self.index.match(endpoint, blocks) / len(blocks) if blocks else 0.0
-
-    def _load_scores(
-        self, indices: Sequence[int], requests: Mapping[int, int], utilisation: Mapping[int, float | None], bound: int
-    ) -> dict[int, float]:
-        """Queue and utilisation, weighted, per candidate position; load counts against the bound."""
-        scores: dict[int, float] = {}
-        for i in indices:
-            queue = max(0.0, 1.0 - requests[i] / bound)
-            used = utilisation[i]
-            if used is None:  # the engine does not say: its load against the bound
-                used = requests[i] / bound
-            free = 1.0 - min(1.0, max(0.0, used))
-            scores[i] = self.weights.queue * queue + self.weights.utilisation * free
-        return scores
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,11 +302,12 @@ class RoutingOptions:
 
 
 class Pickers:
-    """The pickers of one gateway replica, and which one a model's Playgrounds ask for.
+    """The schedulers of one gateway replica, one per strategy and weights, and which one a model's Playgrounds ask
+    for.
 
     The strategy and weights are the first of the model's Playgrounds (by namespace and name) that carries a routing
     annotation, else the gateway's options; an annotation the rules of `llmaz.apis.routing` refuse is ignored
-    (admission denies it; only an object stored without admission can have one). Every prefix-aware picker shares
+    (admission denies it; only an object stored without admission can have one). Every prefix-aware scheduler shares
     one prefix index and one set of rings.
     """
 
@@ -368,13 +317,17 @@ class Pickers:
         signals: LoadSignals | None = None,
         options: RoutingOptions | None = None,
         rng: random.Random | None = None,
+        adapters: AdapterSignals | None = None,
     ) -> None:
+        """`adapters`: which endpoints hold which LoRA adapters (not given: every endpoint holds them all)."""
         self.options = opts = options or RoutingOptions()
-        self.least_outstanding = LeastOutstanding(in_flight, rng)
-        self.prefix_aware = PrefixAware(in_flight, signals, opts.weights, opts.load_factor, rng=rng)
+        self.holds_adapter = HoldsAdapter(adapters)
+        """The adapter filter's rule, for a caller that waits for an endpoint holding the request's adapter."""
+        self.least_outstanding = LeastOutstanding(in_flight, rng, adapters)
+        self.prefix_aware = PrefixAware(in_flight, signals, opts.weights, opts.load_factor, rng=rng, adapters=adapters)
         self._weighted: OrderedDict[RoutingWeights, PrefixAware] = OrderedDict()
 
-    def strategy(self, name: str, weights: RoutingWeights | None = None) -> Picker:
+    def strategy(self, name: str, weights: RoutingWeights | None = None) -> Scheduler:
         if name != PREFIX_AWARE:
             return self.least_outstanding
         if weights is None or weights == self.prefix_aware.weights:
@@ -388,8 +341,8 @@ class Pickers:
             self._weighted.move_to_end(weights)
         return picker
 
-    def for_playgrounds(self, playgrounds: Iterable[Mapping[str, Any]]) -> Picker:
-        """The picker for a model served by `playgrounds` (see the class docstring)."""
+    def for_playgrounds(self, playgrounds: Iterable[Mapping[str, Any]]) -> Scheduler:
+        """The scheduler for a model served by `playgrounds` (see the class docstring)."""
         for playground in sorted(playgrounds, key=_namespaced_name):
             try:
                 override = routing_override(playground)

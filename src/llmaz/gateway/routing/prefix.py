@@ -175,7 +175,8 @@ def _ints(items: Iterable[Any], limit: int) -> Iterator[int]:
             yield item
 
 
-def _session(document: Mapping[str, Any], header: str | None) -> str | None:
+def session_of(document: Mapping[str, Any], header: str | None) -> str | None:
+    """The session a request names: `header` (`x-session-id`) when given, else the body's OpenAI `user`."""
     if header:
         return header
     user = document.get("user")
@@ -196,7 +197,7 @@ def routing_key(
     elif input_ is not None:
         _add_prompt(text, input_)
     whole = text.text()
-    session = _session(document, session_header)
+    session = session_of(document, session_header)
     if not whole and session is None:
         return None
     # One running hash over the text: its digest after block i is the hash of blocks 0..i (a digest does not end
