@@ -69,13 +69,13 @@ def replay(name: str) -> list[int]:
     picks: list[int] = []
     for _ in range(REQUESTS):
         now[0] += rng.expovariate(20)
-        for endpoint in ENDPOINTS:
+        for each in ENDPOINTS:
             chance = rng.random()
             if chance < 0.2:
-                signals.loads.pop(endpoint, None)  # not known: stale or never read
+                signals.loads.pop(each, None)  # not known: stale or never read
             elif chance < 0.6:
                 used = rng.random() if rng.random() < 0.7 else None
-                signals.loads[endpoint] = EngineLoad(
+                signals.loads[each] = EngineLoad(
                     rng.randrange(6), rng.randrange(3), used, observed_at=now[0] - rng.random()
                 )
         candidates = ENDPOINTS if rng.random() < 0.8 else ENDPOINTS[:6]
