@@ -1,6 +1,8 @@
-"""Which endpoint a request goes to: the pickers, and the one a model's Playground asks for.
+"""Which endpoint a request goes to: the strategies, the prefix index and ring they use, and the one a model's
+Playground asks for.
 
-Two strategies (`llmaz.apis.routing`):
+Two strategies (`llmaz.apis.routing`), each a configuration of the one `scheduler.Scheduler` (filters, weighted
+scorers, a picker; the rules below are theirs, `filters` and `scorers`):
 - `least-outstanding` (`balancer.LeastOutstanding`): the fewest requests in flight through this replica.
 - `prefix-aware` (`PrefixAware`): requests that share a prompt prefix go where that prefix was sent before, so
   the engine's prefix cache saves the prefill, without piling a hot prefix onto one engine:
@@ -12,10 +14,11 @@ Two strategies (`llmaz.apis.routing`):
   - CHWBL, consistent hashing with bounded loads: each endpoint has RING_POINTS points on a ring (stable hashes
     of "address:port#i"); the request's ring key (`prefix.RoutingKey.ring`: its session, or its prompt's start)
     walks the ring to the first endpoint whose load stays within the bound, load + 1 <= ceil(load_factor x
-    (total load + 1) / endpoints): its home. The same conversation lands on the same engine while it has room,
-    and spills to the next endpoint on the ring, always the same one, when it has not;
-  - a prefix index: per endpoint, the block hashes this replica sent there (an LRU); an endpoint's prefix match
-    is the longest chain of the request's blocks it holds, over the request's blocks;
+    (total load + 1) / endpoints) (`filters.WithinBound`): its home. The same conversation lands on the same
+    engine while it has room, and spills to the next endpoint on the ring, always the same one, when it has not;
+  - a prefix index: per endpoint, the block hashes this replica sent there (an LRU), recorded before each attempt
+    (the scheduler's `pre_request`); an endpoint's prefix match is the longest chain of the request's blocks it
+    holds, over the request's blocks;
   - each endpoint within the bound (every endpoint when none is) is scored: prefix (its match) x the prefix
     weight + queue (1 - load / bound) x the queue weight + (1 - utilisation) x the utilisation weight, where an
     engine that says nothing of its utilisation counts load / bound. When no endpoint holds any of the prompt (a
@@ -28,13 +31,15 @@ Two strategies (`llmaz.apis.routing`):
     random (least outstanding with the engines' load).
 
 Invariants:
-- A picker never returns an excluded endpoint, and nothing awaits in `pick`, so a pick and the
-  `InFlight.acquire` after it see the same counts.
-- Two pickers (two gateway replicas) fed the same keyed requests in the same order with the same loads pick the
+- A strategy never picks an excluded endpoint, and nothing awaits in `Scheduler.schedule`, so a decision and the
+  `pre_request` (`InFlight.acquire`) after it see the same counts.
+- Two schedulers (two gateway replicas) fed the same keyed requests in the same order with the same loads pick the
   same endpoints: hashes are stable, ties follow the ring, and nothing keyed depends on the random generator.
 - Memory is bounded whatever the traffic: PREFIX_BLOCKS blocks per endpoint for at most PREFIX_ENDPOINTS
   endpoints, CACHED_RING_POINTS ring points (a candidate set's ring is built when the set is first seen and kept
   while the bound allows, not built per request), CACHED_PICKERS weight settings.
+- Scheduling records nothing (`Scheduler.schedule`): an attempt's `pre_request` records the request's blocks for
+  the endpoint it goes to.
 """
 
 from __future__ import annotations

@@ -226,10 +226,11 @@ class Scheduler:
             positions = step.filter(cycle, positions)
             if not positions:
                 return Decision((), step.empty_reason)
-        ordered = self.order is not None and request.key is not None
-        if self.order is not None and request.key is not None:
+        ordered = False
+        if self.order is not None and request.key is not None:  # ties follow the ring; the first is the home
             allowed = set(positions)
             positions = [i for i in self.order.order(request.candidates, request.key) if i in allowed]
+            ordered = True
         totals = [0.0] * len(positions)
         for scorer, weight in self.scorers:
             for k, value in enumerate(scorer.score(cycle, positions)):
