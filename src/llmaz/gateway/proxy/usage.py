@@ -7,7 +7,8 @@
   request asks `stream_options.include_usage`, and some engines (llama.cpp) put it in their last chunk anyway.
 - A compressed body, or any other content type, is not inspected.
 A `usage` counts only when `prompt_tokens` and `completion_tokens` are non-negative integers (embeddings
-report no completion tokens: 0).
+report no completion tokens: 0). The Responses API names them `input_tokens` and `output_tokens`, and streams its
+`usage` inside the `response` of its last event (`response.completed`): both are read the same way.
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ class Usage:
 
 
 def usage_of(document: Any) -> Usage | None:
-    usage = document.get("usage") if isinstance(document, dict) else None
+    if not isinstance(document, dict):
+        return None
+    usage = document.get("usage")
+    if usage is None and isinstance(response := document.get("response"), dict):
+        usage = response.get("usage")  # a Responses API event
     if not isinstance(usage, dict):
         return None
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens", 0)
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
     valid = all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (prompt, completion))
     return Usage(prompt, completion) if valid else None  # type: ignore[arg-type]
 
