@@ -40,6 +40,7 @@ STREAM_FIELD = "stream"
 # The most a part's headers may take (a Content-Disposition and a Content-Type need a few hundred bytes).
 MAX_PART_HEADER_BYTES = 8 * 1024
 _CRLF = b"\r\n"
+MAX_BOUNDARY_CHARS = 70  # RFC 2046
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ def _form_error(message: str) -> errors.OpenAIError:
 
 def _form_fields(body: bytes, boundary: str, wanted: frozenset[str]) -> dict[str, bytes]:
     """The values of the form fields named in `wanted` (the first of each), read without copying any other part."""
-    delimiter = b"--" + boundary.encode("latin-1")
+    delimiter = b"--" + boundary.encode("ascii")
     found: dict[str, bytes] = {}
     start = body.find(delimiter)
     if start < 0 or (start > 0 and body[start - 2 : start] != _CRLF):
@@ -164,6 +165,10 @@ def parse_form(body: bytes, content_type: str | None, header_model: str | None) 
     boundary = message.get_param("boundary", header="content-type")
     if not isinstance(boundary, str) or not boundary:
         raise _form_error(f"The Content-Type `{MULTIPART_FORM}` has no `boundary` parameter.")
+    if len(boundary) > MAX_BOUNDARY_CHARS or not boundary.isascii() or not boundary.isprintable():
+        raise _form_error(
+            f"The `boundary` of the Content-Type must be 1 to {MAX_BOUNDARY_CHARS} printable ASCII characters."
+        )
     fields = _form_fields(body, boundary, frozenset({MODEL_FIELD, STREAM_FIELD}))
     model: str | None = None
     if (raw := fields.get(MODEL_FIELD)) is not None:
