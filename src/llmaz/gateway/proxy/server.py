@@ -84,7 +84,6 @@ from llmaz.runtime.log import get_logger
 from llmaz.runtime.server.address import split_host_port
 from llmaz.runtime.server.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
 
-INFERENCE_PATHS = tuple(engines.API_PATHS)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # The middleware's record of the request being handled, for the handler (both run in the request's task).
 _EXCHANGE: contextvars.ContextVar[Exchange] = contextvars.ContextVar("llmaz_gateway_exchange")
