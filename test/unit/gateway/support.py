@@ -44,6 +44,13 @@ from llmaz_dev.testing.informer import FakeInformer
 EngineHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Bounds every wait in these tests; reached only when something is broken.
 WAIT = 10.0
+# What `/v1/models` says a model serves: on vLLM; on llama.cpp without flags; on an engine not known.
+VLLM_CAPABILITIES = [
+    *("chat", "completion", "embedding", "responses", "rerank", "score"),
+    *("transcription", "translation", "tokenize", "detokenize"),
+]
+LLAMACPP_CAPABILITIES = ["chat", "completion", "responses", "tokenize", "detokenize"]
+EVERY_CAPABILITY = [*VLLM_CAPABILITIES[:8], "speech", *VLLM_CAPABILITIES[8:]]
 
 
 @dataclass

@@ -19,6 +19,8 @@ from llmaz_dev.testing.waiting import eventually
 
 from . import engine_pages as pages
 from .support import (
+    LLAMACPP_CAPABILITIES,
+    VLLM_CAPABILITIES,
     WAIT,
     Cluster,
     FakeEngine,
@@ -98,12 +100,12 @@ async def test_models_lists_each_adapter_after_its_base_model_with_parent() -> N
     cluster.playgrounds.add(playground("pz", "z"))
     async with running_gateway(cluster) as gw, gw.session.get(gw.url + "/v1/models") as resp:
         assert resp.status == 200
-        card = {"object": "model", "created": 1714521600, "owned_by": "acme"}
+        card = {"object": "model", "created": 1714521600, "owned_by": "acme", "capabilities": LLAMACPP_CAPABILITIES}
         assert (await resp.json())["data"] == [
             {"id": "m", **card},
             {"id": "sql", **card, "parent": "m"},
             {"id": "chat", **card, "parent": "m"},
-            {"id": "z", "object": "model", "created": 1714521600, "owned_by": "llmaz"},
+            {"id": "z", **card, "owned_by": "llmaz", "capabilities": VLLM_CAPABILITIES},
         ]
 
 

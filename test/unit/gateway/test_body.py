@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmaz.gateway.proxy import body
 from llmaz.gateway.proxy.errors import OpenAIError
@@ -155,3 +157,57 @@ async def test_a_body_cut_short_by_the_client_is_not_forwarded() -> None:
             # The gateway saw the request end (one answered request), and the engine none of it.
             await eventually(lambda: gw.sample("llmaz_gateway_requests_total", model="", code="499"), WAIT)
             assert engine.requests == []
+
+
+FORM = "multipart/form-data; boundary=b"
+
+
+def form(*parts: bytes) -> bytes:
+    return b"".join(b"--b\r\n" + part + b"\r\n" for part in parts) + b"--b--\r\n"
+
+
+def field(name: str, value: bytes, extra: bytes = b"") -> bytes:
+    return b'Content-Disposition: form-data; name="' + name.encode() + b'"' + extra + b"\r\n\r\n" + value
+
+
+def test_a_forms_model_and_stream_fields_are_read_and_the_body_kept_as_it_came() -> None:
+    raw = b"preamble\r\n" + form(
+        field("file", b"\r\n--c\r\n" * 3, b'; filename="model"\r\nContent-Type: audio/wav'),
+        field("stream", b"true"),
+        field("model", b"whisper"),
+        field("model", b"second"),
+    )
+    parsed = body.parse_form(raw, FORM, None)
+    assert (parsed.model, parsed.stream, parsed.body) == ("whisper", True, raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type", "code", "param"),
+    [
+        (form(field("file", b"x")), FORM, "missing_model", "model"),
+        (form(field("model", b"")), FORM, "invalid_model", "model"),
+        (form(field("model", b"a\nb")), FORM, "invalid_model", "model"),
+        (form(field("model", b"\xff")), FORM, "invalid_model", "model"),
+        (form(field("model", b"m")), "multipart/form-data; boundary=\u00e9\u4e2d", "invalid_body", None),
+        (form(field("model", b"m")), "multipart/form-data; boundary=" + "b" * 71, "invalid_body", None),
+        (form(field("model", b"m")), "text/plain", "invalid_body", None),
+        (form(field("model", b"m")), "", "invalid_body", None),
+    ],
+)
+def test_a_form_that_names_no_usable_model_is_refused_naming_why(
+    raw: bytes, content_type: str, code: str, param: str | None
+) -> None:
+    with pytest.raises(OpenAIError) as caught:
+        body.parse_form(raw, content_type, None)
+    assert (caught.value.status, caught.value.code, caught.value.param) == (400, code, param)
+
+
+@given(raw=st.binary(max_size=300), content_type=st.sampled_from([FORM, "multipart/form-data; boundary=\r", "x/y"]))
+@settings(deadline=None)
+def test_any_body_is_read_as_a_form_or_refused_with_a_400(raw: bytes, content_type: str) -> None:
+    status = 200
+    try:
+        body.parse_form(raw, content_type, None)
+    except OpenAIError as refused:
+        status = refused.status
+    assert status in (200, 400)

@@ -11,7 +11,17 @@ from llmaz.gateway.routing.routes import Endpoint
 from llmaz_dev.testing.informer import FakeInformer
 from llmaz_dev.testing.waiting import eventually
 
-from .support import NAMESPACE, WAIT, Cluster, endpoint_slice, inference_service, lb_service, open_model, playground
+from .support import (
+    NAMESPACE,
+    VLLM_CAPABILITIES,
+    WAIT,
+    Cluster,
+    endpoint_slice,
+    inference_service,
+    lb_service,
+    open_model,
+    playground,
+)
 
 
 def test_a_model_routes_to_the_ready_endpoints_of_its_lb_service_only() -> None:
@@ -76,7 +86,9 @@ def test_the_model_list_reads_the_open_models() -> None:
     cluster.open_models.add(open_model("m", ownedBy="acme", createdAt="2024-01-01T00:00:00Z"))
     assert catalog.model_list() == {
         "object": "list",
-        "data": [{"id": "m", "object": "model", "created": 1704067200, "owned_by": "acme"}],
+        "data": [
+            {"id": "m", "object": "model", "created": 1704067200, "owned_by": "acme", "capabilities": VLLM_CAPABILITIES}
+        ],
     }
 
 

@@ -133,3 +133,48 @@ def test_the_flags_that_turn_metrics_on() -> None:
         "sglang": "--enable-metrics",
         "tgi": None,
     }
+
+
+Cap = engines.Capability
+
+
+@pytest.mark.parametrize(
+    ("args", "embedding", "rerank"),
+    [
+        ((), False, False),
+        (("--embeddings",), True, False),
+        (("--embedding", "--pooling", "mean"), True, False),
+        (("--embeddings", "--pooling", "rank"), True, True),
+        (("--embeddings", "--pooling=rank"), True, True),
+        (("--pooling", "rank"), False, False),  # rank pooling without embeddings: no endpoint
+        (("--reranking",), True, True),
+        (("--rerank", "-c", "512"), True, True),
+    ],
+)
+def test_llamacpp_serves_embeddings_and_reranking_only_with_their_flags(
+    args: tuple[str, ...], embedding: bool, rerank: bool
+) -> None:
+    served = ENGINES[c.LLAMACPP_BACKEND].capabilities(args)
+    assert (Cap.EMBEDDING in served, Cap.RERANK in served) == (embedding, rerank)
+    assert {Cap.CHAT, Cap.COMPLETION, Cap.TOKENIZE, Cap.DETOKENIZE} <= served
+
+
+@pytest.mark.parametrize("args", [("--mmproj", "/m/mmproj.gguf"), ("-mm", "/m/p.gguf"), ("--mmproj-url=https://x",)])
+def test_llamacpp_takes_audio_only_with_a_multimodal_projector(args: tuple[str, ...]) -> None:
+    assert Cap.TRANSCRIPTION not in ENGINES[c.LLAMACPP_BACKEND].capabilities(())
+    assert Cap.TRANSCRIPTION in ENGINES[c.LLAMACPP_BACKEND].capabilities(args)
+
+
+def test_every_capability_has_a_gateway_path_and_every_served_one_a_path_of_its_engine() -> None:
+    assert set(engines.API_PATHS.values()) == set(Cap)
+    for entry in ENGINES.values():
+        assert entry.api is not None
+        for capability, served in entry.api.items():
+            assert served.path in engines.API_PATHS
+            assert engines.API_PATHS[served.path] is capability
+
+
+def test_an_engine_not_known_serves_everything_at_the_path_it_was_asked_on() -> None:
+    assert UNKNOWN.capabilities(()) == frozenset(Cap)
+    assert UNKNOWN.path_of(Cap.RERANK, "/rerank") == "/rerank"
+    assert ENGINES[c.SGLANG_BACKEND].path_of(Cap.RERANK, "/rerank") == "/v1/rerank"

@@ -12,8 +12,10 @@ from llmaz.gateway.proxy.server import Gateway, GatewayOptions
 from llmaz_dev.testing.waiting import eventually
 
 from .support import (
+    EVERY_CAPABILITY,
     FIRST_EVENT,
     LAST_EVENTS,
+    VLLM_CAPABILITIES,
     WAIT,
     Cluster,
     endpoint_slice,
@@ -35,7 +37,7 @@ def is_openai_error(answer: object) -> bool:
     )
 
 
-async def test_models_lists_every_served_model_once_in_openais_shape() -> None:
+async def test_models_lists_every_served_model_once_in_openais_shape_with_what_it_serves() -> None:
     cluster = Cluster().synced()
     cluster.open_models.add(open_model("a", ownedBy="acme", createdAt="2024-01-01T00:00:00Z"))
     cluster.playgrounds.add(playground("p", "a"))
@@ -46,8 +48,11 @@ async def test_models_lists_every_served_model_once_in_openais_shape() -> None:
         assert await resp.json() == {
             "object": "list",
             "data": [
-                {"id": "a", "object": "model", "created": 1704067200, "owned_by": "acme"},
-                {"id": "b", "object": "model", "created": 0, "owned_by": "llmaz"},
+                # a Playground of the default BackendRuntime, vLLM: what vLLM serves
+                {"id": "a", "object": "model", "created": 1704067200, "owned_by": "acme"}
+                | {"capabilities": VLLM_CAPABILITIES},
+                # an inference Service alone: an engine not known, sent whatever is asked
+                {"id": "b", "object": "model", "created": 0, "owned_by": "llmaz", "capabilities": EVERY_CAPABILITY},
             ],
         }
 

@@ -88,3 +88,19 @@ def test_the_meter_follows_the_content_type_and_skips_compressed_bodies() -> Non
     assert isinstance(meter_for("application/json", "identity"), JsonUsage)
     assert isinstance(meter_for("application/json", "gzip"), NoUsage)
     assert isinstance(meter_for("text/plain", ""), NoUsage)
+
+
+def test_a_responses_api_answer_counts_its_input_and_output_tokens() -> None:
+    answer = {"object": "response", "usage": {"input_tokens": 5, "output_tokens": 8, "total_tokens": 13}}
+    assert fed(JsonUsage(), orjson.dumps(answer), 4) == Usage(5, 8)
+
+
+@pytest.mark.parametrize("size", [1, 9, 10_000])
+def test_a_streamed_responses_api_answer_counts_the_usage_of_its_completed_event(size: int) -> None:
+    stream = (
+        b'event: response.created\ndata: {"type": "response.created", "response": {"usage": null}}\n\n'
+        b'event: response.output_text.delta\ndata: {"type": "response.output_text.delta", "delta": "a"}\n\n'
+        b'event: response.completed\ndata: {"type": "response.completed",'
+        b' "response": {"usage": {"input_tokens": 3, "output_tokens": 2}}}\n\n'
+    )
+    assert fed(SseUsage(), stream, size) == Usage(3, 2)

@@ -10,6 +10,10 @@ Invariants:
 - The model comes from the body's `model`, or from the `x-ai-eg-model` header (Envoy AI Gateway's routing
   header) when the body has none; when both are given they must agree (400 `model_mismatch`), so routing,
   metrics and the engine never disagree about the model.
+- An audio upload (`multipart/form-data`) names its model in the form field `model` (`x-ai-eg-model` as above).
+  The buffered body is scanned for its parts' headers only: the `model` and `stream` fields are decoded, every
+  other part (the audio file) is skipped unread, and no part is copied. A form without a `model` field, a part
+  whose headers exceed MAX_PART_HEADER_BYTES or a body that is not a form is a 400 naming the field or the format.
 - A model name is a non-empty printable string of at most MAX_MODEL_CHARS (the longest OpenModel name):
   no CR, LF or any other control, format or separator character but the space. Anything else is a 400 and is
   never forwarded, used as a metric label or logged.
@@ -18,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import email.message
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +34,13 @@ from llmaz.gateway.proxy import errors
 MODEL_HEADER = "x-ai-eg-model"
 MAX_MODEL_CHARS = 253
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+MULTIPART_FORM = "multipart/form-data"
+MODEL_FIELD = "model"
+STREAM_FIELD = "stream"
+# The most a part's headers may take (a Content-Disposition and a Content-Type need a few hundred bytes).
+MAX_PART_HEADER_BYTES = 8 * 1024
+_CRLF = b"\r\n"
+MAX_BOUNDARY_CHARS = 70  # RFC 2046
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +83,110 @@ def check_model_name(name: str, param: str) -> str:
     return name
 
 
+def _chosen_model(model: str | None, header_model: str | None, param: str) -> str:
+    """The model a request names: its own (`model`, from the field `param`) or the header's, which must agree."""
+    if model is not None:
+        check_model_name(model, param)
+    if header_model is not None:
+        check_model_name(header_model, MODEL_HEADER)
+        if model is not None and model != header_model:
+            raise errors.invalid_request(
+                f"The `{param}` in the body and the `{MODEL_HEADER}` header name different models.",
+                "model_mismatch",
+                param,
+            )
+    chosen = model if model is not None else header_model
+    if chosen is None:
+        raise errors.invalid_request("You must provide a model parameter.", "missing_model", param)
+    return chosen
+
+
+def _header_param(value: str, header: str, param: str) -> str | None:
+    """A parameter of a header value (`multipart/form-data; boundary=...`, `form-data; name="model"`)."""
+    message = email.message.Message()
+    message[header] = value
+    found = message.get_param(param, header=header)
+    return found if isinstance(found, str) else None
+
+
+def _form_error(message: str) -> errors.OpenAIError:
+    return errors.invalid_request(message, "invalid_body")
+
+
+def _form_fields(body: bytes, boundary: str, wanted: frozenset[str]) -> dict[str, bytes]:
+    """The values of the form fields named in `wanted` (the first of each), read without copying any other part."""
+    delimiter = b"--" + boundary.encode("ascii")
+    found: dict[str, bytes] = {}
+    start = body.find(delimiter)
+    if start < 0 or (start > 0 and body[start - 2 : start] != _CRLF):
+        raise _form_error(f"The request body is not a {MULTIPART_FORM} body with the boundary of its Content-Type.")
+    position = start + len(delimiter)
+    while body[position : position + 2] != b"--":  # the close delimiter ends the form
+        line_end = body.find(_CRLF, position)
+        if line_end < 0:
+            raise _form_error(f"The {MULTIPART_FORM} body ends inside a part: it has no closing boundary.")
+        headers_end = body.find(_CRLF + _CRLF, line_end, line_end + MAX_PART_HEADER_BYTES + 4)
+        if headers_end < 0:
+            raise _form_error(
+                f"A part of the {MULTIPART_FORM} body has no end of headers within {MAX_PART_HEADER_BYTES} bytes."
+            )
+        content_start = headers_end + 4
+        content_end = body.find(_CRLF + delimiter, content_start)
+        if content_end < 0:
+            raise _form_error(f"The {MULTIPART_FORM} body ends inside a part: it has no closing boundary.")
+        name = _part_name(body[line_end + 2 : headers_end])
+        if name in wanted and name not in found:
+            found[name] = body[content_start:content_end]
+            if len(found) == len(wanted):
+                break
+        position = content_end + 2 + len(delimiter)
+    return found
+
+
+def _part_name(headers: bytes) -> str | None:
+    """The form field name in a part's headers (its Content-Disposition's `name`), or None."""
+    for line in headers.decode("latin-1").split("\r\n"):
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "content-disposition":
+            return _header_param(value.strip(), "content-disposition", "name")
+    return None
+
+
+def parse_form(body: bytes, content_type: str | None, header_model: str | None) -> InferenceRequest:
+    """Decide the model of an audio upload, a `multipart/form-data` body (see the invariants); raises OpenAIError
+    (400)."""
+    message = email.message.Message()
+    message["content-type"] = content_type or ""
+    if message.get_content_type() != MULTIPART_FORM:
+        raise _form_error(
+            f"This endpoint takes a {MULTIPART_FORM} upload (Content-Type), with the audio in the field `file` and"
+            f" the model in the field `{MODEL_FIELD}`."
+        )
+    boundary = message.get_param("boundary", header="content-type")
+    if not isinstance(boundary, str) or not boundary:
+        raise _form_error(f"The Content-Type `{MULTIPART_FORM}` has no `boundary` parameter.")
+    if len(boundary) > MAX_BOUNDARY_CHARS or not boundary.isascii() or not boundary.isprintable():
+        raise _form_error(
+            f"The `boundary` of the Content-Type must be 1 to {MAX_BOUNDARY_CHARS} printable ASCII characters."
+        )
+    fields = _form_fields(body, boundary, frozenset({MODEL_FIELD, STREAM_FIELD}))
+    model: str | None = None
+    if (raw := fields.get(MODEL_FIELD)) is not None:
+        try:
+            model = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise errors.invalid_request("`model` is not UTF-8 text.", "invalid_model", MODEL_FIELD) from None
+    elif header_model is None:
+        raise errors.invalid_request(
+            f"The form has no `{MODEL_FIELD}` field: send the model's name as the form field `{MODEL_FIELD}`.",
+            "missing_model",
+            MODEL_FIELD,
+        )
+    chosen = _chosen_model(model, header_model, MODEL_FIELD)
+    stream = fields.get(STREAM_FIELD, b"").strip().lower() == b"true"
+    return InferenceRequest(body, chosen, stream, {})
+
+
 def parse(body: bytes, header_model: str | None) -> InferenceRequest:
     """Decide the model of an inference request (see the invariants); raises OpenAIError (400)."""
     try:
@@ -85,17 +201,4 @@ def parse(body: bytes, header_model: str | None) -> InferenceRequest:
     model = document.get("model")
     if model is not None and not isinstance(model, str):
         raise errors.invalid_request("`model` must be a string.", "invalid_model", "model")
-    if model is not None:
-        check_model_name(model, "model")
-    if header_model is not None:
-        check_model_name(header_model, MODEL_HEADER)
-        if model is not None and model != header_model:
-            raise errors.invalid_request(
-                f"The `model` in the body and the `{MODEL_HEADER}` header name different models.",
-                "model_mismatch",
-                "model",
-            )
-    chosen = model if model is not None else header_model
-    if chosen is None:
-        raise errors.invalid_request("You must provide a model parameter.", "missing_model", "model")
-    return InferenceRequest(body, chosen, document.get("stream") is True, document)
+    return InferenceRequest(body, _chosen_model(model, header_model, "model"), document.get("stream") is True, document)

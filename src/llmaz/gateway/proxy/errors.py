@@ -3,7 +3,9 @@ report the gateway's refusals the way they report OpenAI's (the `openai` SDK rai
 `AuthenticationError`, ... with `.code` and `.param` filled in).
 
 Every answer the gateway itself makes (not one relayed from an engine) goes through here. Types follow
-OpenAI: `invalid_request_error` for the client's mistakes (4xx), `server_error` for 5xx. Messages may quote
+OpenAI: `invalid_request_error` for the client's mistakes (4xx), `server_error` for 5xx, but for 501
+`unsupported_endpoint` (an endpoint the model's engine does not serve): `invalid_request_error`, since asking again
+cannot help; the request must name another model. Messages may quote
 what the client sent; JSON encoding makes that harmless, and a model name is checked before it is quoted.
 
 A model that cannot answer is described to the client by its name and a reason class only (`Unready`: loading,
@@ -112,6 +114,15 @@ def model_not_found(model: str, available: Iterable[str]) -> OpenAIError:
         f"The model `{_quote(model)}` does not exist. Available models: {listed}.",
         code="model_not_found",
         param="model",
+    )
+
+
+def unsupported_endpoint(model: str, path: str) -> OpenAIError:
+    return OpenAIError(
+        501,
+        f"The model `{_quote(model)}` does not serve {_quote(path)}: its engine does not have that endpoint, or was"
+        " not started with the flag it needs. GET /v1/models lists each model's capabilities.",
+        code="unsupported_endpoint",
     )
 
 

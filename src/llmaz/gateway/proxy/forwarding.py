@@ -26,6 +26,8 @@ Invariants:
   engine not known) goes on a connection of its own, closed at its end (`Connection: close`): llama.cpp closes a
   connection after a stream while its headers still say keep-alive, so a pooled one would lose the next request.
   Every other request, streamed or not, reuses pooled keep-alive connections.
+- A request goes to the path it came on, or to the one `path_for(endpoint)` names (the path the engine there serves
+  the endpoint at, `engines.Engine.path_of`), with the query string as received.
 - The request body is sent as received, or as `body_for(endpoint)` makes it for the endpoint an attempt goes to
   (an engine that takes adapter scales in the body is sent them, `routing.adapters`). Hop-by-hop headers, Host,
   Content-Length and Content-Encoding (aiohttp has decoded a compressed body) are not forwarded; Authorization is
@@ -220,11 +222,13 @@ class Proxy:
         scheduler: Scheduler,
         body_for: Callable[[Endpoint], bytes] | None = None,
         engine_of: Callable[[Endpoint], engines.Engine] | None = None,
+        path_for: Callable[[Endpoint], str] | None = None,
     ) -> web.StreamResponse:
         """Send `inference` where `scheduler` decides for `routed`, retrying as the module invariants say: each
         attempt is scheduled afresh, the endpoints tried excluded, between the scheduler's `pre_request` and
-        `post_response`. Each attempt sends `body_for(endpoint)` when given, else the body as received, with the
-        connection rule of the engine there (`engine_of(endpoint)`; not given: not known)."""
+        `post_response`. Each attempt sends `body_for(endpoint)` when given, else the body as received, to
+        `path_for(endpoint)` when given, else the request's path, with the connection rule of the engine there
+        (`engine_of(endpoint)`; not given: not known)."""
         headers = upstream_headers(
             request.headers, request.remote, forward_authorization=self._options.forward_authorization
         )
@@ -248,7 +252,8 @@ class Proxy:
                         closing = headers.copy()
                         closing[hdrs.CONNECTION] = "close"
                     sent = closing
-                outcome = await self._attempt(request, body, sent, endpoint, exchange, last)
+                path = request.rel_url.raw_path if path_for is None else path_for(endpoint)
+                outcome = await self._attempt(request, path, body, sent, endpoint, exchange, last)
             finally:
                 scheduler.post_response(attempt, endpoint, _prompt_usage(exchange, outcome))
             if isinstance(outcome, web.StreamResponse):
@@ -260,6 +265,7 @@ class Proxy:
     async def _attempt(
         self,
         request: web.Request,
+        path: str,
         body: bytes,
         headers: CIMultiDict[str],
         endpoint: Endpoint,
@@ -268,7 +274,8 @@ class Proxy:
     ) -> web.StreamResponse | errors.OpenAIError:
         """The engine's answer, relayed; or, when another endpoint may be tried, why this one could not answer."""
         assert self._session is not None, "Proxy.start() first"
-        url = URL(endpoint.connect_url(self._options.resolve) + request.rel_url.raw_path_qs, encoded=True)
+        query = request.rel_url.raw_query_string
+        url = URL(endpoint.connect_url(self._options.resolve) + path + (f"?{query}" if query else ""), encoded=True)
         model = exchange.model
         try:
             upstream = await self._session.request(

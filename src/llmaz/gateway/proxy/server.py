@@ -1,10 +1,15 @@
 """The gateway's HTTP server: OpenAI's `/v1` API in front of every model llmaz serves.
 
-Routes: `GET /v1/models`; `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings` (routed by model,
-see `body` and `llmaz.gateway.routing`). Probes and metrics are served on their own ports (see `__main__`). The same
-application, middleware and all, also listens on the activator address when one is set: that is where the
-`-lb` activator's slices send direct clients of a sleeping Playground (`activator`), so they are authenticated,
-routed, woken, counted and drained exactly like the gateway's own clients.
+Routes: `GET /v1/models` and `GET /v1/models/{id}`; `POST` on every path of `engines.API_PATHS` (chat, completions,
+embeddings, responses, rerank, score, audio, tokenize and detokenize), routed by model (see `body` and
+`llmaz.gateway.routing`). A request for an endpoint its model's engine does not serve (`Catalog.capabilities`, from
+the engine table and the Playground's args) is answered 501 `unsupported_endpoint` at once, before anything is
+woken or contacted; a path the engine serves elsewhere is sent there (`engines.Engine.path_of`).
+
+Probes and metrics are served on their own ports (see `__main__`). The same application, middleware and all, also
+listens on the activator address when one is set: that is where the `-lb` activator's slices send direct clients of a
+sleeping Playground (`activator`), so they are authenticated, routed, woken, counted and drained exactly like the
+gateway's own clients.
 
 Invariants:
 - Every answer the gateway makes itself is an OpenAI error object (`errors`), whatever went wrong: a bad
@@ -80,7 +85,6 @@ from llmaz.runtime.log import get_logger
 from llmaz.runtime.server.address import split_host_port
 from llmaz.runtime.server.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
 
-INFERENCE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # The middleware's record of the request being handled, for the handler (both run in the request's task).
 _EXCHANGE: contextvars.ContextVar[Exchange] = contextvars.ContextVar("llmaz_gateway_exchange")
@@ -183,8 +187,9 @@ class Gateway:
         middlewares = [self._connections.middleware, self._observe]
         app = web.Application(middlewares=middlewares, client_max_size=self.options.max_body_bytes + 1)
         app.router.add_get("/v1/models", self._models, allow_head=False)
-        for path in INFERENCE_PATHS:
-            app.router.add_post(path, self._inference)
+        app.router.add_get("/v1/models/{model:.+}", self._model, allow_head=False)
+        for path, capability in engines.API_PATHS.items():
+            app.router.add_post(path, functools.partial(self._inference, capability))
         return app
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -234,10 +239,24 @@ class Gateway:
             raise errors.not_ready()
         return web.json_response(self.catalog.model_list())
 
-    async def _inference(self, request: web.Request) -> web.StreamResponse:
+    async def _model(self, request: web.Request) -> web.Response:
+        name = body.check_model_name(request.match_info["model"], "model")
+        if not self.catalog.has_synced():
+            raise errors.not_ready()
+        card = self.catalog.model_card(name)
+        if card is None:
+            raise errors.model_not_found(name, self.catalog.served_names())
+        _EXCHANGE.get().model = name  # a served name only: client input never becomes a label
+        return web.json_response(card)
+
+    async def _inference(self, capability: engines.Capability, request: web.Request) -> web.StreamResponse:
         exchange = _EXCHANGE.get()
         raw = await body.read_body(request, self.options.max_body_bytes, self.options.body_timeout)
-        inference = body.parse(raw, request.headers.get(body.MODEL_HEADER))
+        header_model = request.headers.get(body.MODEL_HEADER)
+        if capability in engines.MULTIPART:
+            inference = body.parse_form(raw, request.headers.get(hdrs.CONTENT_TYPE), header_model)
+        else:
+            inference = body.parse(raw, header_model)
         if not self.catalog.has_synced():
             raise errors.not_ready()
         name = inference.model
@@ -245,9 +264,11 @@ class Gateway:
         if adapter is None and not self.catalog.serves(name):
             raise errors.model_not_found(name, self.catalog.served_names())
         exchange.model = name  # a served name only: client input never becomes a label
+        model = name if adapter is None else adapter.model
+        if capability not in self.catalog.capabilities(model):
+            raise errors.unsupported_endpoint(name, request.path)
         if adapter is not None and (why := self.catalog.left_out(adapter)) is not None:
             raise errors.no_ready_endpoint(name, why, errors.Unready.ADAPTER_UNAVAILABLE)
-        model = name if adapter is None else adapter.model
         holding = None if adapter is None else functools.partial(self._holding, adapter)
         with self.in_flight.request(model):
             endpoints = self.catalog.endpoints(model)
@@ -277,8 +298,17 @@ class Gateway:
             routed = Request(model, endpoints, key, adapter, session_of(inference.document, session))
             engine_of = self._engine_of(model)
             adapters = self.catalog.adapters_of(model)
-            body_for = self._adapter_body(engine_of, adapters, adapter, inference) if adapters else None
-            return await self.proxy.forward(request, inference, routed, exchange, scheduler, body_for, engine_of)
+            body_for = None
+            if adapters and capability not in engines.MULTIPART:  # a form is sent as it came: no adapter scales
+                body_for = self._adapter_body(engine_of, adapters, adapter, inference)
+            requested = request.rel_url.raw_path
+
+            def path_for(endpoint: Endpoint) -> str:
+                return engine_of(endpoint).path_of(capability, requested)
+
+            return await self.proxy.forward(
+                request, inference, routed, exchange, scheduler, body_for, engine_of, path_for
+            )
 
     async def _held(
         self, model: str, deadline: float, holding: Callable[[list[Endpoint]], list[Endpoint]] | None

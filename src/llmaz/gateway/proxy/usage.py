@@ -8,7 +8,9 @@
 - A compressed body, or any other content type, is not inspected.
 A `usage` counts only when `prompt_tokens` and `completion_tokens` are non-negative integers (embeddings
 report no completion tokens: 0). The prompt's cached tokens (`prompt_tokens_details.cached_tokens`, vLLM's and
-OpenAI's) are read when they are a non-negative integer, else not known.
+OpenAI's) are read when they are a non-negative integer, else not known. The Responses API names the counts
+`input_tokens` and `output_tokens`, and streams its `usage` inside the `response` of its last event
+(`response.completed`): both are read the same way.
 """
 
 from __future__ import annotations
@@ -36,13 +38,18 @@ def _count(value: Any) -> int | None:
 
 
 def usage_of(document: Any) -> Usage | None:
-    usage = document.get("usage") if isinstance(document, dict) else None
+    if not isinstance(document, dict):
+        return None
+    usage = document.get("usage")
+    if usage is None and isinstance(response := document.get("response"), dict):
+        usage = response.get("usage")  # a Responses API event
     if not isinstance(usage, dict):
         return None
-    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens", 0))
+    prompt = _count(usage.get("prompt_tokens", usage.get("input_tokens")))
+    completion = _count(usage.get("completion_tokens", usage.get("output_tokens", 0)))
     if prompt is None or completion is None:
         return None
-    details = usage.get("prompt_tokens_details")
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
     cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     return Usage(prompt, completion, cached)
 

@@ -36,7 +36,7 @@ from llmaz.apis import constants as c
 from llmaz.apis.resources import ENDPOINT_SLICES, INFERENCE_SERVICES, OPEN_MODELS, PLAYGROUNDS
 from llmaz.apis.resources import SERVICES as CORE_SERVICES
 from llmaz.apis.serving import LB_SERVICE_SUFFIX, main_model
-from llmaz.gateway.routing import routes
+from llmaz.gateway.routing import engines, routes
 from llmaz.gateway.routing.adapters import Adapter, adapter_table
 from llmaz.gateway.routing.routes import Backend, Endpoint
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Informer, Obj, SharedInformerFactory
@@ -376,6 +376,35 @@ class Catalog:
                 found.setdefault(endpoint, runtime)
         return found
 
+    def capabilities(self, model: str) -> frozenset[engines.Capability]:
+        """What the engines behind `model` serve: for each backend, its Playground's engine started with its args
+        (`engines.Engine.capabilities`); a backend without a Playground (an inference Service alone) runs an engine
+        not known, taken to serve everything. A model served by several backends serves what any of them does."""
+        found: set[engines.Capability] = set()
+        for backend in self._routes().get(model, ()):
+            owner = self.playground(backend.namespace, backend.service.removesuffix(LB_SERVICE_SUFFIX))
+            if owner is None:
+                return engines.ALL_CAPABILITIES
+            engine = engines.engine(routes.backend_runtime_name(owner))
+            found.update(engine.capabilities(routes.backend_runtime_args(owner)))
+        return frozenset(found)
+
+    def listed_capabilities(self, model: str) -> list[str]:
+        """`capabilities(model)` as `/v1/models` lists them, in `engines.Capability` order."""
+        served = self.capabilities(model)
+        return [str(cap) for cap in engines.Capability if cap in served]
+
+    def model_card(self, name: str) -> dict[str, object] | None:
+        """The `/v1/models` entry of a served model or adapter, or None."""
+        if self.serves(name):
+            return routes.model_card(name, self._open_models.store.get(name), self.listed_capabilities(name))
+        adapter = self.adapter(name)
+        if adapter is None:
+            return None
+        base = adapter.model
+        card = routes.model_card(base, self._open_models.store.get(base), self.listed_capabilities(base))
+        return {**card, "id": name, "parent": base}
+
     def serves(self, model: str) -> bool:
         return model in self._routes()
 
@@ -410,4 +439,4 @@ class Catalog:
 
     def model_list(self) -> dict[str, object]:
         adapters = {model: [a.name for a in listed] for model, listed in self._adapter_table().items()}
-        return routes.model_list(self._routes(), self._open_models.store.get, adapters)
+        return routes.model_list(self._routes(), self._open_models.store.get, adapters, self.listed_capabilities)

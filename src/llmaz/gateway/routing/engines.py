@@ -22,6 +22,11 @@ habit is written anywhere else. An engine is one `Engine`:
   others (uvicorn's servers, TGI) keep connections alive, and a stream reuses pooled connections.
 - `metrics_flag`: the engine flag that turns its metrics page on, when it is off by default (the gateway knows
   the engine's load only with it).
+- `api`: the OpenAI (and tokenizer) endpoints it serves, each a `Capability`, at the path it serves it under and with
+  the engine flags it needs, if any (llama.cpp serves embeddings only with `--embeddings`, reranking only with
+  `--reranking`, audio only with a multimodal projector). A capability the entry does not list is not served: the
+  gateway refuses it at once (501 `unsupported_endpoint`). An engine not known (`UNKNOWN`) is taken to serve every
+  endpoint at the gateway's own path, so a custom engine is never refused what it may serve.
 
 `engine(name)` looks one up (None for an engine the table does not know, Ollama included: it has no metrics page
 and no listing, so its load is never known and its requests get the defaults of `UNKNOWN`).
@@ -30,8 +35,8 @@ and no listing, so its load is never known and its requests get the defaults of 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -88,6 +93,70 @@ class AdapterApi:
     request names an adapter by its `model` and the body is sent unchanged."""
 
 
+class Capability(enum.StrEnum):
+    """One endpoint of OpenAI's API (or the engines' tokenizer API) a model may be asked for; listed per model in
+    `/v1/models` as `capabilities`, in this order."""
+
+    CHAT = "chat"
+    COMPLETION = "completion"
+    EMBEDDING = "embedding"
+    RESPONSES = "responses"
+    RERANK = "rerank"
+    SCORE = "score"
+    TRANSCRIPTION = "transcription"
+    TRANSLATION = "translation"
+    SPEECH = "speech"
+    TOKENIZE = "tokenize"
+    DETOKENIZE = "detokenize"
+
+
+API_PATHS: Final[Mapping[str, Capability]] = {
+    "/v1/chat/completions": Capability.CHAT,
+    "/v1/completions": Capability.COMPLETION,
+    "/v1/embeddings": Capability.EMBEDDING,
+    "/v1/responses": Capability.RESPONSES,
+    "/v1/rerank": Capability.RERANK,
+    "/rerank": Capability.RERANK,
+    "/v1/score": Capability.SCORE,
+    "/v1/audio/transcriptions": Capability.TRANSCRIPTION,
+    "/v1/audio/translations": Capability.TRANSLATION,
+    "/v1/audio/speech": Capability.SPEECH,
+    "/tokenize": Capability.TOKENIZE,
+    "/detokenize": Capability.DETOKENIZE,
+}
+"""The paths the gateway serves by model (POST), and the capability each asks for."""
+
+MULTIPART: Final = frozenset({Capability.TRANSCRIPTION, Capability.TRANSLATION})
+"""Capabilities whose requests are `multipart/form-data` uploads (the model is a form field), not JSON."""
+
+ALL_CAPABILITIES: Final = frozenset(Capability)
+
+
+def has_flag(args: Sequence[str], *names: str) -> bool:
+    """Whether `args` has one of the flags `names` (alone, or as `--name=value`)."""
+    return any(arg in names or arg.split("=", 1)[0] in names for arg in args)
+
+
+def flag_value(args: Sequence[str], *names: str) -> str | None:
+    """The value of the last of the flags `names` in `args` (`--name value` or `--name=value`), or None."""
+    found: str | None = None
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in names:
+            found = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """How an engine serves one capability."""
+
+    path: str
+    """The path it serves it at."""
+    needs: Callable[[Sequence[str]], bool] | None = None
+    """Whether the engine's arguments turn it on; None: always served."""
+
+
 @dataclass(frozen=True, slots=True)
 class Engine:
     name: str
@@ -99,6 +168,19 @@ class Engine:
     """True: it closes a connection after a streamed answer, so a streamed request goes with `Connection: close`."""
     metrics_flag: str | None = None
     """The engine flag its metrics page needs, when it is off by default."""
+    api: Mapping[Capability, Served] | None = field(default=None)
+    """The endpoints it serves; None: not known, every one is taken to be served at the gateway's own path."""
+
+    def capabilities(self, args: Sequence[str] = ()) -> frozenset[Capability]:
+        """What it serves when started with `args` (a Playground's `backendRuntimeConfig.args`)."""
+        if self.api is None:
+            return ALL_CAPABILITIES
+        return frozenset(cap for cap, served in self.api.items() if served.needs is None or served.needs(args))
+
+    def path_of(self, capability: Capability, requested: str) -> str:
+        """The path to send a request for `capability` to (`requested`, the gateway's path, when not known)."""
+        served = None if self.api is None else self.api.get(capability)
+        return requested if served is None else served.path
 
 
 def _json(body: bytes, what: str) -> Any:
@@ -146,6 +228,70 @@ def parse_served_adapters(body: bytes) -> ServedAdapters:
 
 NO_ADAPTER_API: Final = AdapterApi(None, None, None)
 
+
+def _llamacpp_reranking(args: Sequence[str]) -> bool:
+    """llama.cpp reranks with `--reranking` (`--rerank`), or with embeddings on and rank pooling."""
+    embeddings = has_flag(args, "--embeddings", "--embedding")
+    return has_flag(args, "--reranking", "--rerank") or (embeddings and flag_value(args, "--pooling") == "rank")
+
+
+def _llamacpp_embeddings(args: Sequence[str]) -> bool:
+    """llama.cpp embeds with `--embeddings` (`--embedding`); `--reranking` turns embeddings on too."""
+    return has_flag(args, "--embeddings", "--embedding", "--reranking", "--rerank")
+
+
+def _llamacpp_audio(args: Sequence[str]) -> bool:
+    """llama.cpp takes audio with a multimodal projector that has an audio encoder: one must be given."""
+    return has_flag(args, "--mmproj", "-mm", "--mmproj-url", "-mmu")
+
+
+_CHAT = Served("/v1/chat/completions")
+_COMPLETION = Served("/v1/completions")
+_EMBEDDING = Served("/v1/embeddings")
+_RESPONSES = Served("/v1/responses")
+_RERANK = Served("/v1/rerank")
+_SCORE = Served("/v1/score")
+_TOKENIZE = Served("/tokenize")
+_DETOKENIZE = Served("/detokenize")
+
+LLAMACPP_API: Final[Mapping[Capability, Served]] = {
+    Capability.CHAT: _CHAT,
+    Capability.COMPLETION: _COMPLETION,
+    Capability.EMBEDDING: Served("/v1/embeddings", _llamacpp_embeddings),
+    Capability.RESPONSES: _RESPONSES,
+    Capability.RERANK: Served("/v1/rerank", _llamacpp_reranking),
+    Capability.TRANSCRIPTION: Served("/v1/audio/transcriptions", _llamacpp_audio),
+    Capability.TOKENIZE: _TOKENIZE,
+    Capability.DETOKENIZE: _DETOKENIZE,
+}
+VLLM_API: Final[Mapping[Capability, Served]] = {
+    Capability.CHAT: _CHAT,
+    Capability.COMPLETION: _COMPLETION,
+    Capability.EMBEDDING: _EMBEDDING,
+    Capability.RESPONSES: _RESPONSES,
+    Capability.RERANK: _RERANK,
+    Capability.SCORE: _SCORE,
+    Capability.TRANSCRIPTION: Served("/v1/audio/transcriptions"),
+    Capability.TRANSLATION: Served("/v1/audio/translations"),
+    Capability.TOKENIZE: _TOKENIZE,
+    Capability.DETOKENIZE: _DETOKENIZE,
+}
+SGLANG_API: Final[Mapping[Capability, Served]] = {
+    Capability.CHAT: _CHAT,
+    Capability.COMPLETION: _COMPLETION,
+    Capability.EMBEDDING: _EMBEDDING,
+    Capability.RESPONSES: _RESPONSES,
+    Capability.RERANK: _RERANK,
+    Capability.SCORE: _SCORE,
+    Capability.TOKENIZE: _TOKENIZE,
+    Capability.DETOKENIZE: _DETOKENIZE,
+}
+TGI_API: Final[Mapping[Capability, Served]] = {
+    Capability.CHAT: _CHAT,
+    Capability.COMPLETION: _COMPLETION,
+    Capability.TOKENIZE: _TOKENIZE,
+}
+
 ENGINES: Final[Mapping[str, Engine]] = {
     c.LLAMACPP_BACKEND: Engine(
         c.LLAMACPP_BACKEND,
@@ -161,6 +307,7 @@ ENGINES: Final[Mapping[str, Engine]] = {
         AdapterApi(LLAMACPP_ADAPTERS_PATH, parse_lora_adapters, "lora"),
         close_after_stream=True,
         metrics_flag="--metrics",
+        api=LLAMACPP_API,
     ),
     c.VLLM_BACKEND: Engine(
         c.VLLM_BACKEND,
@@ -175,6 +322,7 @@ ENGINES: Final[Mapping[str, Engine]] = {
         PromptReuse.SHARED,
         AdapterApi(SERVED_MODELS_PATH, parse_served_adapters, None),
         close_after_stream=False,
+        api=VLLM_API,
     ),
     c.SGLANG_BACKEND: Engine(
         c.SGLANG_BACKEND,
@@ -190,6 +338,7 @@ ENGINES: Final[Mapping[str, Engine]] = {
         NO_ADAPTER_API,
         close_after_stream=False,
         metrics_flag="--enable-metrics",
+        api=SGLANG_API,
     ),
     c.TGI_BACKEND: Engine(
         c.TGI_BACKEND,
@@ -197,14 +346,15 @@ ENGINES: Final[Mapping[str, Engine]] = {
         PromptReuse.SHARED,
         NO_ADAPTER_API,
         close_after_stream=False,
+        api=TGI_API,
     ),
 }
 """BackendRuntime name -> its engine. Order matters to `recognise`: the first whose running metric a page has."""
 
 UNKNOWN: Final = Engine("", None, PromptReuse.UNKNOWN, NO_ADAPTER_API, close_after_stream=True)
 """What an engine the table does not know (or not known at all) is taken to be: no metrics, no listing, adapters
-unchanged in the body, and a streamed request on a connection of its own (closing costs a connection, reusing one
-such an engine closed would cost the request)."""
+unchanged in the body, every endpoint served at the gateway's own path, and a streamed request on a connection of its
+own (closing costs a connection, reusing one such an engine closed would cost the request)."""
 
 SCANNED: Final = frozenset(name for e in ENGINES.values() if e.metrics is not None for name in e.metrics.read)
 """Every metric name a page is scanned for."""

@@ -18,8 +18,10 @@ Rules:
   (`spec.ownedBy`, default "llmaz"; `spec.createdAt`, else the OpenModel's creationTimestamp, else 0). A
   model whose OpenModel is missing is listed too: it is routed (and answers 503 until it has endpoints). A model's
   LoRA adapters (`adapters`) follow it, each with `parent` set to the model and the model's `owned_by` and
-  `created`.
-- A Playground's engine is its `spec.backendRuntimeConfig.backendName` (the CRD's default, `vllm`, when unset).
+  `created`. Each entry also says what the gateway forwards for it (`capabilities`, in `engines.Capability` order),
+  beside OpenAI's fields, which stay as OpenAI has them.
+- A Playground's engine is its `spec.backendRuntimeConfig.backendName` (the CRD's default, `vllm`, when unset), started
+  with its `spec.backendRuntimeConfig.args`.
 """
 
 from __future__ import annotations
@@ -197,28 +199,34 @@ def _unix_time(value: Any) -> int | None:
     return None if parsed is None else int(parsed.timestamp())
 
 
-def model_card(model: str, open_model: Obj | None) -> dict[str, Any]:
-    """OpenAI's model object for `model`, from its OpenModel when there is one."""
+def model_card(model: str, open_model: Obj | None, capabilities: Iterable[str] | None = None) -> dict[str, Any]:
+    """OpenAI's model object for `model`, from its OpenModel when there is one, with its `capabilities` when given."""
     spec = _mapping((open_model or {}).get("spec"))
     meta = _mapping((open_model or {}).get("metadata"))
     created = _unix_time(spec.get("createdAt")) or _unix_time(meta.get("creationTimestamp")) or 0
     owned_by = spec.get("ownedBy")
-    return {
+    card: dict[str, Any] = {
         "id": model,
         "object": "model",
         "created": created,
         "owned_by": owned_by if isinstance(owned_by, str) and owned_by else c.DEFAULT_OWNED_BY,
     }
+    if capabilities is not None:
+        card["capabilities"] = list(capabilities)
+    return card
 
 
 def model_list(
-    models: Iterable[str], open_model: Callable[[str], Obj | None], adapters: Mapping[str, Iterable[str]] | None = None
+    models: Iterable[str],
+    open_model: Callable[[str], Obj | None],
+    adapters: Mapping[str, Iterable[str]] | None = None,
+    capabilities: Callable[[str], Iterable[str]] | None = None,
 ) -> dict[str, Any]:
     """OpenAI's list of models, sorted by id, each followed by its adapters (`adapters[model]`, listed with
-    `parent`); `open_model(name)` finds a model's OpenModel."""
+    `parent`); `open_model(name)` finds a model's OpenModel, `capabilities(name)` what the gateway forwards for it."""
     data: list[dict[str, Any]] = []
     for model in sorted(set(models)):
-        card = model_card(model, open_model(model))
+        card = model_card(model, open_model(model), None if capabilities is None else capabilities(model))
         data.append(card)
         data.extend({**card, "id": name, "parent": model} for name in (adapters or {}).get(model, ()))
     return {"object": "list", "data": data}
@@ -229,3 +237,10 @@ def backend_runtime_name(playground: Obj) -> str:
     config = _mapping(_mapping(playground.get("spec")).get("backendRuntimeConfig"))
     name = config.get("backendName")
     return name if isinstance(name, str) and name else c.DEFAULT_BACKEND_NAME
+
+
+def backend_runtime_args(playground: Obj) -> list[str]:
+    """The engine arguments a Playground adds (`spec.backendRuntimeConfig.args`; the strings among them)."""
+    config = _mapping(_mapping(playground.get("spec")).get("backendRuntimeConfig"))
+    args = config.get("args")
+    return [arg for arg in args if isinstance(arg, str)] if isinstance(args, list) else []
