@@ -143,3 +143,15 @@ def test_no_activator_slice_is_wanted_for_a_playground_whose_model_another_names
     refused = activation.desired_slice(copy, lb, [], [], 8001, routed=False)
     assert refused.slice is None
     assert "another namespace" in refused.reason
+
+
+async def test_the_owners_requests_keep_only_the_owner_awake() -> None:
+    cluster = Cluster().synced()
+    owner, copy = asleep("owner", "m", replicas=1), asleep("copy", "m", replicas=1)  # created in the same second
+    owner["metadata"]["namespace"], copy["metadata"]["namespace"] = "a", "b"  # the tie goes to a
+    cluster.playgrounds.add(owner)
+    cluster.playgrounds.add(copy)
+    scaling, api, _, _ = setup(cluster)
+    scaling.in_flight.started("m")
+    await scaling.check()
+    assert api.scaled == [("copy", 0)]
