@@ -155,3 +155,12 @@ async def test_the_owners_requests_keep_only_the_owner_awake() -> None:
     scaling.in_flight.started("m")
     await scaling.check()
     assert api.scaled == [("copy", 0)]
+
+
+def test_the_engines_of_a_copy_the_model_is_not_routed_to_are_still_read_for_their_own_activity() -> None:
+    cluster = Cluster()
+    catalog = cluster.catalog()
+    with refused_endpoint() as first, refused_endpoint() as copy:
+        two_teams(cluster, first, copy)
+        assert catalog.endpoints("m") == [first]
+        assert sorted(catalog.routed_endpoints()) == sorted([first, copy])  # what the engine signals scrape

@@ -203,6 +203,7 @@ class Catalog:
         for slices in self.slice_informers:
             slices.add_indexers({BACKEND_INDEX: routes.slice_backend_key})
         self._table: dict[str, tuple[Backend, ...]] | None = None
+        self._claimed: set[Backend] | None = None
         self._adapters: dict[str, list[Adapter]] | None = None
         self._adapter_names: dict[str, Adapter] = {}
         self._backend_models: dict[str, set[str]] | None = None
@@ -250,6 +251,7 @@ class Catalog:
 
     def invalidate(self) -> None:
         self._table = None
+        self._claimed = None
         self._adapters = None
         self._backend_models = None
 
@@ -438,8 +440,12 @@ class Catalog:
         return found
 
     def routed_endpoints(self) -> list[Endpoint]:
-        """Every ready endpoint of every served model, each once, sorted."""
-        backends = {backend for served in self._routes().values() for backend in served}
+        """Every ready endpoint of every Playground and inference Service serving a model, each once, sorted: also
+        those the model is not routed to (another namespace owns its name), whose engines' signals still say when
+        they last worked (idle detection judges such a Playground by its own engines)."""
+        if self._claimed is None:
+            self._claimed = routes.claimed_backends(self.playground_informer.store.list(), self._services.store.list())
+        backends = self._claimed
         found: set[Endpoint] = set()
         for backend in backends:
             found.update(routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)))

@@ -110,6 +110,12 @@ def route_table(
     return table
 
 
+def claimed_backends(playgrounds: Iterable[Obj], services: Iterable[Obj]) -> set[Backend]:
+    """The backends of every Playground and inference Service serving a model, whether the model is routed to them
+    or not (another namespace may own its name)."""
+    return {backend for obj in (*playgrounds, *services) if main_model(obj) and (backend := lb_backend(obj))}
+
+
 def slice_backend_key(obj: Obj) -> list[str]:
     """Index function: the "namespace/service" an EndpointSlice belongs to (none without the label)."""
     meta = _mapping(obj.get("metadata"))
