@@ -4,14 +4,18 @@ Playgrounds without the OpenModel's `llmaz.io/serve-across-namespaces: "true"` (
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from llmaz.apis import constants as c
 from llmaz.gateway.routing import routes
 from llmaz.gateway.routing.routes import Backend
 from llmaz.gateway.scaling import activation
+from llmaz.gateway.scaling.activator import Activator, ActivatorOptions, activator_controller
+from llmaz.runtime.controller import Request, Result
+from llmaz_dev.testing.runnables import stop
 
 from .support import (
+    WAIT,
     Cluster,
     endpoint_slice,
     engines,
@@ -164,3 +168,41 @@ def test_the_engines_of_a_copy_the_model_is_not_routed_to_are_still_read_for_the
         two_teams(cluster, first, copy)
         assert catalog.endpoints("m") == [first]
         assert sorted(catalog.routed_endpoints()) == sorted([first, copy])  # what the engine signals scrape
+
+
+class Keys:
+    """A reconciler that records the keys it is given."""
+
+    def __init__(self) -> None:
+        self.options = ActivatorOptions(gateway_service="llmaz-system/llmaz-gateway")
+        self.seen: list[Request] = []
+        self._arrived = asyncio.Event()
+
+    async def reconcile(self, request: Request) -> Result:
+        self.seen.append(request)
+        self._arrived.set()
+        return Result()
+
+    async def queued_again(self, key: Request) -> None:
+        """Until `key` is reconciled once more from now on."""
+        start = len(self.seen)
+        while key not in self.seen[start:]:
+            self._arrived.clear()
+            await asyncio.wait_for(self._arrived.wait(), WAIT)
+
+
+async def test_another_namespaces_claim_or_the_opt_in_queues_the_activator_for_a_playground_of_the_model() -> None:
+    cluster = Cluster().synced()
+    cluster.open_models.add(open_model("m"))
+    cluster.playgrounds.add(asleep("p", "m"))
+    catalog, keys, p = cluster.catalog(), Keys(), Request("ns", "p")
+    task = asyncio.create_task(activator_controller(cast(Activator, keys), catalog).run())
+    try:
+        await keys.queued_again(p)  # its own creation
+        # No event of p itself: whether p is routed to, and so wants a slice, changed with these.
+        cluster.playgrounds.add(playground("older", "m", namespace="a", created="2020-01-01T00:00:00Z"))
+        await keys.queued_again(p)
+        cluster.open_models.update(pooled("m"))
+        await keys.queued_again(p)
+    finally:
+        await stop(task, WAIT)
