@@ -38,6 +38,9 @@ LAST_REQUEST_TIME_ANNOTATION: Final = "llmaz.io/last-request-time"
 # weights of its scorers (`llmaz.apis.routing`).
 ROUTING_STRATEGY_ANNOTATION: Final = "llmaz.io/routing-strategy"
 ROUTING_WEIGHTS_ANNOTATION: Final = "llmaz.io/routing-weights"
+# Namespaces are tenants (docs/tenancy.md): a model name is routed to one namespace, the one that serves it first,
+# unless its (cluster-scoped) OpenModel carries this annotation set to "true".
+SERVE_ACROSS_NAMESPACES_ANNOTATION: Final = "llmaz.io/serve-across-namespaces"
 
 # Defaults of a Playground's `elasticConfig.scaleTrigger.requests` (llmaz-gateway's autoscaler; llmaz had none).
 AUTOSCALE_STABLE_WINDOW: Final = "60s"
@@ -180,6 +183,17 @@ MESSAGE_ADAPTER_UNAVAILABLE: Final = (
     "{finding}; fix or remove the adapter: a change of its source tries it again"
 )
 MESSAGE_ADAPTERS_AVAILABLE: Final = "No adapter of OpenModel {model} is left out"
+# Whether llmaz-gateway routes a Playground's model to it: `ModelRouted` is written only once another namespace
+# owned the model name, then kept up to date. Other namespaces are never named (docs/tenancy.md).
+CONDITION_MODEL_ROUTED: Final = "ModelRouted"
+REASON_MODEL_NAME_TAKEN: Final = "ModelNameTaken"
+REASON_MODEL_NAME_OWNED: Final = "ModelNameOwned"
+MESSAGE_MODEL_NAME_TAKEN: Final = (
+    "model {model} is served from another namespace, which claimed it first: llmaz-gateway sends no request for it "
+    "to this Playground; serve it under another model name, or ask a cluster administrator to annotate OpenModel "
+    '{model} with {annotation}: "true" to pool the namespaces serving it'
+)
+MESSAGE_MODEL_NAME_OWNED: Final = "llmaz-gateway routes requests for model {model} to this Playground"
 # Event reason and texts when the active flavor changes or no flavor is left.
 EVENT_FLAVOR_FALLBACK: Final = "FlavorFallback"
 EVENT_FLAVOR_RETURN: Final = "FlavorReturn"

@@ -5,14 +5,20 @@
   first of that order. A Playground's `spec.modelClaim` is one main model and wins over `spec.modelClaims`.
 - The engines of an inference Service (a Playground's is named after it) are behind the core Service
   `<name>-lb`, which the Service controller makes and the gateway routes to.
+- Tenancy: a model name is routed to the claimants (Playgrounds and inference Services whose main model it is) of
+  one namespace, the one that claimed it first (`owning_namespace`), unless its OpenModel opts in to pooling every
+  namespace (`serves_across_namespaces`). The controllers tell the other claimants (`model_name_taken`); the
+  gateway routes by the same rule (`routed_namespaces`). See docs/tenancy.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 from llmaz.apis import constants as c
+from llmaz.runtime.timestamp import parse_timestamp
 
 LB_SERVICE_SUFFIX: Final = "-lb"
 
@@ -84,3 +90,52 @@ def main_model(obj: Mapping[str, Any]) -> str | None:
     ordered = main_first(claims, _role)
     name = ordered[0].get("name") if ordered else None
     return name if isinstance(name, str) and name else None
+
+
+# Tenancy (docs/tenancy.md): namespaces are tenants, and a model name is routed to one of them.
+
+
+def serves_across_namespaces(open_model: Mapping[str, Any] | None) -> bool:
+    """Whether a model's OpenModel (None: there is none) opts in to pooling every namespace that serves it: the
+    annotation `llmaz.io/serve-across-namespaces` is exactly "true". OpenModels are cluster-scoped, so only who
+    may write cluster-scoped objects (a cluster administrator) can set it."""
+    annotations = _mapping(_mapping((open_model or {}).get("metadata")).get("annotations"))
+    return annotations.get(c.SERVE_ACROSS_NAMESPACES_ANNOTATION) == "true"
+
+
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
+def _claim_order(obj: Mapping[str, Any]) -> tuple[datetime, str]:
+    meta = _mapping(obj.get("metadata"))
+    created = parse_timestamp(meta.get("creationTimestamp"))
+    return (created if created is not None else _NEVER), str(meta.get("namespace") or "")
+
+
+def owning_namespace(claimants: Iterable[Mapping[str, Any]]) -> str | None:
+    """The namespace that owns a model name, among the Playgrounds and inference Services whose main model it is
+    (stored objects, plain dicts): the namespace of the one created first (the oldest `creationTimestamp`; an
+    object without one counts as the newest), ties going to the namespace first by name. None without claimants.
+
+    Every claimant of the owning namespace is routed, however young. When the oldest claimant goes, the name
+    passes to the namespace of the oldest one left (which may be another namespace)."""
+    namespaced = [obj for obj in claimants if _mapping(obj.get("metadata")).get("namespace")]
+    return _claim_order(min(namespaced, key=_claim_order))[1] if namespaced else None
+
+
+def routed_namespaces(claimants: Iterable[Mapping[str, Any]], open_model: Mapping[str, Any] | None) -> set[str]:
+    """The namespaces whose claimants of one model llmaz-gateway routes to: the owning namespace alone, or every
+    claimant's with the OpenModel's opt-in (`serves_across_namespaces`)."""
+    listed = list(claimants)
+    if serves_across_namespaces(open_model):
+        return {str(_mapping(obj.get("metadata")).get("namespace") or "") for obj in listed} - {""}
+    owner = owning_namespace(listed)
+    return {owner} if owner is not None else set()
+
+
+def model_name_taken(
+    namespace: str, claimants: Iterable[Mapping[str, Any]], open_model: Mapping[str, Any] | None
+) -> bool:
+    """Whether a claimant in `namespace` gets no request for its model because another namespace owns the name
+    (`claimants`: every claimant of the model, its own included)."""
+    return namespace not in routed_namespaces(claimants, open_model)

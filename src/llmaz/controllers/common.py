@@ -30,7 +30,7 @@ from llmaz.runtime.client import Client, NotFound
 from llmaz.runtime.client.applycheck import apply_is_noop
 from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result, TerminalError
-from llmaz.runtime.events import WARNING, EventRecorder
+from llmaz.runtime.events import NORMAL, WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.resource import Resource
 
@@ -167,6 +167,20 @@ def record_left_out_adapters(events: EventRecorder, live: Obj, status: dict[str,
     after = find_condition(status.get("conditions"), c.CONDITION_ADAPTERS_READY) or {}
     if after.get("status") == "False" and after.get("message") != before.get("message"):
         events.event(live, WARNING, c.REASON_ADAPTER_UNAVAILABLE, str(after.get("message") or ""))
+
+
+def record_model_routing(events: EventRecorder, live: Obj, status: dict[str, Any]) -> None:
+    """A Warning Event `ModelNameTaken` when `status` says another namespace owns the model name and `live`'s status
+    did not (or said it of another model); a Normal Event `ModelNameOwned` when that ends.
+
+    Call it after `status` was written, as `record_new_finding`."""
+    before = find_condition((live.get("status") or {}).get("conditions"), c.CONDITION_MODEL_ROUTED) or {}
+    after = find_condition(status.get("conditions"), c.CONDITION_MODEL_ROUTED) or {}
+    message = str(after.get("message") or "")
+    if after.get("status") == "False" and (before.get("status") != "False" or before.get("message") != message):
+        events.event(live, WARNING, c.REASON_MODEL_NAME_TAKEN, message)
+    elif after.get("status") == "True" and before.get("status") == "False":
+        events.event(live, NORMAL, c.REASON_MODEL_NAME_OWNED, message)
 
 
 def deleted_meanwhile(err: NotFound, resource: Resource, request: Request) -> bool:

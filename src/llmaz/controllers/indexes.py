@@ -7,6 +7,10 @@ error backoff, and it did not watch BackendRuntimes at all.
 Model pods are cached only when they carry both the LeaderWorkerSet name label (set by the LWS controller) and
 `llmaz.io/model-name` (set on every pod template by the Service builder), so the manager never holds other
 pods. A pod belongs to the inference Service named like its LeaderWorkerSet, in its namespace.
+
+Playgrounds and inference Services are also indexed by the main model they serve (`SERVED_MODEL`): which namespace
+a model name is routed to depends on every claimant of it (`llmaz.apis.serving.owning_namespace`), so a claimant's
+creation, deletion or change of model wakes the Playgrounds claiming that model (`claimants_of`).
 """
 
 from __future__ import annotations
@@ -17,15 +21,18 @@ from pydantic import ValidationError
 
 from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
+from llmaz.apis.serving import main_model, serves_across_namespaces
 from llmaz.controllers.builders import backend_name, diagnose_pod, playground_model_refs, service_model_refs
 from llmaz.controllers.common import ParsedByVersion, controller_uid
-from llmaz.runtime.cache import Obj, Store
+from llmaz.runtime.cache import Informer, Obj, Store
 from llmaz.runtime.controller import Predicate, Request
 
 PLAYGROUND_MODELS = "llmaz.io/playground-models"
 PLAYGROUND_BACKEND = "llmaz.io/playground-backend"
 SERVICE_MODELS = "llmaz.io/service-models"
 POD_SERVICE = "llmaz.io/pod-service"
+# The main model a Playground or inference Service serves (the name llmaz-gateway routes by), on both caches.
+SERVED_MODEL = "llmaz.io/served-model"
 MODEL_POD_SELECTOR = f"{c.LWS_NAME_LABEL},{c.MODEL_NAME_LABEL}"
 
 
@@ -131,3 +138,36 @@ def controller_changed() -> Predicate:
 def _request(obj: Obj) -> Request:
     meta = obj.get("metadata") or {}
     return Request(meta.get("namespace") or "", meta.get("name") or "")
+
+
+def served_model(obj: Obj) -> list[str]:
+    """The main model a Playground or inference Service serves (none when it claims none)."""
+    model = main_model(obj)
+    return [model] if model else []
+
+
+def add_serving_indexes(playgrounds: Informer, services: Informer) -> None:
+    """Index both caches by the model they serve (`SERVED_MODEL`), before the informers start."""
+    playgrounds.add_indexers({SERVED_MODEL: served_model})
+    services.add_indexers({SERVED_MODEL: served_model})
+
+
+def claimants_of(playgrounds: Store) -> Callable[[Obj], list[Request]]:
+    """A mapper: the Playgrounds whose main model is the one the changed Playground or inference Service serves
+    (called with the old and the new object of an update, so both models' claimants are woken)."""
+
+    def map_claimants(obj: Obj) -> list[Request]:
+        models = served_model(obj)
+        return [_request(claimant) for model in models for claimant in playgrounds.by_index(SERVED_MODEL, model)]
+
+    return map_claimants
+
+
+def claims_changed() -> Predicate:
+    """Pass creations, deletions, and updates that change the model an object serves (whose claimants it concerns)."""
+    return Predicate(update=lambda old, new: served_model(old) != served_model(new))
+
+
+def serving_opt_in_changed() -> Predicate:
+    """Pass OpenModel updates that change its opt-in to serving across namespaces (`serves_across_namespaces`)."""
+    return Predicate(update=lambda old, new: serves_across_namespaces(old) != serves_across_namespaces(new))

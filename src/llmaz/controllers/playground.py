@@ -18,7 +18,11 @@ One reconcile (llmaz's algorithm, with its defects fixed):
    has), so the Service controller has no name to persist with a second write. An `Applied` Event marks the
    Service's creation; updates are seen in the Service itself, and N Playgrounds changed cost no N Events.
 7. Compute the status from the Service as it now is (including why its pods are not ready, mirrored from the
-   Service's `Progressing` message) and write it when it changed; a new finding is also a Warning Event.
+   Service's `Progressing` message), and whether llmaz-gateway routes the Playground's model to it
+   (`ModelRouted=False`/`ModelNameTaken` while another namespace owns the model name, by the rule the gateway
+   routes by: `llmaz.apis.serving.model_name_taken` over every Playground and inference Service serving the model,
+   found through the `SERVED_MODEL` index), and write it when it changed; a new finding, and a model name newly
+   taken, are also Warning Events.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import contextlib
 from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
 from llmaz.apis import resources as r
+from llmaz.apis.serving import main_model, model_name_taken
 from llmaz.apis.validation import FieldError, validate_playground
+from llmaz.controllers import indexes as ix
 from llmaz.controllers.builders import (
     BackendRuntimeNotFoundError,
     BuildError,
@@ -43,6 +49,7 @@ from llmaz.controllers.builders import (
     service_scheduler_name,
 )
 from llmaz.controllers.builders.adapters import left_out_adapters
+from llmaz.controllers.builders.status import with_model_routing
 from llmaz.controllers.common import (
     ParentReconciler,
     apply_if_changed,
@@ -51,6 +58,7 @@ from llmaz.controllers.common import (
     live_child,
     parse_backend_runtime,
     record_left_out_adapters,
+    record_model_routing,
     record_new_finding,
     write_status_if_changed,
 )
@@ -113,11 +121,21 @@ class PlaygroundReconciler(ParentReconciler[Playground]):
         if written and created:
             self._events.event(obj, "Normal", "Applied", f"Applied inference Service {request.key}")
         await self._reconcile_hpa(request, playground, desired_hpa, live_hpa)
-        status = playground_status(playground, Service.from_dict(service), self._clock.wall())
+        now = self._clock.wall()
+        status = playground_status(playground, Service.from_dict(service), now)
+        model = main_model(obj)
+        if model is not None:
+            with_model_routing(playground, status, model, self._model_name_taken(request.namespace, model), now)
         if await write_status_if_changed(self._client, r.PLAYGROUNDS, obj, status):
             record_new_finding(self._events, obj, status)
             record_left_out_adapters(self._events, obj, status)
+            record_model_routing(self._events, obj, status)
         return Result()
+
+    def _model_name_taken(self, namespace: str, model: str) -> bool:
+        """Whether another namespace owns `model`'s name, so that llmaz-gateway routes none of its requests here."""
+        claimants = [*self._parents.by_index(ix.SERVED_MODEL, model), *self._services.by_index(ix.SERVED_MODEL, model)]
+        return model_name_taken(namespace, claimants, self._models.get(model))
 
     def _desired(self, playground: Playground, live_service: Obj | None) -> tuple[Obj, Obj | None]:
         models = fetch_models(self._models, playground_model_refs(playground))

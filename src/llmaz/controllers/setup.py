@@ -2,8 +2,10 @@
 
 Watches (each change wakes only the objects it concerns, with their namespace):
 - Playground <- Playground; the inference Service and the HPA named like it (creation, deletion, spec or
-  controller changes, and the Service's status); OpenModels it claims and the BackendRuntime it names (through
-  cache indexes).
+  controller changes, and the Service's status); OpenModels it claims (spec changes, and changes of their opt-in
+  to serving across namespaces) and the BackendRuntime it names (through cache indexes); every other Playground
+  and inference Service serving its model (creation, deletion, change of model: which namespace the model is
+  routed to follows them).
 - Service <- Service; the LeaderWorkerSet and `-lb` Service named like it (status, spec or controller changes);
   OpenModels it claims; the global ConfigMap (every Service, since the settings shape them all); its
   LeaderWorkerSet's pods (only llmaz model pods are cached, by label selector; only changes of why a pod is not
@@ -86,6 +88,7 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
     services = informers.informer_for(r.INFERENCE_SERVICES)
     playgrounds.add_indexers({ix.PLAYGROUND_MODELS: ix.playground_models, ix.PLAYGROUND_BACKEND: ix.playground_backend})
     services.add_indexers({ix.SERVICE_MODELS: ix.service_models})
+    ix.add_serving_indexes(playgrounds, services)
     pod_scope = Scope(label_selector=ix.MODEL_POD_SELECTOR)
     informers.informer_for(r.PODS, label_selector=pod_scope.label_selector).add_indexers(
         {ix.POD_SERVICE: ix.pod_service}
@@ -123,8 +126,15 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
             .for_(r.PLAYGROUNDS)
             .watches(r.HORIZONTAL_POD_AUTOSCALERS, ix.owner_named_like(playgrounds.store), predicates=[CHILD_SPEC])
             .watches(r.INFERENCE_SERVICES, ix.owner_named_like(playgrounds.store), predicates=[CHILD_SPEC_OR_STATUS])
-            .watches(r.OPEN_MODELS, ix.users_of(playgrounds.store, ix.PLAYGROUND_MODELS), predicates=[SPEC])
-            .watches(r.BACKEND_RUNTIMES, ix.users_of(playgrounds.store, ix.PLAYGROUND_BACKEND), predicates=[SPEC]),
+            .watches(
+                r.OPEN_MODELS,
+                ix.users_of(playgrounds.store, ix.PLAYGROUND_MODELS),
+                predicates=[p.or_(SPEC, ix.serving_opt_in_changed())],
+            )
+            .watches(r.BACKEND_RUNTIMES, ix.users_of(playgrounds.store, ix.PLAYGROUND_BACKEND), predicates=[SPEC])
+            # Which namespace a model is routed to follows every claimant of it (`ModelRouted`).
+            .watches(r.PLAYGROUNDS, ix.claimants_of(playgrounds.store), predicates=[ix.claims_changed()])
+            .watches(r.INFERENCE_SERVICES, ix.claimants_of(playgrounds.store), predicates=[ix.claims_changed()]),
             PlaygroundReconciler,
             "playground-controller",
         ),

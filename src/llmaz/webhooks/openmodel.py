@@ -1,5 +1,6 @@
 """OpenModel admission: the family-name label and createdAt defaults, the validation rules
-(`llmaz.apis.validation.openmodel`: llmaz's source rules and the adapters'), and warnings."""
+(`llmaz.apis.validation.openmodel`: llmaz's source rules and the adapters'), the opt-in to serving across
+namespaces (`validate_openmodel_annotations`), and warnings."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from typing import Any, Final
 
 from llmaz.apis import OpenModel
 from llmaz.apis import constants as c
+from llmaz.apis.validation.field import FieldError, invalid
 from llmaz.apis.validation.names import label_value_messages
 from llmaz.apis.validation.openmodel import validate_openmodel as validate_openmodel
 
+SERVE_ACROSS_NAMESPACES_RULE: Final = (
+    'must be "true" (llmaz-gateway pools every namespace serving the model) or "false" (the namespace that serves it '
+    "first owns its name, the default)"
+)
 HUB_AND_URI_WARNING: Final = "spec.source: both modelHub and uri are set; modelHub is used and uri is ignored"
 
 
@@ -96,3 +102,20 @@ def openmodel_warnings(model: OpenModel) -> list[str]:
     source = model.spec.source
     both = [HUB_AND_URI_WARNING] if source.model_hub is not None and source.uri is not None else []
     return both + flavor_warnings(model)
+
+
+def validate_openmodel_annotations(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    """`llmaz.io/serve-across-namespaces`, when set, must be "true" or "false": any other value pools nothing,
+    which is refused rather than silently meaning "false". On UPDATE (`old` given) only a changed value is checked,
+    so an OpenModel stored with a bad value before this check can still be updated."""
+    key = c.SERVE_ACROSS_NAMESPACES_ANNOTATION
+    value = _annotations(obj).get(key)
+    if value is None or value in ("true", "false") or (old is not None and _annotations(old).get(key) == value):
+        return []
+    return [invalid(f"metadata.annotations[{key}]", value, SERVE_ACROSS_NAMESPACES_RULE)]
+
+
+def _annotations(obj: dict[str, Any] | None) -> dict[str, Any]:
+    meta = (obj or {}).get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations if isinstance(annotations, dict) else {}

@@ -39,7 +39,12 @@ from llmaz.runtime.webhook import (
 )
 from llmaz.webhooks.backendruntime import validate_backendruntime
 from llmaz.webhooks.lookup import ReferenceLookup
-from llmaz.webhooks.openmodel import default_openmodel, openmodel_warnings, validate_openmodel
+from llmaz.webhooks.openmodel import (
+    default_openmodel,
+    openmodel_warnings,
+    validate_openmodel,
+    validate_openmodel_annotations,
+)
 from llmaz.webhooks.playground import default_playground, playground_warnings, validate_playground_annotations
 from llmaz.webhooks.service import service_warnings
 
@@ -81,7 +86,7 @@ KINDS: Final = (
               lambda obj, _: validate_backendruntime(obj), _no_warnings),
     KindRules("OpenModel", c.CORE_GROUP, "openmodels", OpenModel,
               lambda obj, old, now: default_openmodel(obj, now, old),
-              validate_openmodel, lambda obj, _: openmodel_warnings(obj)),
+              validate_openmodel, lambda obj, _: openmodel_warnings(obj), validate_openmodel_annotations),
     KindRules("Playground", c.INFERENCE_GROUP, "playgrounds", Playground,
               lambda obj, _, __: default_playground(obj), validate_playground, playground_warnings,
               validate_playground_annotations),

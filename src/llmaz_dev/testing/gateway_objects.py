@@ -17,22 +17,30 @@ def open_model(name: str, **spec: Any) -> Obj:
     }
 
 
-def playground(name: str, model: str, namespace: str = NAMESPACE) -> Obj:
+def _metadata(name: str, namespace: str, created: str | None) -> Obj:
+    meta: Obj = {"name": name, "namespace": namespace}
+    if created is not None:
+        meta["creationTimestamp"] = created
+    return meta
+
+
+def playground(name: str, model: str, namespace: str = NAMESPACE, created: str | None = None) -> Obj:
+    """A Playground serving `model`; `created` is its creationTimestamp (none: tenancy counts it as the newest)."""
     return {
         "apiVersion": "inference.llmaz.io/v1alpha1",
         "kind": "Playground",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": _metadata(name, namespace, created),
         "spec": {"modelClaim": {"modelName": model}},
     }
 
 
-def inference_service(name: str, *models: str, namespace: str = NAMESPACE) -> Obj:
+def inference_service(name: str, *models: str, namespace: str = NAMESPACE, created: str | None = None) -> Obj:
     """An inference Service claiming `models`: the first is the main one, any other a draft (as admission requires)."""
     claims = [{"name": m} if i == 0 else {"name": m, "role": "draft"} for i, m in enumerate(models)]
     return {
         "apiVersion": "inference.llmaz.io/v1alpha1",
         "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": _metadata(name, namespace, created),
         "spec": {"modelClaims": {"models": claims}, "workloadTemplate": {}},
     }
 

@@ -133,6 +133,7 @@ class Harness:
         self.source.informer_for(r.BACKEND_RUNTIMES).add(_backend())
         pods = self.source.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR)
         pods.add_indexers({ix.POD_SERVICE: ix.pod_service})
+        ix.add_serving_indexes(self.source.informer_for(r.PLAYGROUNDS), self.source.informer_for(r.INFERENCE_SERVICES))
 
     def add(self, resource: Resource, obj: dict[str, Any]) -> None:
         self.source.informer_for(resource).add(obj)

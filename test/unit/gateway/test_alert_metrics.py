@@ -75,7 +75,9 @@ def test_each_served_model_reports_its_ready_endpoints_and_the_replicas_asked_fo
     assert (sample("ready_endpoints", "starting"), sample("desired_replicas", "starting")) == (1, 2)
     assert (sample("ready_endpoints", "sleeper"), sample("desired_replicas", "sleeper")) == (0, 0)
     assert (sample("ready_endpoints", "unclaimed"), sample("desired_replicas", "unclaimed")) == (0, 1)
-    cluster.playgrounds.add(with_replicas(playground("q", "starting", namespace="other"), 3))  # pooled: 2 + 3
+    cluster.playgrounds.add(with_replicas(playground("q", "starting"), 3))  # pooled in its namespace: 2 + 3
+    assert sample("desired_replicas", "starting") == 5
+    cluster.playgrounds.add(with_replicas(playground("r", "starting", namespace="other"), 4))  # not routed to
     assert sample("desired_replicas", "starting") == 5
     cluster.services.delete(inference_service("bare", "unclaimed"))
     assert sample("desired_replicas", "unclaimed") is None

@@ -14,11 +14,11 @@ from .support import endpoint_slice, inference_service, open_model, playground
 
 def test_a_playground_and_the_service_it_owns_are_one_backend_and_other_servers_of_a_model_add_theirs() -> None:
     table = routes.route_table(
-        [playground("p", "m"), playground("q", "m", namespace="other"), playground("r", "n")],
+        [playground("p", "m"), playground("q", "m"), playground("r", "n")],
         [inference_service("p", "m"), inference_service("s", "m", "draft"), inference_service("empty")],
     )
     assert table == {
-        "m": (Backend("ns", "p-lb"), Backend("ns", "s-lb"), Backend("other", "q-lb")),
+        "m": (Backend("ns", "p-lb"), Backend("ns", "q-lb"), Backend("ns", "s-lb")),
         "n": (Backend("ns", "r-lb"),),
     }
 

@@ -256,3 +256,25 @@ async def test_valid_routing_annotations_are_allowed_and_every_bad_one_is_named(
     assert not response.allowed
     assert "metadata.annotations[llmaz.io/routing-strategy]" in response.message
     assert "metadata.annotations[llmaz.io/routing-weights]" in response.message
+
+
+def pooled(value: str) -> dict[str, Any]:
+    found: dict[str, Any] = copy.deepcopy(OPENMODEL)
+    found.setdefault("metadata", {})["annotations"] = {"llmaz.io/serve-across-namespaces": value}
+    return found
+
+
+@pytest.mark.parametrize("value", ["True", "yes", "1", ""])
+async def test_a_serve_across_namespaces_other_than_true_or_false_is_denied_naming_the_annotation(value: str) -> None:
+    response = await call("vopenmodel.kb.io", request("OpenModel", pooled(value)))
+    assert (response.allowed, response.code) == (False, 403)
+    assert response.message == (
+        f'metadata.annotations[llmaz.io/serve-across-namespaces]: Invalid value: "{value}": must be "true" '
+        '(llmaz-gateway pools every namespace serving the model) or "false" (the namespace that serves it first owns '
+        "its name, the default)"
+    )
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+async def test_serve_across_namespaces_true_or_false_is_allowed(value: str) -> None:
+    assert (await call("vopenmodel.kb.io", request("OpenModel", pooled(value)))).allowed

@@ -225,3 +225,17 @@ def _mirror_adapters(status: dict[str, Any], service: Service | None, now: datet
     if observed is not None:
         state, reason, message = (str(observed.get(key) or "") for key in ("status", "reason", "message"))
         set_condition(status, c.CONDITION_ADAPTERS_READY, state, reason, message, now, generation)
+
+
+def with_model_routing(playground: Playground, status: dict[str, Any], model: str, taken: bool, now: datetime) -> None:
+    """Record in `status` (mutated) whether llmaz-gateway routes the Playground's main `model` to it: `ModelRouted`
+    is False (`ModelNameTaken`) while another namespace owns the model name (`taken`), written only once that
+    happened, then kept up to date (True, `ModelNameOwned`). The message never names the other namespace."""
+    generation = playground.metadata.generation
+    routed = c.CONDITION_MODEL_ROUTED
+    if taken:
+        message = c.MESSAGE_MODEL_NAME_TAKEN.format(model=model, annotation=c.SERVE_ACROSS_NAMESPACES_ANNOTATION)
+        set_condition(status, routed, FALSE, c.REASON_MODEL_NAME_TAKEN, message, now, generation)
+    elif find_condition(status.get("conditions"), routed) is not None:
+        message = c.MESSAGE_MODEL_NAME_OWNED.format(model=model)
+        set_condition(status, routed, TRUE, c.REASON_MODEL_NAME_OWNED, message, now, generation)

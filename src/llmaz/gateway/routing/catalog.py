@@ -12,7 +12,10 @@ slices, so they carry `app.kubernetes.io/managed-by: llmaz` too), the activator'
 
 Invariants:
 - The model -> backends table is rebuilt from the caches on the first lookup after any Playground or Service
-  event, so it is never staler than the caches; endpoints are read from the slice cache on every lookup.
+  event, and after an OpenModel's creation, deletion or change of `llmaz.io/serve-across-namespaces`, so it is
+  never staler than the caches; endpoints are read from the slice cache on every lookup.
+- A model is routed only to the backends of the namespaces tenancy allows (`routes.route_table`): every answer
+  below, `playgrounds_serving` (what scale from zero wakes) included, sees only those.
 - Reads never await, so a lookup sees one consistent state of every cache.
 - `await_endpoints(model, deadline, select)` re-reads a model's endpoints on each event of that model: a Playground
   or inference Service serving it (before or after the event), an EndpointSlice or core Service of one of its
@@ -22,7 +25,8 @@ Invariants:
   woken by every event of the cluster.
 - The adapter table (adapter name -> its base model, `adapters`) is rebuilt with the model table, and on any
   OpenModel event that changes a model's adapters.
-- The informers are public (`playground_informer`, `core_service_informer`, `slice_informers`): the scaling
+- The informers are public (`playground_informer`, `core_service_informer`, `slice_informers`,
+  `open_model_informer`): the scaling
   controllers watch the very caches routing reads.
 """
 
@@ -35,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from llmaz.apis import constants as c
 from llmaz.apis.resources import ENDPOINT_SLICES, INFERENCE_SERVICES, OPEN_MODELS, PLAYGROUNDS
 from llmaz.apis.resources import SERVICES as CORE_SERVICES
-from llmaz.apis.serving import LB_SERVICE_SUFFIX, main_model
+from llmaz.apis.serving import LB_SERVICE_SUFFIX, main_model, serves_across_namespaces
 from llmaz.gateway.routing import engines, routes
 from llmaz.gateway.routing.adapters import Adapter, adapter_table
 from llmaz.gateway.routing.routes import Backend, Endpoint
@@ -101,12 +105,29 @@ def _adapters_spec(obj: Obj) -> object:
     return (obj.get("spec") or {}).get("adapters")
 
 
-class _InvalidateAdapters(_Invalidate):
-    """An OpenModel event handler: the adapter table is stale when a model's adapters change."""
+class _InvalidateModels(_Invalidate):
+    """An OpenModel event handler: the adapter table is stale when a model's adapters change, and the route table
+    when its opt-in to serving across namespaces does (which also wakes the requests held on it)."""
+
+    def on_add(self, obj: Obj, is_initial_list: bool) -> None:
+        self._catalog.invalidate()
+        self._catalog.notify(_named(obj))
 
     def on_update(self, old: Obj, new: Obj) -> None:
-        if _adapters_spec(old) != _adapters_spec(new):
+        if serves_across_namespaces(old) != serves_across_namespaces(new):
             self._catalog.invalidate()
+            self._catalog.notify(_named(new))
+        elif _adapters_spec(old) != _adapters_spec(new):
+            self._catalog.invalidate()
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self._catalog.invalidate()
+        self._catalog.notify(_named(_object(obj)))
+
+
+def _named(obj: Obj) -> list[str]:
+    name = (obj.get("metadata") or {}).get("name")
+    return [name] if isinstance(name, str) and name else []
 
 
 def _object(obj: Obj | DeletedFinalStateUnknown) -> Obj:
@@ -177,17 +198,19 @@ class Catalog:
         )
         self._services = services
         self._open_models = open_models
+        self.open_model_informer = open_models
         playgrounds.add_indexers({MODEL_INDEX: _model_index})
         for slices in self.slice_informers:
             slices.add_indexers({BACKEND_INDEX: routes.slice_backend_key})
         self._table: dict[str, tuple[Backend, ...]] | None = None
+        self._claimed: set[Backend] | None = None
         self._adapters: dict[str, list[Adapter]] | None = None
         self._adapter_names: dict[str, Adapter] = {}
         self._backend_models: dict[str, set[str]] | None = None
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         for informer in (playgrounds, services):
             informer.add_event_handler(_Invalidate(self))
-        open_models.add_event_handler(_InvalidateAdapters(self))
+        open_models.add_event_handler(_InvalidateModels(self))
         # After the invalidation above, so that a backend's models are read from the new table.
         for informer in (playgrounds, services):
             informer.add_event_handler(_NotifyServing(self))
@@ -228,6 +251,7 @@ class Catalog:
 
     def invalidate(self) -> None:
         self._table = None
+        self._claimed = None
         self._adapters = None
         self._backend_models = None
 
@@ -296,8 +320,21 @@ class Catalog:
         return self.playground_informer.store.get(f"{namespace}/{name}")
 
     def playgrounds_serving(self, model: str) -> list[Obj]:
-        """The Playgrounds whose main model is `model`."""
+        """The Playgrounds `model` is routed to: whose main model it is, in the namespaces tenancy routes it to
+        (a Playground in another namespace never gets its requests, and is never woken for them)."""
+        routed = set(self._routes().get(model, ()))
+        return [
+            pg for pg in self.playground_informer.store.by_index(MODEL_INDEX, model) if routes.lb_backend(pg) in routed
+        ]
+
+    def playgrounds_claiming(self, model: str) -> list[Obj]:
+        """Every Playground whose main model is `model`, routed to or not (whose routing one's change may change)."""
         return self.playground_informer.store.by_index(MODEL_INDEX, model)
+
+    def routed(self, playground: Obj) -> bool:
+        """Whether requests for the Playground's main model may go to it (see `playgrounds_serving`)."""
+        model = main_model(playground)
+        return model is not None and routes.lb_backend(playground) in self._routes().get(model, ())
 
     def core_service(self, namespace: str, name: str) -> Obj | None:
         """A core Service the manager made (compacted: ports and IP families), or None."""
@@ -321,7 +358,9 @@ class Catalog:
 
     def _routes(self) -> dict[str, tuple[Backend, ...]]:
         if self._table is None:
-            self._table = routes.route_table(self.playground_informer.store.list(), self._services.store.list())
+            self._table = routes.route_table(
+                self.playground_informer.store.list(), self._services.store.list(), self._open_models.store.get
+            )
         return self._table
 
     def _adapter_table(self) -> dict[str, list[Adapter]]:
@@ -430,8 +469,12 @@ class Catalog:
         return found
 
     def routed_endpoints(self) -> list[Endpoint]:
-        """Every ready endpoint of every served model, each once, sorted."""
-        backends = {backend for served in self._routes().values() for backend in served}
+        """Every ready endpoint of every Playground and inference Service serving a model, each once, sorted: also
+        those the model is not routed to (another namespace owns its name), whose engines' signals still say when
+        they last worked (idle detection judges such a Playground by its own engines)."""
+        if self._claimed is None:
+            self._claimed = routes.claimed_backends(self.playground_informer.store.list(), self._services.store.list())
+        backends = self._claimed
         found: set[Endpoint] = set()
         for backend in backends:
             found.update(routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)))

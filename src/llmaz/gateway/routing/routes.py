@@ -6,8 +6,12 @@ Rules:
 - A Playground serves its main model (`llmaz.apis.serving.main_model`, by role, as the controllers pick it). It
   owns an inference Service of its own name, so its backend is the core Service `<name>-lb` beside it.
 - An inference Service serves its main model the same way, behind `<name>-lb`.
-- A Playground and the Service it owns name the same backend, which is counted once. Several backends may
-  serve one model (several Playgrounds, or several namespaces): a request may go to any of their endpoints.
+- A Playground and the Service it owns name the same backend, which is counted once. Several backends of one
+  namespace may serve one model (several Playgrounds): a request may go to any of their endpoints.
+- Namespaces are tenants (`llmaz.apis.serving.routed_namespaces`, docs/tenancy.md): a model is routed only to the
+  backends of the namespace that claimed it first, unless its OpenModel carries
+  `llmaz.io/serve-across-namespaces: "true"`; then to every namespace's. Claimants in other namespaces get no
+  request, and the Playground controller tells them so in their `ModelRouted` condition.
 - An endpoint is ready when it has an address, `conditions.ready` is not false and `conditions.terminating` is
   not true. An absent `ready` means "unknown", which the EndpointSlice API asks consumers to treat as ready
   (the EndpointSlice controller always sets it). Its port is the slice's TCP port named `http` (the `-lb`
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmaz.apis import constants as c
-from llmaz.apis.serving import LB_SERVICE_SUFFIX, lb_service_name, main_model
+from llmaz.apis.serving import LB_SERVICE_SUFFIX, lb_service_name, main_model, routed_namespaces
 from llmaz.runtime.timestamp import parse_timestamp
 
 Obj = dict[str, Any]
@@ -90,15 +94,28 @@ def lb_backend(obj: Obj) -> Backend | None:
     return Backend(namespace, lb_service_name(name)) if namespace and name else None
 
 
-def route_table(playgrounds: Iterable[Obj], services: Iterable[Obj]) -> dict[str, tuple[Backend, ...]]:
-    """model name -> its backends (sorted, each once)."""
-    found: dict[str, set[Backend]] = {}
+def route_table(
+    playgrounds: Iterable[Obj], services: Iterable[Obj], open_model: Callable[[str], Obj | None] = lambda _: None
+) -> dict[str, tuple[Backend, ...]]:
+    """model name -> the backends it is routed to (sorted, each once): those of the namespaces the tenancy rule
+    routes it to (`open_model(name)` finds a model's OpenModel, which may opt in to every namespace)."""
+    claimants: dict[str, list[Obj]] = {}
     for obj in (*playgrounds, *services):
         model = main_model(obj)
-        backend = lb_backend(obj)
-        if model is not None and backend is not None:
-            found.setdefault(model, set()).add(backend)
-    return {model: tuple(sorted(backends)) for model, backends in found.items()}
+        if model is not None and lb_backend(obj) is not None:
+            claimants.setdefault(model, []).append(obj)
+    table: dict[str, tuple[Backend, ...]] = {}
+    for model, claiming in claimants.items():
+        routed = routed_namespaces(claiming, open_model(model))
+        backends = {backend for obj in claiming if (backend := lb_backend(obj)) and backend.namespace in routed}
+        table[model] = tuple(sorted(backends))
+    return table
+
+
+def claimed_backends(playgrounds: Iterable[Obj], services: Iterable[Obj]) -> set[Backend]:
+    """The backends of every Playground and inference Service serving a model, whether the model is routed to them
+    or not (another namespace may own its name)."""
+    return {backend for obj in (*playgrounds, *services) if main_model(obj) and (backend := lb_backend(obj))}
 
 
 def slice_backend_key(obj: Obj) -> list[str]:

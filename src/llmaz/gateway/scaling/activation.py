@@ -6,11 +6,12 @@ adds a slice of its own to that Service (`activator` writes it): the ready gatew
 so kube-proxy sends the direct client to a gateway, which wakes the model and forwards the request.
 
 Rules (each a test in test_activation.py):
-- A slice is wanted only for a Playground that opted in with a valid `llmaz.io/scale-to-zero-after`, serves a
-  model, has a uid (the slice is owned by it, so garbage collection removes both together), whose `-lb` Service
-  exists with a usable TCP port, and which has no ready endpoint of its own (ready as routing counts it: not
-  `ready: false`, not terminating; slices labelled as the activator's never count) - and only when the
-  activator is enabled (a port other than 0).
+- A slice is wanted only for a Playground that opted in with a valid `llmaz.io/scale-to-zero-after`, serves a model
+  that is routed to it (not one another namespace owns: the gateway would send the held request to that namespace's
+  engines, and never wake this Playground), has a uid (the slice is owned by it, so garbage collection removes both
+  together), whose `-lb` Service exists with a usable TCP port, and which has no ready endpoint of its own (ready as
+  routing counts it: not `ready: false`, not terminating; slices labelled as the activator's never count) - and only
+  when the activator is enabled (a port other than 0).
 - The slice is named `<name>-lb-activator`, labelled `kubernetes.io/service-name: <name>-lb` (kube-proxy uses it
   for that Service) and `endpointslice.kubernetes.io/managed-by: llmaz-gateway.llmaz.io` (the EndpointSlice
   controller leaves it alone). Its one port has the name of the Service's port (the only TCP one, else the one
@@ -117,8 +118,11 @@ def desired_slice(
     lb_slices: Iterable[Obj],
     gateway_slices: Iterable[Obj],
     port: int,
+    routed: bool = True,
 ) -> Desired:
-    """The activator slice for `playground` (see the module rules); `port` 0 means the activator is disabled."""
+    """The activator slice for `playground` (see the module rules); `port` 0 means the activator is disabled;
+    `routed` False: its model's requests do not go to it (another namespace owns the model name, see
+    `Catalog.routed`)."""
     meta = _mapping(playground.get("metadata"))
     name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
     if port == 0:
@@ -130,6 +134,8 @@ def desired_slice(
         return Desired(None, f"the Playground's {c.SCALE_TO_ZERO_AFTER_ANNOTATION} is not a valid duration")
     if not isinstance(name, str) or not isinstance(namespace, str) or not uid or main_model(playground) is None:
         return Desired(None, "the Playground has no name, uid or model")
+    if not routed:
+        return Desired(None, "its model is served from another namespace: its requests never come here")
     if lb_service is None:
         return Desired(None, f"the Service {lb_service_name(name)} does not exist")
     service_port = port_name(lb_service)

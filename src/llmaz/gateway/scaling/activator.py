@@ -4,8 +4,10 @@ to the gateway's activator port (`activation` decides which slice; this module w
 A controller on the runtime's controller machinery, keyed per Playground, which every gateway replica runs (no
 leader election). It is level-triggered: a reconcile compares what `activation.desired_slice` wants for one
 Playground with the cached slices and writes only the difference. A Playground's key is queued by its own events,
-those of its `-lb` Service and of that Service's EndpointSlices (the engine's and the activator's), and every key
-by an EndpointSlice event of the gateway's own Service (its pods changing during a rollout).
+those of its `-lb` Service and of that Service's EndpointSlices (the engine's and the activator's), those of the
+other Playgrounds claiming its model and of that model's OpenModel (which namespace the model is routed to, hence
+whether a slice is wanted, follows them), and every key by an EndpointSlice event of the gateway's own Service (its
+pods changing during a rollout).
 
 Invariants:
 - A slice is created with a plain create, so of many replicas racing exactly one succeeds (the others get
@@ -27,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmaz.apis.resources import ENDPOINT_SLICES
-from llmaz.apis.serving import LB_SERVICE_SUFFIX, lb_service_name
+from llmaz.apis.serving import LB_SERVICE_SUFFIX, lb_service_name, main_model
 from llmaz.gateway.routing import routes
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.scaling import activation
@@ -35,7 +37,15 @@ from llmaz.gateway.scaling.activation import Action
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.client import Client, retry_on_conflict
 from llmaz.runtime.client.errors import ApiError, is_conflict, is_not_found
-from llmaz.runtime.controller import Controller, ControllerOptions, Request, Result, Watch, enqueue_for_object
+from llmaz.runtime.controller import (
+    Controller,
+    ControllerOptions,
+    Predicate,
+    Request,
+    Result,
+    Watch,
+    enqueue_for_object,
+)
 from llmaz.runtime.events import NORMAL, WARNING, EventRecorder
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import allow
@@ -82,6 +92,7 @@ class Activator:
                 lb_slices,
                 self._catalog.slices_of(gateway_namespace, gateway_name),
                 self.options.port,
+                self._catalog.routed(playground),
             )
             ok = await self._converge(playground, desired, self._catalog.endpoint_slice(namespace, wanted))
         for stray in lb_slices:
@@ -206,7 +217,23 @@ def activator_controller(activator: Activator, catalog: Catalog) -> Controller:
         meta = obj.get("metadata") or {}
         return _playground_of_lb(meta.get("namespace") or "", str(meta.get("name") or ""))
 
-    watches = [Watch(catalog.playground_informer, enqueue_for_object(), source="playgrounds")]
+    def claimants(model: str | None) -> list[Request]:
+        found = catalog.playgrounds_claiming(model) if model else []
+        return [Request(pg["metadata"]["namespace"], pg["metadata"]["name"]) for pg in found]
+
+    def claimants_of_model(obj: Obj) -> list[Request]:
+        return claimants(main_model(obj))
+
+    def claimants_of_open_model(obj: Obj) -> list[Request]:
+        return claimants((obj.get("metadata") or {}).get("name"))
+
+    # Which Playground a model is routed to changes with its other claimants and its OpenModel's opt-in.
+    claims_changed = Predicate(update=lambda old, new: main_model(old) != main_model(new))
+    watches = [
+        Watch(catalog.playground_informer, enqueue_for_object(), source="playgrounds"),
+        Watch(catalog.playground_informer, claimants_of_model, (claims_changed,), source="playgrounds"),
+        Watch(catalog.open_model_informer, claimants_of_open_model, source="openmodels"),
+    ]
     watches += [Watch(informer, playgrounds_of_slice, source="endpointslices") for informer in catalog.slice_informers]
     if catalog.core_service_informer is not None:
         watches.append(Watch(catalog.core_service_informer, playground_of_service, source="services"))

@@ -17,8 +17,10 @@ an opted-in, running Playground (`llmaz.io/scale-to-zero-after`):
   records `ScaledToZero`; just before the write (after the scale is read) it looks again, and does not scale down
   when a request arrived here or an engine worked since it decided: then it looks again later;
 - otherwise looks again when it would become idle (`requeue_after`), unless an event comes first.
-A request that starts or ends while its model's shared time needs moving queues the model's Playgrounds at once
-(`InFlight.watch`), so a request that starts and ends between two looks is recorded all the same.
+A model's requests count only for the Playgrounds it is routed to (`Catalog.routed`): a Playground whose model name
+another namespace owns is judged by its own engines alone. A request that starts or ends while its model's shared
+time needs moving queues the model's Playgrounds at once (`InFlight.watch`), so a request that starts and ends
+between two looks is recorded all the same.
 A write the API server refuses is logged and retried with the controller's backoff.
 """
 
@@ -68,10 +70,10 @@ class IdleDetector:
         if idle is None or model is None:
             return Result()
         now = self._scale.now()
-        in_flight = self._in_flight.of_model(model)
+        in_flight, last_request = self._requests_of(playground, model)
         engine_idle = self._engine_idle_for(playground)
         working = in_flight > 0 or engine_idle == 0
-        seen = _latest(self._seen(model, now), None if engine_idle is None else now - engine_idle)
+        seen = _latest(now if in_flight else last_request, None if engine_idle is None else now - engine_idle)
         touch = seen is not None and scaletozero.needs_touch(playground, seen, idle)
         if touch and seen is not None and not await self._touch(playground, seen):
             return Result(requeue=True)
@@ -83,6 +85,13 @@ class IdleDetector:
             return Result()  # asleep, or never put to sleep: only an event changes that
         idle_at = max(scaletozero.last_activity(playground), seen or 0.0) + idle
         return Result(requeue_after=max(idle_at - now, MIN_REQUEUE_SECONDS))
+
+    def _requests_of(self, playground: Obj, model: str) -> tuple[int, float | None]:
+        """This replica's requests for the Playground, in flight and when one last ended: its model's, when the
+        model is routed to it; none when another namespace owns the model name (its requests go there)."""
+        if not self._catalog.routed(playground):
+            return 0, None
+        return self._in_flight.of_model(model), self._in_flight.last_request(model)
 
     def _seen(self, model: str, now: float) -> float | None:
         """The last request of `model` this replica saw: now while one is in flight, else when one last ended."""
@@ -101,7 +110,8 @@ class IdleDetector:
 
     def _active_since(self, playground: Obj, model: str, decided: float) -> bool:
         """Whether a request arrived here, or an engine worked, since `decided` (the wall clock)."""
-        if self._in_flight.of_model(model) or (self._in_flight.last_request(model) or 0.0) >= decided:
+        in_flight, last_request = self._requests_of(playground, model)
+        if in_flight or (last_request or 0.0) >= decided:
             return True
         engine_idle = self._engine_idle_for(playground)
         return engine_idle is not None and engine_idle < self._scale.now() - decided + MIN_ACTIVITY_GAP
