@@ -241,6 +241,7 @@ helm install llmaz ./chart -n llmaz-system --create-namespace --wait \\
   --set controllerManager.manager.image.repository=<registry>/llmaz \\
   --set-string controllerManager.manager.image.tag=<tag>
 helm upgrade llmaz ./chart -n llmaz-system --reuse-values --set controllerManager.replicas=3
+helm upgrade llmaz ./new-chart -n llmaz-system --reset-then-reuse-values   # to a newer chart (docs/operations.md)
 helm uninstall llmaz -n llmaz-system      # everything but the CRDs
 ```
 
