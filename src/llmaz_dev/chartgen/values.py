@@ -75,7 +75,7 @@ TOLERATIONS = _list_of(
     _closed(
         {
             "key": STRING,
-            "operator": {"type": "string", "enum": ["Exists", "Equal"]},
+            "operator": STRING,  # Exists, Equal; newer Kubernetes adds more
             "value": STRING,
             "effect": {"type": "string", "enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]},
             "tolerationSeconds": {"type": "integer"},
