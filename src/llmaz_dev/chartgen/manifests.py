@@ -9,7 +9,12 @@ What changes from the built objects, and only this:
   empty, and every `helm upgrade` would patch every BackendRuntime through llmaz's own webhooks, failing whenever
   the manager does not serve (for instance when the upgrade is what fixes its image);
 - the manager and gateway Deployments take replicas, image, flags and resources from values (the manager's first
-  flag, `--namespace=`, from the release namespace);
+  flag, `--namespace=`, from the release namespace), and the knobs every chart has: image pull secrets, node
+  selector, tolerations, affinity, priority class, more pod annotations, labels, volumes, and more environment
+  variables and volume mounts of the container. What config/ leaves unset renders nothing while its value is empty;
+  what config/ sets (the affinity) is the default and is replaced by the value;
+- the gateway mounts the API keys Secret `gateway.apiKeys.existingSecret` names, and reads it (`--api-keys-file`);
+- the gateway's Service takes its type and more annotations from `gateway.service`;
 - the BackendRuntimes take their image and version from `backendRuntime.<name>.image`;
 - the global ConfigMap takes `config.data` from `globalConfig.configData`;
 - the Prometheus binding takes its subject from `prometheus.serviceAccount`.
@@ -17,6 +22,10 @@ What changes from the built objects, and only this:
 The Namespace object is left out (`helm install --create-namespace` makes it, and a release must not delete the
 namespace holding its own records), and so are the CRDs (they are the chart's `crds/`). Objects land in one file
 per area; the gateway's and Prometheus' files render only when enabled.
+
+Two objects are the chart's alone, made here from the gateway's Service (config/ has no way to expose it): an
+Ingress (`gateway.ingress`) and a Gateway API HTTPRoute (`gateway.httpRoute`), each sending every path to the
+Service's `http` port, each off by default.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ OWNERSHIP = 'include "llmaz.ownership" .'
 # Groups of the custom resources the chart renders: Helm upgrades these by diffing against the previous manifest only.
 CUSTOM_GROUPS = ("inference.llmaz.io", "llmaz.io", "monitoring.coreos.com")
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+HTTP_ROUTE_API = "gateway.networking.k8s.io/v1/HTTPRoute"
 _FILES = {
     "ServiceAccount": "rbac.yaml",
     "Role": "rbac.yaml",
@@ -70,6 +80,15 @@ def manifest_templates(sources: Sources) -> dict[str, str]:
             [backend], wrap=".Values.backendRuntime.enabled"
         )
     files["gateway.yaml"] = _render(sources.gateway, wrap=".Values.gateway.enabled")
+    service = o.find(sources.gateway, *o.GATEWAY_SERVICE)
+    files["gateway-ingress.yaml"] = _render(
+        [gateway_ingress(service)], wrap="and .Values.gateway.enabled .Values.gateway.ingress.enabled"
+    )
+    files["gateway-httproute.yaml"] = _render(
+        [gateway_route(service)],
+        wrap="and .Values.gateway.enabled .Values.gateway.httpRoute.enabled",
+        check=_HTTP_ROUTE,
+    )
     files["prometheus.yaml"] = _render(sources.prometheus, wrap=".Values.prometheus.enabled", check=_SERVICE_MONITOR)
     return {f"templates/{name}": text for name, text in sorted(files.items())}
 
@@ -84,6 +103,52 @@ _SERVICE_MONITOR = (
     )
     + " }}\n{{- end }}\n"
 )
+
+_HTTP_ROUTE = (
+    f'{{{{- if not (.Capabilities.APIVersions.Has "{HTTP_ROUTE_API}") }}}}\n'
+    "{{- fail "
+    + json.dumps(
+        "gateway.httpRoute.enabled: this cluster has no gateway.networking.k8s.io/v1 HTTPRoute (the Gateway API "
+        "CRDs are missing). Install the Gateway API and a Gateway first, or use gateway.ingress (with helm "
+        f"template, pass --api-versions {HTTP_ROUTE_API})."
+    )
+    + " }}\n{{- end }}\n"
+)
+
+
+def gateway_ingress(service: Object) -> Object:
+    """The Ingress `gateway.ingress` renders, before templating: every path to the Service's `http` port."""
+    backend = {"service": {"name": service["metadata"]["name"], "port": {"name": o.http_port(service)["name"]}}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": o.GATEWAY_INGRESS[0],
+        "metadata": _metadata_like(service, o.GATEWAY_INGRESS[1]),
+        "spec": {
+            "ingressClassName": "",
+            "tls": [],
+            "rules": [{"http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}}],
+        },
+    }
+
+
+def gateway_route(service: Object) -> Object:
+    """The HTTPRoute `gateway.httpRoute` renders, before templating: every path to the Service's `http` port."""
+    backend = {"name": service["metadata"]["name"], "port": o.http_port(service)["port"]}
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": o.GATEWAY_ROUTE[0],
+        "metadata": _metadata_like(service, o.GATEWAY_ROUTE[1]),
+        "spec": {
+            "parentRefs": [],
+            "hostnames": [],
+            "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": [backend]}],
+        },
+    }
+
+
+def _metadata_like(service: Object, name: str) -> dict[str, Any]:
+    metadata = service["metadata"]
+    return {"name": name, "namespace": metadata["namespace"], "labels": dict(metadata.get("labels", {}))}
 
 
 def _file_of(obj: Object) -> str:
@@ -142,14 +207,113 @@ def _manager(obj: Object, template: Template) -> None:
         f"{values}.manager.args {values}.manager.extraArgs"
     )
     container["resources"] = template.block(f"{values}.manager.resources")
+    _pod(obj, template, values, f"{values}.manager", f"{values}.imagePullSecrets")
+
+
+# The gateway runs the manager's image unless given its own, and then pulls it with the manager's secrets too.
+GATEWAY_PULL_SECRETS = (
+    ".Values.gateway.imagePullSecrets | default "
+    "(ternary .Values.controllerManager.imagePullSecrets (list) (empty .Values.gateway.image.repository))"
+)
 
 
 def _gateway(obj: Object, template: Template) -> None:
+    values = ".Values.gateway"
     container = o.only_container(obj)
-    obj["spec"]["replicas"] = template.inline(".Values.gateway.replicas")
+    obj["spec"]["replicas"] = template.inline(f"{values}.replicas")
     container["image"] = template.inline('include "llmaz.gatewayImage" . | quote')
-    container["args"] = template.block("concat .Values.gateway.args .Values.gateway.extraArgs")
-    container["resources"] = template.block(".Values.gateway.resources")
+    api_keys = f"{values}.apiKeys.existingSecret"
+    keys_flag = f"--api-keys-file={o.API_KEYS_DIR}/{o.API_KEYS_FILE}"
+    container["args"] = template.block(
+        f'concat {values}.args (ternary (list "{keys_flag}") (list) (not (empty {api_keys}))) {values}.extraArgs'
+    )
+    container["resources"] = template.block(f"{values}.resources")
+    volume = {
+        "name": o.API_KEYS_VOLUME,
+        "secret": {
+            "secretName": template.inline(f"{api_keys} | quote"),
+            "items": [{"key": template.inline(f"{values}.apiKeys.secretKey | quote"), "path": o.API_KEYS_FILE}],
+        },
+    }
+    mount = {"name": o.API_KEYS_VOLUME, "mountPath": o.API_KEYS_DIR, "readOnly": True}
+    _required(o.pod_spec(obj), "volumes").append(template.when(api_keys, [volume]))
+    _required(container, "volumeMounts").append(template.when(api_keys, [mount]))
+    _pod(obj, template, values, values, GATEWAY_PULL_SECRETS)
+
+
+def _gateway_service(obj: Object, template: Template) -> None:
+    values = ".Values.gateway.service"
+    o.service_type(obj)
+    obj["spec"]["type"] = template.inline(f"{values}.type | quote")
+    _more_entries(obj["metadata"], "annotations", f"{values}.annotations", template)
+
+
+def _gateway_ingress(obj: Object, template: Template) -> None:
+    values = ".Values.gateway.ingress"
+    _optional(obj["metadata"], "annotations", f"{values}.annotations", template)
+    spec = obj["spec"]
+    _optional(spec, "ingressClassName", f"{values}.className", template, scalar=True)
+    _optional(spec, "tls", f"{values}.tls", template)
+    (rule,) = spec["rules"]
+    host = {**rule, template.entry("host", "$host", scalar=True): ""}
+    spec["rules"] = [template.each(f'{values}.hosts | default (list "")', "$host", host)]
+
+
+def _gateway_route(obj: Object, template: Template) -> None:
+    values = ".Values.gateway.httpRoute"
+    _optional(obj["metadata"], "annotations", f"{values}.annotations", template)
+    spec = obj["spec"]
+    spec["parentRefs"] = template.block(f"{values}.parentRefs")
+    _optional(spec, "hostnames", f"{values}.hostnames", template)
+
+
+def _pod(obj: Object, template: Template, pod: str, container: str, pull_secrets: str) -> None:
+    """The knobs every chart has: `pod` is the values of the pod's, `container` of its only container's."""
+    spec, metadata, only = o.pod_spec(obj), o.pod_metadata(obj), o.only_container(obj)
+    _more_entries(metadata, "annotations", f"{pod}.podAnnotations", template)
+    _more_entries(metadata, "labels", f"{pod}.podLabels", template)
+    _optional(spec, "imagePullSecrets", pull_secrets, template)
+    _optional(spec, "priorityClassName", f"{pod}.priorityClassName", template, scalar=True)
+    _optional(spec, "nodeSelector", f"{pod}.nodeSelector", template)
+    _optional(spec, "affinity", f"{pod}.affinity", template)
+    _optional(spec, "tolerations", f"{pod}.tolerations", template)
+    _more_items(spec, "volumes", f"{pod}.extraVolumes", template)
+    _more_items(only, "env", f"{container}.extraEnv", template)
+    _more_items(only, "volumeMounts", f"{container}.extraVolumeMounts", template)
+
+
+def _optional(mapping: dict[str, Any], key: str, expr: str, template: Template, *, scalar: bool = False) -> None:
+    """`key` comes from `expr`, and only when that is not empty; in its place when config/ has it, else last."""
+    token = template.entry(key, expr, scalar=scalar)
+    if key not in mapping:
+        mapping[token] = ""
+        return
+    replaced = {(token if name == key else name): ("" if name == key else value) for name, value in mapping.items()}
+    mapping.clear()
+    mapping.update(replaced)
+
+
+def _more_entries(mapping: dict[str, Any], key: str, expr: str, template: Template) -> None:
+    """The map `key` gets the entries of the map `expr` after config/'s (or is `expr` when config/ has none)."""
+    if mapping.get(key):
+        mapping[key][template.entries(expr)] = ""
+    else:
+        _optional(mapping, key, expr, template)
+
+
+def _more_items(mapping: dict[str, Any], key: str, expr: str, template: Template) -> None:
+    """The list `key` gets the items of the list `expr` after config/'s (or is `expr` when config/ has none)."""
+    if mapping.get(key):
+        mapping[key].append(template.items(expr))
+    else:
+        _optional(mapping, key, expr, template)
+
+
+def _required(mapping: dict[str, Any], key: str) -> list[Any]:
+    found: list[Any] | None = mapping.get(key)
+    if not found:
+        raise SourceError(f"the gateway's Deployment must have {key} (config/gateway/gateway.yaml)")
+    return found
 
 
 def _backend(obj: Object, template: Template) -> None:
@@ -171,6 +335,9 @@ def _prometheus_binding(obj: Object, template: Template) -> None:
 _SPECIAL: dict[tuple[str, str], Callable[[Object, Template], None]] = {
     o.MANAGER: _manager,
     o.GATEWAY: _gateway,
+    o.GATEWAY_SERVICE: _gateway_service,
+    o.GATEWAY_INGRESS: _gateway_ingress,
+    o.GATEWAY_ROUTE: _gateway_route,
     o.GLOBAL_CONFIG: _global_config,
     o.PROMETHEUS_BINDING: _prometheus_binding,
 }

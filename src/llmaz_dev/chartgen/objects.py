@@ -14,6 +14,14 @@ from llmaz_dev.chartgen.sources import Object, SourceError
 NAMESPACE = "llmaz-system"
 MANAGER = ("Deployment", "llmaz-controller-manager")
 GATEWAY = ("Deployment", "llmaz-gateway")
+GATEWAY_SERVICE = ("Service", "llmaz-gateway")
+GATEWAY_INGRESS = ("Ingress", "llmaz-gateway")
+GATEWAY_ROUTE = ("HTTPRoute", "llmaz-gateway")
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+# Where the chart mounts the gateway's API keys Secret (`gateway.apiKeys`), and the file `--api-keys-file` names.
+API_KEYS_VOLUME = "api-keys"
+API_KEYS_DIR = "/etc/llmaz-gateway/api-keys"
+API_KEYS_FILE = "keys"
 GLOBAL_CONFIG = ("ConfigMap", "llmaz-global-config")
 GLOBAL_CONFIG_KEY = "config.data"
 PROMETHEUS_BINDING = ("ClusterRoleBinding", "llmaz-metrics-reader-rolebinding")
@@ -32,6 +40,40 @@ def only_container(deployment: Object) -> dict[str, Any]:
     if len(containers) != 1:
         raise SourceError(f"Deployment {deployment['metadata']['name']} must have one container")
     return containers[0]
+
+
+def pod_spec(deployment: Object) -> dict[str, Any]:
+    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return spec
+
+
+def pod_metadata(deployment: Object) -> dict[str, Any]:
+    metadata: dict[str, Any] = deployment["spec"]["template"]["metadata"]
+    return metadata
+
+
+def volume_names(deployment: Object) -> list[str]:
+    return [volume["name"] for volume in pod_spec(deployment).get("volumes", [])]
+
+
+def service_type(service: Object) -> str:
+    """The Service's `spec.type`, which config/ must spell out: the chart's value defaults to it."""
+    kind = service["spec"].get("type")
+    if kind not in SERVICE_TYPES:
+        raise SourceError(
+            f"Service {service['metadata']['name']} must set spec.type to one of {', '.join(SERVICE_TYPES)}, "
+            f"not {kind!r}: the chart's value defaults to it"
+        )
+    return str(kind)
+
+
+def http_port(service: Object) -> dict[str, Any]:
+    """The Service's port named `http`: the one an Ingress or an HTTPRoute sends to."""
+    ports = [port for port in service["spec"]["ports"] if port.get("name") == "http"]
+    if len(ports) != 1:
+        raise SourceError(f"Service {service['metadata']['name']} must have one port named http")
+    port: dict[str, Any] = ports[0]
+    return port
 
 
 def split_image(image: str) -> tuple[str, str]:

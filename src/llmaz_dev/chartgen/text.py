@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
+from llmaz_dev.chartgen import objects as o
 from llmaz_dev.chartgen.manifests import GENERATED
-from llmaz_dev.chartgen.sources import Sources
+from llmaz_dev.chartgen.sources import Object, Sources
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 PLACEHOLDER_IMAGE = "controller:latest"
@@ -114,7 +115,59 @@ def checks(sources: Sources) -> str:
         f"{{{{- fail {json.dumps(image_required)} }}}}",
         "{{- end }}",
     ]
+    for values, deployment, volumes in (
+        ("controllerManager", o.find(sources.default, *o.MANAGER), ()),
+        ("gateway", o.find(sources.gateway, *o.GATEWAY), (o.API_KEYS_VOLUME,)),
+    ):
+        lines += _pod_checks(values, deployment, [*o.volume_names(deployment), *volumes])
+    for exposure in ("ingress", "httpRoute"):
+        not_installed = (
+            f"gateway.{exposure}.enabled=true exposes llmaz-gateway, which is not installed: set gateway.enabled=true "
+            "too"
+        )
+        lines += [
+            f"{{{{- if and .Values.gateway.{exposure}.enabled (not .Values.gateway.enabled) }}}}",
+            f"{{{{- fail {json.dumps(not_installed)} }}}}",
+            "{{- end }}",
+        ]
+    no_parent = (
+        "gateway.httpRoute.parentRefs: name the Gateway the route attaches to, e.g. --set "
+        "gateway.httpRoute.parentRefs[0].name=<gateway> --set gateway.httpRoute.parentRefs[0].namespace=<its namespace>"
+    )
+    lines += [
+        "{{- if and .Values.gateway.httpRoute.enabled (not .Values.gateway.httpRoute.parentRefs) }}",
+        f"{{{{- fail {json.dumps(no_parent)} }}}}",
+        "{{- end }}",
+    ]
     return "\n".join(lines) + "\n"
+
+
+def _pod_checks(values: str, deployment: Object, volumes: list[str]) -> list[str]:
+    """A pod label, annotation or volume of a value must not be one the chart sets: Kubernetes would refuse the
+    duplicate, or the last would silently win (a selector label: the Deployment would not select its pods)."""
+    metadata = o.pod_metadata(deployment)
+    lines = []
+    for field, own, what in (
+        ("podLabels", list(metadata.get("labels", {})), "label"),
+        ("podAnnotations", list(metadata.get("annotations", {})), "annotation"),
+    ):
+        message = f"{values}.{field}.%s: the chart sets this pod {what} itself ({', '.join(own)}); use another key"
+        lines += [
+            f"{{{{- range $key, $_ := .Values.{values}.{field} }}}}",
+            f"{{{{- if has $key (list {' '.join(json.dumps(name) for name in own)}) }}}}",
+            f"{{{{- fail (printf {json.dumps(message)} $key) }}}}",
+            "{{- end }}",
+            "{{- end }}",
+        ]
+    message = f"{values}.extraVolumes: the volume name %s is the chart's own ({', '.join(volumes)}); use another name"
+    lines += [
+        f"{{{{- range .Values.{values}.extraVolumes }}}}",
+        f"{{{{- if has .name (list {' '.join(json.dumps(name) for name in volumes)}) }}}}",
+        f"{{{{- fail (printf {json.dumps(message)} .name) }}}}",
+        "{{- end }}",
+        "{{- end }}",
+    ]
+    return lines
 
 
 def notes(sources: Sources) -> str:
@@ -188,6 +241,7 @@ helm install llmaz ./chart -n llmaz-system --create-namespace --wait \\
   --set controllerManager.manager.image.repository=<registry>/llmaz \\
   --set-string controllerManager.manager.image.tag=<tag>
 helm upgrade llmaz ./chart -n llmaz-system --reuse-values --set controllerManager.replicas=3
+helm upgrade llmaz ./new-chart -n llmaz-system --reset-then-reuse-values   # to a newer chart (docs/operations.md)
 helm uninstall llmaz -n llmaz-system      # everything but the CRDs
 ```
 
@@ -207,10 +261,34 @@ helm uninstall llmaz -n llmaz-system      # everything but the CRDs
   ownership annotations on the BackendRuntimes (so that `helm upgrade` leaves unchanged ones alone).
   Differences from llmaz's chart: [docs/compatibility.md](../docs/compatibility.md#helm-chart).
 
+## Pods, and exposing the gateway
+
+Both Deployments take the usual pod values: `imagePullSecrets`, `nodeSelector`, `tolerations`, `affinity`,
+`priorityClassName`, `podAnnotations`, `podLabels`, `extraVolumes` (under `controllerManager` and `gateway`) and
+the container's `extraEnv` and `extraVolumeMounts` (under `controllerManager.manager` and `gateway`). Empty, they
+render nothing; `affinity` defaults to config/'s spreading of the replicas over nodes, and Helm merges a value into
+it (`podAntiAffinity: null` drops it). Labels, annotations and volumes the chart sets itself cannot be overridden:
+such a value fails the install naming it. The gateway runs the manager's image unless given its own, and then pulls
+it with `controllerManager.imagePullSecrets` unless `gateway.imagePullSecrets` is set.
+
+The gateway's Service is `ClusterIP` unless `gateway.service.type` says `NodePort` or `LoadBalancer`; an Ingress
+(`gateway.ingress`) or a Gateway API HTTPRoute (`gateway.httpRoute`, which needs a Gateway to attach to) can expose
+it instead, and `gateway.apiKeys.existingSecret` makes it require API keys:
+
+```sh
+kubectl -n llmaz-system create secret generic llmaz-gateway-api-keys --from-literal=keys=$'sk-team-a\\nsk-team-b'
+helm upgrade llmaz ./chart -n llmaz-system --reuse-values --set gateway.enabled=true \\
+  --set gateway.apiKeys.existingSecret=llmaz-gateway-api-keys \\
+  --set gateway.ingress.enabled=true --set gateway.ingress.className=nginx \\
+  --set 'gateway.ingress.hosts={{llm.example.com}}' \\
+  --set-string 'gateway.ingress.annotations.nginx\\.ingress\\.kubernetes\\.io/proxy-read-timeout=600'
+```
+
 ## Values
 
 `values.yaml` holds the defaults with these descriptions; `values.schema.json` rejects unknown keys and wrong
-types, naming the key (`helm template`, `helm install` and `helm upgrade` all check it). A tag that looks like a
-number needs `--set-string`.
+types at every level, naming the value (`helm template`, `helm lint`, `helm install` and `helm upgrade` all check
+it): `--set gateway.service.type=123` fails with `- at '/gateway/service/type': got number, want string`. A tag
+or a label that looks like a number needs `--set-string`.
 
 {table}"""

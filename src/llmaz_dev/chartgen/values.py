@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmaz_dev.chartgen import objects as o
-from llmaz_dev.chartgen.sources import Sources
+from llmaz_dev.chartgen.sources import Object, Sources
 from llmaz_dev.chartgen.templating import dump
 
 VALUES_HEADER = """\
@@ -54,6 +54,65 @@ RESOURCES = {
     "additionalProperties": False,
     "properties": {"requests": _QUANTITIES, "limits": _QUANTITIES, "claims": {"type": "array"}},
 }
+STRINGS = {"type": "array", "items": NON_EMPTY}
+STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+OBJECT = {"type": "object"}
+
+
+def _closed(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    needed = {"required": list(required)} if required else {}
+    return {"type": "object", "additionalProperties": False, **needed, "properties": properties}
+
+
+def _list_of(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": item}
+
+
+# Kubernetes types the values hold. Those with few, stable fields are closed (a misspelt field fails here, naming
+# it, rather than at the API server); a volume's sources are many, so only its name is checked.
+PULL_SECRETS = _list_of(_closed({"name": NON_EMPTY}, ("name",)))
+TOLERATIONS = _list_of(
+    _closed(
+        {
+            "key": STRING,
+            "operator": STRING,  # Exists, Equal; newer Kubernetes adds more
+            "value": STRING,
+            "effect": {"type": "string", "enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]},
+            "tolerationSeconds": {"type": "integer"},
+        }
+    )
+)
+AFFINITY = _closed({"nodeAffinity": OBJECT, "podAffinity": OBJECT, "podAntiAffinity": OBJECT})
+ENV = _list_of(_closed({"name": NON_EMPTY, "value": STRING, "valueFrom": OBJECT}, ("name",)))
+VOLUMES = _list_of({"type": "object", "required": ["name"], "properties": {"name": NON_EMPTY}})
+VOLUME_MOUNTS = _list_of(
+    _closed(
+        {
+            "name": NON_EMPTY,
+            "mountPath": NON_EMPTY,
+            "readOnly": BOOLEAN,
+            "subPath": STRING,
+            "subPathExpr": STRING,
+            "mountPropagation": {"type": "string", "enum": ["None", "HostToContainer", "Bidirectional"]},
+            "recursiveReadOnly": {"type": "string", "enum": ["Disabled", "IfPossible", "Enabled"]},
+        },
+        ("name", "mountPath"),
+    )
+)
+INGRESS_TLS = _list_of(_closed({"hosts": STRINGS, "secretName": NON_EMPTY}))
+PARENT_REFS = _list_of(
+    _closed(
+        {
+            "group": STRING,
+            "kind": NON_EMPTY,
+            "namespace": NON_EMPTY,
+            "name": NON_EMPTY,
+            "sectionName": NON_EMPTY,
+            "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+        },
+        ("name",),
+    )
+)
 
 
 def values_tree(sources: Sources) -> Group:
@@ -130,15 +189,58 @@ def _manager(sources: Sources) -> Group:
                     ),
                     "extraArgs": Value([], FLAGS, "More flags, after `args` (a later flag wins)."),
                     "resources": Value(container["resources"], RESOURCES, "The container's resources."),
+                    **_container_knobs(),
                 },
             ),
+            **_pod_knobs(deployment, "the manager's"),
         },
     )
+
+
+def _pod_knobs(
+    deployment: Object, whose: str, pull_secrets: str = "", volumes: tuple[str, ...] = ()
+) -> dict[str, Value | Group]:
+    """The values every chart has for a pod, defaulting to what config/ sets (mostly nothing)."""
+    spec = o.pod_spec(deployment)
+    own_volumes = ", ".join(f"`{name}`" for name in [*o.volume_names(deployment), *volumes])
+    return {
+        "imagePullSecrets": Value(
+            spec.get("imagePullSecrets", []),
+            PULL_SECRETS,
+            f"Secrets to pull {whose} image with, `[{{name: <secret>}}]`.{pull_secrets}",
+        ),
+        "nodeSelector": Value(spec.get("nodeSelector", {}), STRING_MAP, "Node labels the pods must match."),
+        "tolerations": Value(spec.get("tolerations", []), TOLERATIONS, "Taints the pods tolerate."),
+        "affinity": Value(
+            spec.get("affinity", {}),
+            AFFINITY,
+            "The pods' affinity; the default spreads the replicas over nodes. Helm merges a value into it: "
+            "`podAntiAffinity: null` drops the spreading.",
+        ),
+        "priorityClassName": Value(spec.get("priorityClassName", ""), STRING, "The pods' PriorityClass; empty: none."),
+        "podAnnotations": Value(
+            {}, STRING_MAP, "More annotations of the pods; the ones the chart sets cannot be overridden."
+        ),
+        "podLabels": Value(
+            {}, STRING_MAP, "More labels of the pods; the ones the chart sets (the selector's) cannot be overridden."
+        ),
+        "extraVolumes": Value(
+            [], VOLUMES, f"More volumes of the pods, for `extraVolumeMounts`; not named {own_volumes} (the chart's)."
+        ),
+    }
+
+
+def _container_knobs() -> dict[str, Value | Group]:
+    return {
+        "extraEnv": Value([], ENV, "More environment variables of the container."),
+        "extraVolumeMounts": Value([], VOLUME_MOUNTS, "More volume mounts of the container."),
+    }
 
 
 def _gateway(sources: Sources) -> Group:
     deployment = o.find(sources.gateway, *o.GATEWAY)
     container = o.only_container(deployment)
+    service = o.find(sources.gateway, *o.GATEWAY_SERVICE)
     return Group(
         "llmaz-gateway, one OpenAI-compatible endpoint for every served model (docs/gateway.md): the Service "
         "llmaz-gateway, port 80. It is config/gateway, the component config/default leaves commented out.",
@@ -155,6 +257,81 @@ def _gateway(sources: Sources) -> Group:
             "args": Value(container["args"], FLAGS, "llmaz-gateway flags (docs/gateway.md)."),
             "extraArgs": Value([], FLAGS, "More flags, after `args` (a later flag wins)."),
             "resources": Value(container["resources"], RESOURCES, "The container's resources."),
+            **_container_knobs(),
+            **_pod_knobs(
+                deployment,
+                "the gateway's",
+                " Empty while the gateway runs the manager's image: the manager's "
+                "(`controllerManager.imagePullSecrets`).",
+                (o.API_KEYS_VOLUME,),
+            ),
+            "apiKeys": Group(
+                "API keys (docs/gateway.md, API keys): with a Secret named, every `/v1` request needs "
+                "`Authorization: Bearer <key>` with one of its keys. The chart mounts the Secret's key at "
+                f"{o.API_KEYS_DIR}/{o.API_KEYS_FILE} and passes `--api-keys-file`; a change of the Secret is "
+                "picked up without a restart.",
+                {
+                    "existingSecret": Value(
+                        "",
+                        STRING,
+                        "The Secret in the release namespace holding the keys, one per line (`kubectl create secret "
+                        "generic llmaz-gateway-api-keys --from-literal=keys=...`); empty: no API keys, every client "
+                        "is served.",
+                    ),
+                    "secretKey": Value(
+                        o.API_KEYS_FILE,
+                        NON_EMPTY,
+                        "The Secret's key holding them; the pods do not start while the Secret lacks it.",
+                    ),
+                },
+            ),
+            "service": Group(
+                "The Service llmaz-gateway (port 80) clients call. The metrics have a Service of their own, "
+                "llmaz-gateway-metrics, which this does not expose.",
+                {
+                    "type": Value(
+                        o.service_type(service),
+                        {"type": "string", "enum": list(o.SERVICE_TYPES)},
+                        "`ClusterIP`, `NodePort` or `LoadBalancer`.",
+                    ),
+                    "annotations": Value(
+                        {},
+                        STRING_MAP,
+                        "More annotations of the Service (a cloud's load-balancer settings, say).",
+                    ),
+                },
+            ),
+            "ingress": Group(
+                "An Ingress (networking.k8s.io/v1) llmaz-gateway sending every path of its hosts to the Service. "
+                "Answers stream: raise the controller's read timeout above the longest generation (e.g. "
+                "`nginx.ingress.kubernetes.io/proxy-read-timeout`).",
+                {
+                    "enabled": Value(False, BOOLEAN, "Render the Ingress; needs `gateway.enabled`."),
+                    "className": Value("", STRING, "Its `ingressClassName`; empty: the cluster's default class."),
+                    "annotations": Value({}, STRING_MAP, "Its annotations."),
+                    "hosts": Value([], STRINGS, "The host names it serves; empty: any host."),
+                    "tls": Value(
+                        [],
+                        INGRESS_TLS,
+                        "Its TLS, `[{hosts: [<host>], secretName: <tls Secret>}]`; empty: plain HTTP.",
+                    ),
+                },
+            ),
+            "httpRoute": Group(
+                "A Gateway API HTTPRoute (gateway.networking.k8s.io/v1) llmaz-gateway sending every path of its "
+                "hostnames to the Service. Enabling it fails when the cluster has no HTTPRoute API.",
+                {
+                    "enabled": Value(False, BOOLEAN, "Render the HTTPRoute; needs `gateway.enabled`."),
+                    "annotations": Value({}, STRING_MAP, "Its annotations."),
+                    "parentRefs": Value(
+                        [],
+                        PARENT_REFS,
+                        "The Gateways it attaches to, `[{name: <gateway>, namespace: <its namespace>, "
+                        "sectionName: <listener>}]`; at least one when enabled.",
+                    ),
+                    "hostnames": Value([], STRINGS, "The host names it serves; empty: the listeners'."),
+                },
+            ),
         },
     )
 
@@ -241,7 +418,7 @@ def values_yaml(tree: Group) -> str:
 
 def _comment(text: str, indent: int) -> list[str]:
     prefix = " " * indent + "# "
-    return textwrap.wrap(text, WIDTH - indent, initial_indent=prefix, subsequent_indent=prefix)
+    return textwrap.wrap(text, WIDTH - indent, initial_indent=prefix, subsequent_indent=prefix, break_on_hyphens=False)
 
 
 def _yaml(name: str, node: Value | Group, indent: int) -> list[str]:
@@ -271,20 +448,22 @@ def defaults(node: Group) -> dict[str, Any]:
 def values_table(tree: Group) -> str:
     """Markdown: a row per map (its description) and per value (type, default, description), in values.yaml order."""
     rows = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
-    for path, node in _nodes(tree):
+    for path, node in nodes(tree):
         if isinstance(node, Group):
             rows.append(f"| `{path}` | map | | {node.description} |")
             continue
         kind = node.schema["type"]
         if kind == "array":
             kind = f"list of {node.schema['items']['type']}s"
+        elif node.schema == STRING_MAP:
+            kind = "map of strings"
         rows.append(f"| `{path}` | {kind} | `{json.dumps(node.default)}` | {node.description} |")
     return "\n".join(rows) + "\n"
 
 
-def _nodes(node: Group, prefix: str = "") -> Iterator[tuple[str, Value | Group]]:
+def nodes(node: Group, prefix: str = "") -> Iterator[tuple[str, Value | Group]]:
     for name, child in node.children.items():
         path = f"{prefix}{name}"
         yield path, child
         if isinstance(child, Group):
-            yield from _nodes(child, f"{path}.")
+            yield from nodes(child, f"{path}.")

@@ -21,9 +21,10 @@ from llmaz_dev.envtest._cluster import Cluster
 class HelmError(RuntimeError):
     """helm exited non-zero; the message has its stderr."""
 
-    def __init__(self, args: tuple[str, ...], returncode: int, stderr: str) -> None:
+    def __init__(self, args: tuple[str, ...], returncode: int, stderr: str, stdout: str = "") -> None:
         super().__init__(f"helm {' '.join(args)} failed ({returncode}): {stderr.strip()}")
         self.stderr = stderr
+        self.stdout = stdout  # `helm lint` reports its findings there
 
 
 class Helm:
@@ -45,5 +46,5 @@ class Helm:
         argv = [str(self.binary), *args, *target]
         result = subprocess.run(argv, input=input, capture_output=True, text=True, env=env, check=False)
         if result.returncode != 0:
-            raise HelmError(args, result.returncode, result.stderr)
+            raise HelmError(args, result.returncode, result.stderr, result.stdout)
         return result.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -12,7 +13,7 @@ import yaml
 from llmaz.apis import constants as c
 from llmaz_dev.chartgen import SourceError, Sources, read_sources, render_chart, write_chart
 from llmaz_dev.chartgen.objects import manager_args
-from llmaz_dev.chartgen.values import defaults, leaves, values_tree
+from llmaz_dev.chartgen.values import Group, defaults, leaves, nodes, values_tree
 
 from .conftest import CHART, REPO
 
@@ -99,22 +100,32 @@ def test_values_yaml_parses_to_the_described_defaults_and_every_value_is_describ
         assert f"| `{path}` |" in table, f"{path} is missing from the README's values table"
 
 
-def test_every_map_of_the_schema_is_closed_and_requires_its_keys(sources: Sources) -> None:
+def test_every_map_of_the_schema_is_closed_and_the_charts_own_maps_require_their_keys(sources: Sources) -> None:
+    tree = values_tree(sources)
     schema = json.loads(render_chart(sources)["values.schema.json"])
+    own = {""} | {f".{path}" for path, node in nodes(tree) if isinstance(node, Group)}
 
-    def maps(node: dict[str, object], path: str) -> list[tuple[str, dict[str, object]]]:
+    def maps(node: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any]]]:
+        if node.get("type") == "array":
+            return maps(node.get("items", {}), f"{path}[]")
         if node.get("type") != "object" or "properties" not in node:
             return []
         found = [(path, node)]
-        for name, child in node["properties"].items():  # type: ignore[attr-defined]
+        for name, child in node["properties"].items():
             found += maps(child, f"{path}.{name}")
         return found
 
-    for path, node in maps(schema, ""):
+    found = maps(schema, "")
+    assert {".gateway.tolerations[]", ".controllerManager.affinity", ".gateway.httpRoute.parentRefs[]"} <= {
+        path for path, _ in found
+    }, "the Kubernetes types of the values are described too"
+    for path, node in found:
+        if path.endswith(".extraVolumes[]"):
+            assert node["required"] == ["name"]  # a volume's sources are Kubernetes' to check
+            continue
         assert node["additionalProperties"] is False, path
-        if path.endswith(".resources"):
-            continue  # requests, limits and claims are each optional
-        assert sorted(node["required"]) == sorted(node["properties"]), path  # type: ignore[call-overload]
+        if path in own:
+            assert sorted(node["required"]) == sorted(node["properties"]), path
 
 
 def test_llmaz_chart_defects_are_fixed_in_the_generated_chart(sources: Sources) -> None:
