@@ -20,8 +20,10 @@ from llmaz_dev.envtest import ControlPlane
 from .conftest import NAMESPACE, REPO, RunningManager, documents
 
 
-def _built(cluster: ControlPlane, overlay: str) -> dict[str, dict[str, Any]]:
-    return {doc["kind"]: doc for doc in documents(cluster.kubectl("kustomize", str(REPO / "config" / overlay)))}
+def _built(cluster: ControlPlane, overlay: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The overlay's objects by kind and name (config/prometheus holds a ServiceMonitor for the gateway too)."""
+    built = documents(cluster.kubectl("kustomize", str(REPO / "config" / overlay)))
+    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in built}
 
 
 def _scrape(url: str, token: str | None, tls: dict[str, Any]) -> tuple[int, str]:
@@ -40,7 +42,8 @@ def _scrape(url: str, token: str | None, tls: dict[str, Any]) -> tuple[int, str]
 @pytest.fixture(scope="module")
 def scrape_url(cluster: ControlPlane, manager: RunningManager) -> tuple[str, dict[str, Any]]:
     """The ServiceMonitor's endpoint as a URL of the locally running manager, and its TLS settings."""
-    (endpoint,) = _built(cluster, "prometheus")["ServiceMonitor"]["spec"]["endpoints"]
+    monitor = _built(cluster, "prometheus")["ServiceMonitor", "llmaz-controller-manager-metrics-monitor"]
+    (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
     service = cluster.admin_client().request(
         "GET", f"/api/v1/namespaces/{NAMESPACE}/services/llmaz-controller-manager-metrics-service"
@@ -57,7 +60,7 @@ def scrape_url(cluster: ControlPlane, manager: RunningManager) -> tuple[str, dic
 @pytest.fixture(scope="module")
 def prometheus_token(cluster: ControlPlane) -> str:
     namespace = cluster.create_namespace("monitoring")
-    binding = _built(cluster, "prometheus")["ClusterRoleBinding"]
+    binding = _built(cluster, "prometheus")["ClusterRoleBinding", "llmaz-metrics-reader-rolebinding"]
     binding["subjects"] = [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}]
     cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(binding))
     return cluster.service_account_token(namespace, "prometheus")
