@@ -145,6 +145,9 @@ def prometheus_manifests(
         "serviceAccountName": SERVICE_ACCOUNT,
         "serviceMonitorSelector": {},
         "serviceMonitorNamespaceSelector": {},
+        # Every PodMonitor too: config/prometheus's engine monitor (left unset, the operator selects none).
+        "podMonitorSelector": {},
+        "podMonitorNamespaceSelector": {},
         "scrapeInterval": scrape_interval,
         "evaluationInterval": "30s",
         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},

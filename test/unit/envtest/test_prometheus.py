@@ -111,13 +111,15 @@ def test_a_tag_that_is_not_a_release_is_refused(image: str) -> None:
         prometheus_version(image)
 
 
-def test_prometheus_runs_as_the_account_config_prometheus_binds_and_selects_every_servicemonitor() -> None:
+def test_prometheus_runs_as_the_account_config_prometheus_binds_and_selects_every_service_and_pod_monitor() -> None:
     documents = {doc["kind"]: doc for doc in prometheus_manifests("llmaz.local/prometheus:v2.42.0")}
 
     spec = documents["Prometheus"]["spec"]
     assert (spec["image"], spec["version"]) == ("llmaz.local/prometheus:v2.42.0", "v2.42.0")
     assert spec["serviceMonitorSelector"] == {}
     assert spec["serviceMonitorNamespaceSelector"] == {}
+    assert spec["podMonitorSelector"] == {}
+    assert spec["podMonitorNamespaceSelector"] == {}
     assert documents["ClusterRoleBinding"]["subjects"] == [
         {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
     ]
