@@ -133,6 +133,7 @@ manifests: install $(KUSTOMIZE) ## Generate CRDs, webhook and RBAC manifests fro
 	$(PY) -m llmaz_dev.crdgen config/crd/bases
 	$(PY) -m llmaz_dev.webhookgen config/webhook/manifests.yaml
 	$(PY) -m llmaz_dev.rbacgen config/rbac
+	$(PY) -m llmaz_dev.dashboards config/grafana
 	$(PY) -m llmaz_dev.chartgen --kustomize $(KUSTOMIZE) chart
 
 .PHONY: chart

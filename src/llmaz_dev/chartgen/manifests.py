@@ -21,7 +21,7 @@ What changes from the built objects, and only this:
 
 The Namespace object is left out (`helm install --create-namespace` makes it, and a release must not delete the
 namespace holding its own records), and so are the CRDs (they are the chart's `crds/`). Objects land in one file
-per area; the gateway's and Prometheus' files render only when enabled.
+per area; the gateway's, Prometheus' and the dashboards' files render only when enabled.
 
 Two objects are the chart's alone, made here from the gateway's Service (config/ has no way to expose it): an
 Ingress (`gateway.ingress`) and a Gateway API HTTPRoute (`gateway.httpRoute`), each sending every path to the
@@ -90,6 +90,7 @@ def manifest_templates(sources: Sources) -> dict[str, str]:
         check=_HTTP_ROUTE,
     )
     files["prometheus.yaml"] = _render(sources.prometheus, wrap=".Values.prometheus.enabled", check=_SERVICE_MONITOR)
+    files["grafana-dashboards.yaml"] = _render(sources.grafana, wrap=".Values.grafana.dashboards.enabled")
     return {f"templates/{name}": text for name, text in sorted(files.items())}
 
 

@@ -4,6 +4,7 @@
 - `gateway`: what enabling `config/gateway` adds to it, built the way its kustomization says users enable it: a
   scratch copy of `config/` with the one commented line of `config/default/kustomization.yaml` uncommented.
 - `prometheus`: `config/prometheus`.
+- `grafana`: `config/grafana`, the dashboards' ConfigMaps.
 - `crds`: the files of `config/crd/bases`, verbatim (Helm installs `crds/` as they are, untemplated).
 - `version`: the project's version (`pyproject.toml`), the chart's version and appVersion.
 - `lws_version`: the LeaderWorkerSet release llmaz runs against (`hack/cluster/lws/go.mod`), named where the chart
@@ -36,6 +37,7 @@ class Sources:
     default: list[Object]
     gateway: list[Object]
     prometheus: list[Object]
+    grafana: list[Object]
     crds: dict[str, str]
     version: str
     lws_version: str
@@ -64,6 +66,7 @@ def read_sources(kustomize: Path, repo: Path) -> Sources:
         default=default,
         gateway=[obj for obj in with_gateway if key(obj) not in present],
         prometheus=kustomize_build(kustomize, config / "prometheus"),
+        grafana=kustomize_build(kustomize, config / "grafana"),
         crds={path.name: path.read_text() for path in sorted((config / "crd" / "bases").glob("*.yaml"))},
         version=tomllib.loads((repo / "pyproject.toml").read_text())["project"]["version"],
         lws_version=_required_version(repo / "hack" / "cluster" / "lws" / "go.mod", "sigs.k8s.io/lws"),

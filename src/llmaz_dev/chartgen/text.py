@@ -222,8 +222,9 @@ cluster"), generated from the same files by `make chart`: the four CRDs (`crds/`
 `llmaz-controller-manager` with its ServiceAccount, generated RBAC and PodDisruptionBudget, the webhook and metrics
 Services, both webhook configurations, the certificate Secret the manager fills (it also injects the CA into the
 webhook configurations: no cert-manager), the global ConfigMap `llmaz-global-config` and the default
-BackendRuntimes. Optional: the gateway (`gateway.enabled`) and the Prometheus Operator's monitors and llmaz's
-alerts (`prometheus.enabled`). Chart version {sources.version}, appVersion {sources.version}.
+BackendRuntimes. Optional: the gateway (`gateway.enabled`), the Prometheus Operator's monitors and llmaz's alerts
+(`prometheus.enabled`), and llmaz's Grafana dashboards as ConfigMaps for the dashboard sidecar of Grafana's chart
+(`grafana.dashboards.enabled`). Chart version {sources.version}, appVersion {sources.version}.
 
 Prerequisites: Kubernetes >= 1.30, Helm 3, and [LeaderWorkerSet](https://github.com/kubernetes-sigs/lws)
 {sources.lws_version}, which the chart does not install (`leaderWorkerSet.enabled=true` fails with how to install

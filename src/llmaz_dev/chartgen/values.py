@@ -138,6 +138,7 @@ def values_tree(sources: Sources) -> Group:
                 f"{sources.lws_version} separately, before llmaz."
             ),
             "prometheus": _prometheus(sources),
+            "grafana": _grafana(),
             **{
                 name: _not_bundled(f"{what}, a dependency of llmaz's chart; not bundled here.")
                 for name, what in (
@@ -375,6 +376,21 @@ def _prometheus(sources: Sources) -> Group:
                     "namespace": Value(subject["namespace"], NON_EMPTY, "Its namespace."),
                 },
             ),
+        },
+    )
+
+
+def _grafana() -> Group:
+    return Group(
+        "Grafana integration, config/grafana.",
+        {
+            "dashboards": Group(
+                "llmaz's dashboards (manager, gateway, engines, one model) as ConfigMaps labelled "
+                '`grafana_dashboard: "1"`, which the dashboard sidecar of Grafana\'s Helm chart loads (it must '
+                "search the release namespace). Generated: to customise one, copy it under another uid "
+                "(docs/operations.md, Dashboards).",
+                {"enabled": Value(False, BOOLEAN, "Install the dashboards' ConfigMaps.")},
+            )
         },
     )
 

@@ -147,6 +147,19 @@ def test_prometheus_renders_config_prometheus_when_the_cluster_has_servicemonito
     _assert_same_objects(rendered, expected)
 
 
+def test_grafana_dashboards_render_the_configmaps_of_config_grafana_with_their_json_unchanged(
+    helm: Helm, kustomize: Path
+) -> None:
+    dashboards = _build(kustomize, REPO / "config" / "grafana")
+    expected = _expected(_build(kustomize, REPO / "config" / "default") | dashboards, _version())
+    rendered = _template(helm, "--set", "grafana.dashboards.enabled=true")
+    _assert_same_objects(rendered, expected)
+    assert len(dashboards) == 4
+    for key, config_map in dashboards.items():
+        assert rendered[key]["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert rendered[key]["data"] == config_map["data"]  # legend formats' {{label}} reach Grafana as they are
+
+
 def test_prometheus_without_the_servicemonitor_crd_fails_saying_so(helm: Helm) -> None:
     with pytest.raises(HelmError, match=r"no monitoring\.coreos\.com/v1 ServiceMonitor") as failure:
         _template(helm, "--set", "prometheus.enabled=true")
