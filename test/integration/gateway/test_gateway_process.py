@@ -76,7 +76,12 @@ async def test_models_are_listed_and_requests_routed_to_the_playgrounds_ready_en
                     return [m for m in (await resp.json())["data"] if m["id"] == model]
 
             card = await eventually(listed, within=WAIT, what="the model in /v1/models")
-            assert card == [{"id": model, "object": "model", "created": 1704067200, "owned_by": "acme"}]
+            # The Playground names no backend: vLLM, the default, and so what vLLM serves.
+            served = ["chat", "completion", "embedding", "responses", "rerank", "score", "transcription", "translation",
+                      "tokenize", "detokenize"]  # fmt: skip
+            assert card == [
+                {"id": model, "object": "model", "created": 1704067200, "owned_by": "acme", "capabilities": served}
+            ]
 
             status, answer = await _post(session, gateway.api + CHAT, {"model": model, "messages": []})
             assert (status, answer["object"]) == (200, "chat.completion")
