@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.proxy.forwarding import ProxyOptions
 from llmaz.gateway.proxy.keys import SecretKeys
-from llmaz.gateway.proxy.limits import DEFAULT_MAX_TOKENS_RESERVATION
+from llmaz.gateway.proxy.limits import DEFAULT_MAX_TOKENS_RESERVATION, Limits
 from llmaz.gateway.proxy.metrics import GatewayMetrics, ModelReadiness
 from llmaz.gateway.proxy.server import DEFAULT_MAX_CONNECTIONS, Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
@@ -308,11 +309,12 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
         manager.add(idle_controller(idle, catalog, in_flight))
     waker = Waker(catalog, scale)
     authenticator = None
+    limits = Limits(time.monotonic)
     if api_keys is not None or args.api_key_secrets == "true":
         secrets = None
         if args.api_key_secrets == "true":
             namespace, _, _ = args.gateway_service.partition("/")
-            secrets = SecretKeys.watch(manager.informers, namespace)
+            secrets = SecretKeys.watch(manager.informers, namespace, forget=limits.forget)
         authenticator = Authenticator(api_keys, secrets)
     # Runs when disabled too: it then removes the slices an earlier configuration left behind.
     options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
@@ -321,6 +323,7 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
         catalog,
         gateway_options(args),
         api_keys=authenticator,
+        limits=limits,
         metrics=metrics,
         in_flight=in_flight,
         waker=waker,

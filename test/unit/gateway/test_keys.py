@@ -227,6 +227,20 @@ def test_streams_in_flight_are_capped_and_a_refusal_spends_nothing() -> None:
     assert refused.value.limit == "requests"
 
 
+def test_a_deleted_secrets_budget_is_forgotten() -> None:
+    clock = FakeClock()
+    limits = Limits(clock.now)
+    informer = FakeInformer()
+    SecretKeys(informer, forget=limits.forget)
+    informer.add(secret("a", key="sk-a", tenant="a", requests_per_minute="1"))
+    key = policy(requests_per_minute=1, source=f"{NAMESPACE}/a")
+    limits.admit(key, 0, False)
+    with pytest.raises(LimitReachedError):
+        limits.admit(key, 0, False)
+    informer.delete(secret("a", key="sk-a", tenant="a", requests_per_minute="1"))
+    limits.admit(key, 0, False)  # a Secret made again under the name starts afresh
+
+
 def test_each_key_has_its_own_budget() -> None:
     clock = FakeClock()
     limits = Limits(clock.now)

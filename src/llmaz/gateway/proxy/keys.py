@@ -29,6 +29,7 @@ import binascii
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -184,18 +185,22 @@ def parse_secret(obj: Obj) -> SecretEntry:
 class SecretKeys:
     """The keys of the labelled Secrets, kept up to date by the informer's events."""
 
-    def __init__(self, informer: Informer) -> None:
+    def __init__(self, informer: Informer, forget: Callable[[str], None] | None = None) -> None:
+        """`forget(source)` is called when a Secret is deleted (the limits drop its state)."""
         self._informer = informer
+        self._forget = forget
         self._entries: dict[str, SecretEntry] = {}
         self._log = get_logger("llmaz.gateway.auth")
         informer.add_event_handler(self)
 
     @classmethod
-    def watch(cls, informers: SharedInformerFactory, namespace: str) -> SecretKeys:
+    def watch(
+        cls, informers: SharedInformerFactory, namespace: str, forget: Callable[[str], None] | None = None
+    ) -> SecretKeys:
         """Secret keys over an informer of the labelled Secrets of `namespace` (call before the factory starts)."""
         informer = informers.informer_for(SECRETS, namespace=namespace, label_selector=API_KEY_SELECTOR)
         informer.set_transform(compact_secret)
-        return cls(informer)
+        return cls(informer, forget)
 
     def has_synced(self) -> bool:
         return self._informer.has_synced()
@@ -230,6 +235,8 @@ class SecretKeys:
         source = f"{meta.get('namespace')}/{meta.get('name')}"
         if self._entries.pop(source, None) is not None:
             self._log.info("API key removed", secret=source)
+        if self._forget is not None:
+            self._forget(source)
 
     def _set(self, obj: Obj) -> None:
         entry = parse_secret(obj)
