@@ -23,6 +23,7 @@ import yaml
 
 from llmaz.certs import rotator
 from llmaz.controllers import legacy, playground, readiness, service, setup
+from llmaz.gateway.proxy import keys
 from llmaz.gateway.routing import catalog
 from llmaz.gateway.scaling import activator, autoscaler, scale
 from llmaz.manager import __main__ as manager
@@ -79,8 +80,9 @@ ROLE_FILES = (
     RoleFile(
         "role.yaml",
         "gateway-role",
-        "What llmaz-gateway reads to route, writes to scale Playgrounds, and its autoscaler's Lease.",
-        (catalog, scale, activator, autoscaler, events),
+        "What llmaz-gateway reads to route, writes to scale Playgrounds, its autoscaler's Lease and its API keys' "
+        "Secrets.",
+        (catalog, scale, activator, autoscaler, events, keys),
         directory="../gateway",
     ),
 )

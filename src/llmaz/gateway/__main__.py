@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from llmaz.apis.routing import LEAST_OUTSTANDING, STRATEGIES, RoutingWeights, parse_weight
-from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.proxy.forwarding import ProxyOptions
+from llmaz.gateway.proxy.keys import SecretKeys
+from llmaz.gateway.proxy.limits import DEFAULT_MAX_TOKENS_RESERVATION, Limits
 from llmaz.gateway.proxy.metrics import GatewayMetrics, ModelReadiness
 from llmaz.gateway.proxy.server import DEFAULT_MAX_CONNECTIONS, Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
@@ -74,6 +77,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="/healthz and /readyz address (default :8081)",
     )
     add("--api-keys-file", type=Path, default=None, help="file of accepted API keys, one per line (default: none)")
+    add(
+        "--api-key-secrets",
+        default="false",
+        choices=["true", "false"],
+        help='accept the keys of the Secrets labelled llmaz.io/api-key: "true" in the gateway\'s namespace, with '
+        "their tenants and limits, read live (default false)",
+    )
+    add(
+        "--max-tokens-cap",
+        type=flags.positive_int,
+        default=None,
+        help="refuse (400) a request asking to generate more tokens than this (default: no cap)",
+    )
+    add(
+        "--default-max-tokens-reservation",
+        type=flags.positive_int,
+        default=DEFAULT_MAX_TOKENS_RESERVATION,
+        help="tokens reserved against a key's tokens-per-minute for a request without max_tokens "
+        f"(default {DEFAULT_MAX_TOKENS_RESERVATION})",
+    )
     add("--max-request-bytes", type=flags.positive_int, default=DEFAULT_MAX_BODY_BYTES, help="largest request body")
     add("--header-timeout", type=flags.positive_seconds, default=30.0, help="seconds to receive request headers")
     add("--max-connections", type=flags.positive_int, default=DEFAULT_MAX_CONNECTIONS, help="connections held per port")
@@ -200,6 +223,8 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions:
         drain_timeout=args.drain_timeout,
         wake_timeout=args.wake_timeout,
         hold_timeout=args.hold_timeout,
+        max_tokens_cap=args.max_tokens_cap,
+        default_max_tokens_reservation=args.default_max_tokens_reservation,
         proxy=ProxyOptions(
             connect_timeout=args.upstream_connect_timeout,
             read_timeout=args.upstream_timeout,
@@ -283,13 +308,22 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
         idle = IdleDetector(catalog, scale, in_flight, signals or NoSignals())
         manager.add(idle_controller(idle, catalog, in_flight))
     waker = Waker(catalog, scale)
+    authenticator = None
+    limits = Limits(time.monotonic)
+    if api_keys is not None or args.api_key_secrets == "true":
+        secrets = None
+        if args.api_key_secrets == "true":
+            namespace, _, _ = args.gateway_service.partition("/")
+            secrets = SecretKeys.watch(manager.informers, namespace, forget=limits.forget)
+        authenticator = Authenticator(api_keys, secrets)
     # Runs when disabled too: it then removes the slices an earlier configuration left behind.
     options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
     manager.add(activator_controller(Activator(manager.client, catalog, recorder, options), catalog))
     gateway = Gateway(
         catalog,
         gateway_options(args),
-        api_keys=api_keys,
+        api_keys=authenticator,
+        limits=limits,
         metrics=metrics,
         in_flight=in_flight,
         waker=waker,
@@ -329,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         activator_port=activator_port(args),
         gateway_service=args.gateway_service,
         api_keys=api_keys is not None,
+        api_key_secrets=args.api_key_secrets == "true",
         engine_metrics_interval=args.engine_metrics_interval,
         autoscaler=args.autoscaler == "true",
     )

@@ -9,6 +9,7 @@ the engine waits on an asyncio.Event the test sets (`FakeEngine.release`); nothi
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import socket
@@ -21,7 +22,9 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
+from llmaz.gateway.proxy.keys import compact_secret
+from llmaz.gateway.proxy.limits import Limits
 from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
@@ -219,7 +222,8 @@ async def running_gateway(
     cluster: Cluster,
     options: GatewayOptions | None = None,
     *,
-    api_keys: ApiKeys | None = None,
+    api_keys: ApiKeys | Authenticator | None = None,
+    limits: Limits | None = None,
     in_flight: InFlight | None = None,
     catalog: Catalog | None = None,
     waker: Waker | None = None,
@@ -231,6 +235,7 @@ async def running_gateway(
         catalog or cluster.catalog(),
         dataclasses.replace(opts, bind_address="127.0.0.1:0"),
         api_keys=api_keys,
+        limits=limits,
         metrics=GatewayMetrics(process_collectors=False),
         in_flight=in_flight,
         waker=waker,
@@ -270,3 +275,17 @@ async def scraping(cluster: Cluster, **options: Any) -> AsyncIterator[EngineSign
         yield signals
     finally:
         await signals.close()
+
+
+API_KEYS_NAMESPACE = "llmaz-system"
+
+
+def secret(name: str, **data: str) -> Obj:
+    """A labelled Secret as the informer keeps it (compacted: the key replaced by its digest)."""
+    encoded = {k.replace("_", "-"): base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    return compact_secret(
+        {
+            "metadata": {"name": name, "namespace": API_KEYS_NAMESPACE, "labels": {"llmaz.io/api-key": "true"}},
+            "data": encoded,
+        }
+    )

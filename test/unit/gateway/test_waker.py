@@ -463,3 +463,34 @@ async def test_an_engine_that_starts_working_while_the_scale_down_is_being_writt
 
     assert await scaling.check() == [Result(requeue_after=75.0)]
     assert api.scaled == []
+
+
+async def test_a_key_that_may_not_wake_gets_503_and_a_key_that_may_wakes_the_model() -> None:
+    from llmaz.gateway.proxy.auth import Authenticator
+    from llmaz.gateway.proxy.keys import SecretKeys
+    from llmaz_dev.testing.informer import FakeInformer
+
+    from .support import secret
+
+    secrets = FakeInformer()
+    secrets.add(secret("viewer", key="sk-viewer", tenant="viewers", may_wake="false"))
+    secrets.add(secret("owner", key="sk-owner", tenant="owners"))
+    secrets.mark_synced()
+    auth = Authenticator(None, SecretKeys(secrets))
+    async with engines(1) as (engine,):
+        cluster = Cluster().synced()
+        cluster.open_models.add(open_model("m"))
+        cluster.playgrounds.add(asleep("p", "m"))
+        scaling, api, _, catalog = setup(cluster)
+        api.on_scaled.append(engine_starts(cluster, engine.endpoint))
+        async with running_gateway(
+            cluster, catalog=catalog, waker=scaling.waker, in_flight=scaling.in_flight, api_keys=auth
+        ) as gw:
+            body = {"model": "m", "messages": []}
+            status, answer = await gw.post(CHAT, body, headers={"Authorization": "Bearer sk-viewer"})
+            assert (status, answer["error"]["code"]) == (503, "model_sleeping")
+            assert api.scaled == []
+            assert gw.sample("llmaz_gateway_tenant_rejections_total", tenant="viewers", reason="may_wake") == 1
+            status, _ = await gw.post(CHAT, body, headers={"Authorization": "Bearer sk-owner"})
+            assert status == 200
+            assert api.scaled == [("p", 1)]

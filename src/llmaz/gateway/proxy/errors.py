@@ -72,6 +72,8 @@ class OpenAIError(Exception):
         """Close the connection after answering: the rest of the request was not (and will not be) read."""
         self.detail = None if detail is None else _quote(detail, DETAIL_CHARS)
         """Why, for the gateway's log line only: never in the answer."""
+        self.tenant: str | None = None
+        """The tenant the refusal is counted against (`llmaz_gateway_tenant_rejections_total`), when known."""
 
     def body(self) -> dict[str, dict[str, str | None]]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -102,6 +104,67 @@ def invalid_api_key() -> OpenAIError:
     return OpenAIError(
         401, "Incorrect API key provided.", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
     )
+
+
+def expired_api_key(expires: object) -> OpenAIError:
+    return OpenAIError(
+        401,
+        f"The API key provided expired at {expires}. Ask for a new one.",
+        code="invalid_api_key",
+        headers={"WWW-Authenticate": "Bearer"},
+        detail="expired",
+    )
+
+
+def refused_api_key(reason: str) -> OpenAIError:
+    """A key whose Secret has a bad value: refused whole; the reason (the Secret and field) goes to the log."""
+    return OpenAIError(
+        401,
+        "The API key provided is not usable: its configuration is invalid. Ask the gateway's administrator, who "
+        "finds the reason in the gateway's log.",
+        code="invalid_api_key",
+        headers={"WWW-Authenticate": "Bearer"},
+        detail=reason,
+    )
+
+
+RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
+RATE_LIMITS = {
+    "requests": "requests per minute",
+    "tokens": "tokens per minute",
+    "streams": "concurrent streams",
+}
+
+
+def rate_limited(limit: str, retry_after: int, detail: str) -> OpenAIError:
+    """429 as OpenAI sends it: `type` the kind of limit reached (`requests` or `tokens`; the gateway's concurrent
+    streams count as `requests`), `code` `rate_limit_exceeded`, and when to retry."""
+    kind = "tokens" if limit == "tokens" else "requests"
+    return OpenAIError(
+        429,
+        f"Rate limit reached for this API key on {RATE_LIMITS.get(limit, limit)}. Please try again in {retry_after}s.",
+        type=kind,
+        code=RATE_LIMIT_EXCEEDED,
+        headers={"Retry-After": str(retry_after)},
+        detail=detail,
+    )
+
+
+def max_tokens_too_large(param: str, asked: int, cap: int) -> OpenAIError:
+    return invalid_request(
+        f"`{param}` is {asked}, above this gateway's limit of {cap} tokens. Ask for at most {cap}.",
+        "max_tokens_too_large",
+        param,
+    )
+
+
+def wake_not_allowed(model: str) -> OpenAIError:
+    """A key with `may-wake: "false"` asked for a sleeping model."""
+    message = (
+        f"The model `{model}` is {Unready.SCALED_TO_ZERO}, and this API key may not wake it. Retry once another"
+        " client has woken it."
+    )
+    return _retry_later(503, message, "model_sleeping")
 
 
 def model_not_found(model: str, available: Iterable[str]) -> OpenAIError:

@@ -124,6 +124,10 @@ class Exchange:
     truncated: bool = False
     detail: str | None = None
     """Why the gateway answered as it did, for the log line only (clients get a generic reason)."""
+    tenant: str | None = None
+    """The tenant of the request's API key, once authenticated (None without API keys)."""
+    rejection: str | None = None
+    """Why a known tenant's request was refused (a limit, the max_tokens cap, may-wake), for the tenant metrics."""
 
 
 def _secrets(headers: Mapping[str, str] | None) -> list[str]:

@@ -124,6 +124,26 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.tenant_requests = Counter(
+            "llmaz_gateway_tenant_requests",
+            "Requests answered, by the tenant of their API key and HTTP status.",
+            ["tenant", "code"],
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            "llmaz_gateway_tenant_tokens",
+            "Tokens reported in responses' usage, by the tenant of the request's API key and kind (prompt, "
+            "completion).",
+            ["tenant", "kind"],
+            registry=r,
+        )
+        self.tenant_rejections = Counter(
+            "llmaz_gateway_tenant_rejections",
+            "Requests of a tenant refused by the gateway's limits, by reason (requests, tokens, streams, max_tokens, "
+            "may_wake, expired, refused_key).",
+            ["tenant", "reason"],
+            registry=r,
+        )
         if process_collectors:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
@@ -155,6 +175,15 @@ class GatewayMetrics:
     def tokens(self, model: str, usage: Usage) -> None:
         self._prompt_tokens(model).inc(usage.prompt_tokens)
         self._completion_tokens(model).inc(usage.completion_tokens)
+
+    def tenant_answered(self, tenant: str, code: int, usage: Usage | None, rejection: str | None) -> None:
+        """One request of `tenant` (the tenant of a key the gateway holds: bounded by the keys file and Secrets)."""
+        self.tenant_requests.labels(tenant=tenant, code=str(code)).inc()
+        if usage is not None:
+            self.tenant_tokens.labels(tenant=tenant, kind="prompt").inc(usage.prompt_tokens)
+            self.tenant_tokens.labels(tenant=tenant, kind="completion").inc(usage.completion_tokens)
+        if rejection is not None:
+            self.tenant_rejections.labels(tenant=tenant, reason=rejection).inc()
 
     def retried(self, model: str, reason: str) -> None:
         self.upstream_retries.labels(model=model, reason=reason).inc()

@@ -67,8 +67,17 @@ from dataclasses import dataclass, field
 from aiohttp import hdrs, web
 
 from llmaz.gateway.proxy import body, errors
-from llmaz.gateway.proxy.auth import ApiKeys
+from llmaz.gateway.proxy.auth import ApiKeys, Authenticator, Caller
 from llmaz.gateway.proxy.forwarding import Exchange, Proxy, ProxyOptions, sanitised_error
+from llmaz.gateway.proxy.limits import (
+    DEFAULT_MAX_TOKENS_RESERVATION,
+    UNLIMITED,
+    Admission,
+    LimitReachedError,
+    Limits,
+    max_tokens_of,
+    reservation_of,
+)
 from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.adapters import Adapter, engine_body
@@ -80,7 +89,7 @@ from llmaz.gateway.routing.prefix import SESSION_HEADER, routing_key, session_of
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import Request
 from llmaz.gateway.scaling.outlook import Coming
-from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, Waker
+from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, WakeNotAllowedError, Waker
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.server.address import split_host_port
 from llmaz.runtime.server.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
@@ -88,6 +97,8 @@ from llmaz.runtime.server.listener import HTTP_LOG, ConnectionLimits, Connection
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # The middleware's record of the request being handled, for the handler (both run in the request's task).
 _EXCHANGE: contextvars.ContextVar[Exchange] = contextvars.ContextVar("llmaz_gateway_exchange")
+# Who sent the request being handled (None without API keys), set by the middleware.
+_CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("llmaz_gateway_caller", default=None)
 # How much of an unknown path a log line keeps.
 _LOGGED_PATH_CHARS = 200
 # How much of a failure's stack a log line keeps (its last frames).
@@ -121,6 +132,12 @@ class GatewayOptions:
     hold_timeout: float = 30.0
     """Seconds a request is held while its model's replicas start (a restart, a rollout, a scale-up; 503 after).
     Default 30."""
+    max_tokens_cap: int | None = None
+    """The most tokens a request may ask to generate (`max_tokens`, `max_completion_tokens`, `max_output_tokens`);
+    a request asking more is refused (400 naming the field). Default: no cap."""
+    default_max_tokens_reservation: int = DEFAULT_MAX_TOKENS_RESERVATION
+    """Tokens reserved against a key's tokens-per-minute for a request that does not say how many it may generate.
+    Default 1024."""
     activator_address: str | None = None
     """A second address serving the same API, for the `-lb` activator's slices. Default: none."""
     proxy: ProxyOptions = field(default_factory=ProxyOptions)
@@ -139,7 +156,8 @@ class Gateway:
         catalog: Catalog,
         options: GatewayOptions | None = None,
         *,
-        api_keys: ApiKeys | None = None,
+        api_keys: ApiKeys | Authenticator | None = None,
+        limits: Limits | None = None,
         metrics: GatewayMetrics | None = None,
         in_flight: InFlight | None = None,
         waker: Waker | None = None,
@@ -155,7 +173,8 @@ class Gateway:
         self.adapters: AdapterSignals = NoSignals() if adapters is None else adapters
         self.waker = waker or Waker(catalog, None)
         self.options = opts = options or GatewayOptions()
-        self.api_keys = api_keys
+        self.api_keys = Authenticator(api_keys) if isinstance(api_keys, ApiKeys) else api_keys
+        self.limits = limits or Limits(time.monotonic)
         self.metrics = metrics or GatewayMetrics()
         self.in_flight = in_flight or InFlight()
         self.in_flight.watch(self.metrics.in_flight_changed)
@@ -269,14 +288,49 @@ class Gateway:
             raise errors.unsupported_endpoint(name, request.path)
         if adapter is not None and (why := self.catalog.left_out(adapter)) is not None:
             raise errors.no_ready_endpoint(name, why, errors.Unready.ADAPTER_UNAVAILABLE)
+        admission = self._admit(exchange, inference)
+        try:
+            return await self._route(capability, request, inference, exchange, adapter, model, name)
+        finally:
+            admission.finish(exchange.usage, answered=exchange.first_byte is not None)
+
+    def _admit(self, exchange: Exchange, inference: body.InferenceRequest) -> Admission:
+        """Check the request against the max_tokens cap and its key's limits, and hold its share of them."""
+        asked = max_tokens_of(inference.document)
+        cap = self.options.max_tokens_cap
+        if cap is not None and asked is not None and asked[1] > cap:
+            exchange.rejection = "max_tokens"
+            raise errors.max_tokens_too_large(asked[0], asked[1], cap)
+        caller = _CALLER.get()
+        if caller is None or caller.policy is None:
+            return UNLIMITED
+        reservation = reservation_of(inference.body, inference.document, self.options.default_max_tokens_reservation)
+        try:
+            return self.limits.admit(caller.policy, reservation, inference.stream)
+        except LimitReachedError as refusal:
+            exchange.rejection = refusal.limit
+            raise errors.rate_limited(refusal.limit, refusal.retry_after, refusal.detail) from None
+
+    async def _route(
+        self,
+        capability: engines.Capability,
+        request: web.Request,
+        inference: body.InferenceRequest,
+        exchange: Exchange,
+        adapter: Adapter | None,
+        model: str,
+        name: str,
+    ) -> web.StreamResponse:
         holding = None if adapter is None else functools.partial(self._holding, adapter)
+        caller = _CALLER.get()
+        may_wake = caller is None or caller.may_wake
         with self.in_flight.request(model):
             endpoints = self.catalog.endpoints(model)
             if not endpoints:
                 # Held while a replica comes: scaling says how (and scales a sleeping model up), then routing is
                 # waited on for its endpoint, up to the bound of that case.
                 started = asyncio.get_running_loop().time()
-                coming = await self._replica_coming(model, name, started + self.options.wake_timeout)
+                coming = await self._replica_coming(model, name, started + self.options.wake_timeout, may_wake)
                 bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
                 endpoints = await self._held(model, started + bound, holding)
                 if not endpoints and coming is Coming.WAKING:
@@ -354,12 +408,15 @@ class Gateway:
 
         return body_for
 
-    async def _replica_coming(self, model: str, name: str, deadline: float) -> Coming:
+    async def _replica_coming(self, model: str, name: str, deadline: float, may_wake: bool) -> Coming:
         """Ask scaling how a replica of `model` is coming; the 503 that says why when none is (naming `name`, the
         model or adapter the request named)."""
         try:
             async with asyncio.timeout_at(deadline):
-                return await self.waker.wake(model)
+                return await self.waker.wake(model, may_wake=may_wake)
+        except WakeNotAllowedError:
+            _EXCHANGE.get().rejection = "may_wake"
+            raise errors.wake_not_allowed(name) from None
         except NotComingError as err:
             raise errors.no_ready_endpoint(name, str(err)) from None
         except ScaleUpError as err:
@@ -373,6 +430,7 @@ class Gateway:
     async def _observe(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         exchange = Exchange(model="")
         _EXCHANGE.set(exchange)
+        _CALLER.set(None)
         try:
             resp = await self._answer(request, handler)
             exchange.status = exchange.status or resp.status
@@ -386,10 +444,15 @@ class Gateway:
     async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             if self.api_keys is not None:
-                self.api_keys.check(request.headers.get(hdrs.AUTHORIZATION))
+                caller = self.api_keys.check(request.headers.get(hdrs.AUTHORIZATION))
+                _CALLER.set(caller)
+                _EXCHANGE.get().tenant = caller.tenant
             return await handler(request)
         except errors.OpenAIError as exc:
-            _EXCHANGE.get().detail = exc.detail
+            exchange = _EXCHANGE.get()
+            exchange.detail = exc.detail
+            if exc.tenant is not None:  # a key known but refused (expired)
+                exchange.tenant, exchange.rejection = exc.tenant, exc.detail
             return exc.response()
         except web.HTTPException as exc:
             return errors.from_http_exception(exc, request.method, request.path).response()
@@ -411,6 +474,8 @@ class Gateway:
             self.metrics.first_byte(model, exchange.first_byte - exchange.started)
         if exchange.usage is not None:
             self.metrics.tokens(model, exchange.usage)
+        if exchange.tenant is not None:
+            self.metrics.tenant_answered(exchange.tenant, code, exchange.usage, exchange.rejection)
         if code >= 500 or exchange.truncated:
             log = self._log.warning
         elif self._log.is_enabled_for(logging.DEBUG):  # the line's fields are not worth building otherwise

@@ -38,6 +38,10 @@ class NotComingError(Exception):
     """No ready endpoint is coming for the model; the message says why."""
 
 
+class WakeNotAllowedError(Exception):
+    """The model sleeps and the request's key may not wake it."""
+
+
 class Waker:
     def __init__(self, catalog: Catalog, scale: PlaygroundScale | None) -> None:
         """`scale` None: scale to zero is off, nothing is scaled."""
@@ -46,12 +50,15 @@ class Waker:
         self._waking: dict[str, asyncio.Task[None]] = {}
         self._log = get_logger("llmaz.gateway.waker")
 
-    async def wake(self, model: str) -> Coming:
+    async def wake(self, model: str, *, may_wake: bool = True) -> Coming:
         """How a ready endpoint of `model` is coming, once the scale-ups it needs are written (see the module
-        docstring). Raises NotComingError when none is, ScaleUpError when a scale-up was refused."""
+        docstring). Raises NotComingError when none is, ScaleUpError when a scale-up was refused, WakeNotAllowedError
+        when one is needed and `may_wake` is False (nothing is scaled then)."""
         expected = outlook(self._catalog.playgrounds_serving(model), self._opted_in)
         if expected.coming is None:
             raise NotComingError(expected.reason)
+        if expected.to_wake and not may_wake:
+            raise WakeNotAllowedError(model)
         for task in [self._scale_up_once(pg, model) for pg in expected.to_wake]:
             try:
                 await asyncio.shield(task)
