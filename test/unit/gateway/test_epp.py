@@ -194,6 +194,13 @@ async def test_a_body_over_the_bound_gets_413_in_either_mode() -> None:
         assert (status, error["code"]) == (413, "request_too_large")
 
 
+async def test_a_buffered_body_larger_than_grpcs_default_message_bound_is_routed() -> None:
+    large = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (5 << 20)}]})
+    async with running_epp(served(A), max_body_bytes=6 << 20) as epp:
+        _, answer = await epp.exchange(headers(), body(large), answers=2)
+    assert destination(answer, "request_body") == (str(A), str(A))
+
+
 async def test_a_model_without_a_ready_endpoint_gets_503() -> None:
     async with running_epp(served()) as epp:
         _, answer = await epp.exchange(headers(), body(chat()), answers=2)

@@ -31,6 +31,8 @@ READINESS: Final = "readiness"
 # How often readiness looks at the catalog until it has synced.
 SYNC_POLL_SECONDS: Final = 0.1
 _LOGGED_STACK_CHARS = 2000
+# Room in one gRPC message beside the largest body: the headers and metadata Envoy sends with it.
+MESSAGE_OVERHEAD_BYTES: Final = 1024 * 1024
 
 _LOG = get_logger("llmaz.gateway.epp")
 
@@ -113,7 +115,9 @@ class EndpointPicker:
         await self._ready.wait()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        server = grpc.aio.server()
+        # A BUFFERED body comes in one message: gRPC's default bound (4 MiB) would refuse it before the EPP's own.
+        limit = self.options.max_body_bytes + MESSAGE_OVERHEAD_BYTES
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit)])
         ext_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         host = self.options.host
