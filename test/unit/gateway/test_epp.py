@@ -19,11 +19,12 @@ from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test.unit.gateway.support import WAIT, Cluster
 
-from llmaz.gateway.epp.processor import DESTINATION_HEADER, LB_NAMESPACE, SUBSET_KEY, SUBSET_NAMESPACE
+from llmaz.gateway.epp.processor import DESTINATION_HEADER, LB_NAMESPACE, SUBSET_KEY, SUBSET_NAMESPACE, usage_of
 from llmaz.gateway.epp.server import EndpointPicker, EppOptions
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import Pickers
 from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.routing.scheduler import PromptUsage
 
 Mode = processing_mode_pb2.ProcessingMode
 A = Endpoint("127.0.0.1", 8001)
@@ -305,3 +306,29 @@ async def test_readiness_waits_for_the_catalog_and_liveness_does_not() -> None:
         await asyncio.wait_for(epp.picker.wait_ready(), WAIT)
         for service in ("readiness", "envoy.service.ext_proc.v3.ExternalProcessor"):
             assert await health(epp, service) == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.parametrize(
+    ("tail", "usage"),
+    [
+        pytest.param(
+            orjson.dumps(
+                {
+                    "object": "chat.completion",
+                    "usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 8}},
+                }
+            ),
+            PromptUsage(9, 8),
+            id="a whole JSON answer",
+        ),
+        pytest.param(
+            b'data: {"choices": []}\n\ndata: {"choices": [], "usage": {"prompt_tokens": 7}}\n\ndata: [DONE]\n\n',
+            PromptUsage(7, None),
+            id="the last SSE event with usage",
+        ),
+        pytest.param(b'data: {"choices": []}\n\ndata: [DONE]\n\n', None, id="a stream without usage"),
+        pytest.param(b'tokens": 7}}\n\n', None, id="the cut end of a long answer"),
+    ],
+)
+def test_the_usage_is_read_from_the_end_of_the_answer(tail: bytes, usage: PromptUsage | None) -> None:
+    assert usage_of(tail) == usage
