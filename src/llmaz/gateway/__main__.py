@@ -19,6 +19,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from llmaz.apis.routing import LEAST_OUTSTANDING, STRATEGIES, RoutingWeights, parse_weight
+from llmaz.gateway.epp.server import DEFAULT_PORT as EPP_PORT
+from llmaz.gateway.epp.server import EndpointPicker, EppOptions
 from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.proxy.forwarding import ProxyOptions
@@ -151,6 +153,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         f"(on --bind-address's host; 0 disables the activator; default {DEFAULT_PORT})",
     )
     add(
+        "--epp-port",
+        type=flags.port,
+        default=0,
+        help="port of the Endpoint Picker for a Gateway API Inference Extension gateway (Envoy's ext_proc gRPC "
+        f"service and gRPC health, plain text, on --bind-address's host; conventionally {EPP_PORT}; default 0: off)",
+    )
+    add(
+        "--epp-fallbacks",
+        type=int,
+        default=0,
+        choices=range(10),
+        metavar="{0..9}",
+        help="fallback endpoints the Endpoint Picker names after its pick, best first, for a gateway whose load "
+        "balancer takes a list (Envoy's ORIGINAL_DST cluster takes one address; default 0)",
+    )
+    add(
         "--gateway-service",
         type=flags.namespaced_name,
         default=None,
@@ -194,6 +212,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     add_process_flags(parser)
     args = parser.parse_args(argv)
+    if args.epp_port and args.epp_port in (split_host_port(args.bind_address)[1], activator_port(args)):
+        parser.error(f"--epp-port {args.epp_port}: the API or the activator listens there; pick another port")
     if args.gateway_service is None:
         args.gateway_service = default_gateway_service()
     return args
@@ -232,6 +252,17 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions:
             resolve=dict(args.resolve),
         ),
         routing=routing_options(args),
+    )
+
+
+def epp_options(args: argparse.Namespace) -> EppOptions:
+    host, _ = split_host_port(args.bind_address)
+    return EppOptions(
+        host=host,
+        port=args.epp_port,
+        max_body_bytes=args.max_request_bytes,
+        drain_timeout=args.drain_timeout,
+        fallbacks=args.epp_fallbacks,
     )
 
 
@@ -332,6 +363,9 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
     )
     manager.add(gateway)
     manager.add_readyz_check("gateway", gateway.serving)
+    if args.epp_port:
+        # Beside the proxy, on its catalog and schedulers: a request routes the same through either.
+        manager.add(EndpointPicker(catalog, gateway.pickers, epp_options(args)))
     autoscaling = autoscaler_options(args)
     if autoscaling is not None:
         engine_load: LoadSignals = signals or NoSignals()
@@ -361,6 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "starting gateway",
         bind_address=args.bind_address,
         activator_port=activator_port(args),
+        epp_port=args.epp_port,
         gateway_service=args.gateway_service,
         api_keys=api_keys is not None,
         api_key_secrets=args.api_key_secrets == "true",

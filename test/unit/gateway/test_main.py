@@ -16,6 +16,7 @@ from llmaz.gateway.__main__ import (
     activator_port,
     autoscaler_options,
     engine_signals,
+    epp_options,
     gateway_metrics,
     gateway_options,
     main,
@@ -99,6 +100,15 @@ def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None
     assert activator_port(parse_args(["--scale-to-zero=false"])) == 0
 
 
+def test_the_endpoint_picker_is_off_by_default_and_listens_on_the_api_host() -> None:
+    assert parse_args([]).epp_port == 0
+    flags = ["--bind-address=127.0.0.1:9000", "--epp-port=9002", "--max-request-bytes=64", "--epp-fallbacks=2"]
+    options = epp_options(parse_args(flags))
+    assert (options.host, options.port, options.max_body_bytes, options.fallbacks) == ("127.0.0.1", 9002, 64, 2)
+    assert epp_options(parse_args([])).fallbacks == 0
+    assert epp_options(parse_args(["--epp-port=9002"])).host == ""
+
+
 def test_engine_signals_follow_their_flags_and_interval_0_turns_them_off() -> None:
     catalog = Cluster().catalog()
     defaults = engine_signals(parse_args([]), catalog, CollectorRegistry())
@@ -137,6 +147,11 @@ def test_the_autoscaler_is_on_by_default_with_its_lease_beside_the_gateway_servi
         "--resolve==127.0.0.1",
         "--activator-port=65536",
         "--activator-port=-1",
+        "--epp-port=65536",
+        "--epp-port=8000",
+        "--epp-port=8001",
+        "--epp-fallbacks=-1",
+        "--epp-fallbacks=10",
         "--gateway-service=llmaz-gateway",
         "--gateway-service=ns/",
         "--engine-metrics-interval=-1",

@@ -1,0 +1,471 @@
+"""One ext_proc stream: a gateway's HTTP request, read, routed by the scheduler, and followed until it ends.
+
+The conversation (`Conversation`, one per gRPC stream; Envoy opens one per HTTP request):
+
+    request headers     -> the subset hint read from the filter metadata; then, when a body follows:
+                           request body BUFFERED:             answered at once (continue), the body comes whole;
+                           request body FULL_DUPLEX_STREAMED: not answered yet, body chunks come until the last;
+    the body, complete  -> parsed (at most `max_body_bytes`), its model found, the scheduler asked; the answer is
+                           the header `x-gateway-destination-endpoint: ip:port[,ip:port...]` (the pick, then up to
+                           `fallbacks` of its fallbacks, best first) and the same value in dynamic metadata
+                           `envoy.lb`; in full duplex it goes on the delayed headers answer, followed by every body
+                           chunk sent back unchanged;
+    response headers,
+    body and trailers   -> passed through (echoed in full duplex); the endpoint that served is read from metadata
+                           `envoy.lb` / `x-gateway-destination-endpoint-served`; the usage from the body's end;
+    the stream closes   -> the attempt ends: `post_response`, once, however the stream ended.
+
+Fallbacks are off by default: Envoy's ORIGINAL_DST cluster, which GIE's reference configuration routes with,
+connects to the one address its header names and answers 503 (no healthy upstream) to a list.
+
+The body modes come from the filter's `protocol_config`, which Envoy sends on a stream's first message; without
+it, the request body is taken to be BUFFERED. A request whose headers end the stream (no body) is routed by the
+model the header `x-ai-eg-model` names. Refusals are ImmediateResponses with OpenAI's error JSON: 400 for a body
+that is not a JSON object naming a model, and for a message out of order or with nothing in it; 404
+(`model_not_found`) for a model no Playground serves; 413 for a body over the bound; 503 when the model has no
+ready endpoint, when none of the gateway's subset is one, or when the catalog has not synced yet. After one, the
+stream ends.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from envoy.config.core.v3 import base_pb2 as core
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext
+from envoy.type.v3 import http_status_pb2
+from google.protobuf import struct_pb2
+
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.picker import Pickers
+from llmaz.gateway.routing.prefix import SESSION_HEADER, routing_key, session_of
+from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.routing.scheduler import PromptUsage, Request, Scheduler
+from llmaz.runtime.log import get_logger
+
+DESTINATION_HEADER: Final = "x-gateway-destination-endpoint"
+LB_NAMESPACE: Final = "envoy.lb"
+SERVED_KEY: Final = "x-gateway-destination-endpoint-served"
+SUBSET_NAMESPACE: Final = "envoy.lb.subset_hint"
+SUBSET_KEY: Final = "x-gateway-destination-endpoint-subset"
+MODEL_HEADER: Final = "x-ai-eg-model"
+"""The header naming the model of a request without a body (as Envoy AI Gateway sets it)."""
+MAX_MODEL_CHARS: Final = 253
+DEFAULT_MAX_BODY_BYTES: Final = 10 * 1024 * 1024
+USAGE_TAIL_BYTES: Final = 64 * 1024
+"""How much of a response body's end is kept to find its usage (an answer's last SSE events, or a whole JSON one)."""
+LISTED_MODELS: Final = 20
+QUOTED_CHARS: Final = 120
+
+_Mode = processing_mode_pb2.ProcessingMode
+NONE: Final = _Mode.NONE
+BUFFERED: Final = _Mode.BUFFERED
+BUFFERED_PARTIAL: Final = _Mode.BUFFERED_PARTIAL
+FULL_DUPLEX_STREAMED: Final = _Mode.FULL_DUPLEX_STREAMED
+
+_LOG = get_logger("llmaz.gateway.epp")
+
+
+def _quote(text: str) -> str:
+    return text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "..."
+
+
+class RefusalError(Exception):
+    """An answer the EPP makes itself: an HTTP status and OpenAI's error object."""
+
+    def __init__(
+        self, status: int, message: str, code: str, *, type: str = "invalid_request_error", param: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.type = type
+        self.param = param
+
+    def body(self) -> bytes:
+        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        return orjson.dumps({"error": error})
+
+    def response(self) -> ext.ProcessingResponse:
+        content_type = core.HeaderValueOption(
+            header=core.HeaderValue(key="content-type", raw_value=b"application/json")
+        )
+        return ext.ProcessingResponse(
+            immediate_response=ext.ImmediateResponse(
+                status=http_status_pb2.HttpStatus(code=self.status),
+                headers=ext.HeaderMutation(set_headers=[content_type]),
+                body=self.body(),
+                details=self.code,
+            )
+        )
+
+
+def bad_message(message: str) -> RefusalError:
+    return RefusalError(400, f"The gateway sent the endpoint picker {message}.", "invalid_processing_request")
+
+
+def unavailable(message: str, code: str) -> RefusalError:
+    return RefusalError(503, message, code, type="server_error")
+
+
+class Phase(enum.Enum):
+    HEADERS = "waiting for the request headers"
+    BODY = "reading the request body"
+    ROUTED = "routed"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    scheduler: Scheduler
+    request: Request
+    endpoint: Endpoint
+
+
+def _header_mutation(value: str) -> ext.HeaderMutation:
+    header = core.HeaderValue(key=DESTINATION_HEADER, raw_value=value.encode())
+    return ext.HeaderMutation(
+        set_headers=[
+            core.HeaderValueOption(header=header, append_action=core.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)
+        ]
+    )
+
+
+def _destination_metadata(value: str) -> struct_pb2.Struct:
+    metadata = struct_pb2.Struct()
+    metadata.update({LB_NAMESPACE: {DESTINATION_HEADER: value}})
+    return metadata
+
+
+def _streamed(chunk: bytes, last: bool) -> ext.CommonResponse:
+    return ext.CommonResponse(
+        body_mutation=ext.BodyMutation(streamed_response=ext.StreamedBodyResponse(body=chunk, end_of_stream=last))
+    )
+
+
+def _endpoint_matches(endpoint: Endpoint, allowed: frozenset[str]) -> bool:
+    """Whether the subset names `endpoint`: as `ip:port`, or by its address alone (every port of it)."""
+    return str(endpoint) in allowed or endpoint.address in allowed or f"[{endpoint.address}]" in allowed
+
+
+def usage_of(tail: bytes) -> PromptUsage | None:
+    """The prompt usage an answer's end reports: a whole JSON answer's `usage`, else the last SSE event with one."""
+    try:
+        document = orjson.loads(tail)
+    except orjson.JSONDecodeError:
+        document = None
+    if isinstance(document, dict):
+        return _prompt_usage(document.get("usage"))
+    for line in reversed(tail.splitlines()):
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            event = orjson.loads(line[5:].strip())
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("usage"), dict):
+            return _prompt_usage(event["usage"])
+    return None
+
+
+def _prompt_usage(usage: Any) -> PromptUsage | None:
+    if not isinstance(usage, dict):
+        return None
+    prompt = usage.get("prompt_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return PromptUsage(prompt if isinstance(prompt, int) else None, cached if isinstance(cached, int) else None)
+
+
+class Conversation:
+    """One stream's state (see the module docstring). `handle` answers each message; `finish` ends the attempt."""
+
+    def __init__(
+        self, catalog: Catalog, pickers: Pickers, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, fallbacks: int = 0
+    ) -> None:
+        """`fallbacks`: how many of the decision's fallbacks follow the pick in the answer."""
+        self.catalog = catalog
+        self.pickers = pickers
+        self.max_body_bytes = max_body_bytes
+        self.fallbacks = fallbacks
+        self.phase = Phase.HEADERS
+        self.request_mode: int = BUFFERED
+        self.response_mode: int = NONE
+        self.headers: dict[str, str] = {}
+        self.subset: frozenset[str] | None = None
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.attempt: Attempt | None = None
+        self.destination: str | None = None
+        """The value sent: the pick, then its fallbacks."""
+        self.served: str | None = None
+        """The endpoint the gateway says served the request, when it says."""
+        self.usage: PromptUsage | None = None
+        self._tail = bytearray()
+        self._first = True
+        self._finished = False
+
+    def handle(self, message: ext.ProcessingRequest) -> tuple[list[ext.ProcessingResponse], bool]:
+        """The answers to `message`, and whether the stream is over (an ImmediateResponse was sent)."""
+        try:
+            return self._handle(message), False
+        except RefusalError as refusal:
+            return [refusal.response()], True
+
+    def finish(self) -> None:
+        """The stream ended: the attempt (if one was made) ends, once."""
+        if self._finished:
+            return
+        self._finished = True
+        if self.attempt is not None:
+            attempt = self.attempt
+            attempt.scheduler.post_response(attempt.request, attempt.endpoint, self.usage)
+
+    def _handle(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+        if self._first:
+            self._first = False
+            if message.HasField("protocol_config"):
+                self.request_mode = message.protocol_config.request_body_mode
+                self.response_mode = message.protocol_config.response_body_mode
+        kind = message.WhichOneof("request")
+        if kind is None:
+            raise bad_message("a message with nothing in it")
+        handler = self._handlers().get(kind)
+        if handler is None:
+            raise bad_message(f"a message it does not handle ({kind})")
+        return handler(message)
+
+    def _handlers(self) -> dict[str, Callable[[ext.ProcessingRequest], list[ext.ProcessingResponse]]]:
+        return {
+            "request_headers": self._request_headers,
+            "request_body": self._request_body,
+            "request_trailers": self._request_trailers,
+            "response_headers": self._response_headers,
+            "response_body": self._response_body,
+            "response_trailers": self._response_trailers,
+        }
+
+    def _expect(self, phase: Phase, what: str) -> None:
+        if self.phase is not phase:
+            raise bad_message(f"{what} while {self.phase.value}")
+
+    # The request
+
+    def _request_headers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+        self._expect(Phase.HEADERS, "request headers")
+        headers = message.request_headers
+        for header in headers.headers.headers:
+            value = header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value
+            self.headers[header.key.lower()] = value
+        self.subset = self._subset_hint(message)
+        if headers.end_of_stream or self.request_mode == NONE:
+            value = self._route(None)
+            return [
+                ext.ProcessingResponse(
+                    request_headers=ext.HeadersResponse(
+                        response=ext.CommonResponse(header_mutation=_header_mutation(value))
+                    ),
+                    dynamic_metadata=_destination_metadata(value),
+                )
+            ]
+        if self.request_mode in (BUFFERED, BUFFERED_PARTIAL):
+            self.phase = Phase.BODY
+            return [ext.ProcessingResponse(request_headers=ext.HeadersResponse())]
+        if self.request_mode == FULL_DUPLEX_STREAMED:
+            self.phase = Phase.BODY
+            return []  # answered with the route, once the body is read
+        mode = _Mode.BodySendMode.Name(self.request_mode)
+        raise RefusalError(
+            500,
+            f"The endpoint picker cannot read a request body sent {mode}: configure the ext_proc filter's "
+            "processing_mode.request_body_mode as BUFFERED or FULL_DUPLEX_STREAMED.",
+            "unsupported_processing_mode",
+            type="server_error",
+        )
+
+    def _subset_hint(self, message: ext.ProcessingRequest) -> frozenset[str] | None:
+        namespace = message.metadata_context.filter_metadata.get(SUBSET_NAMESPACE)
+        if namespace is None or SUBSET_KEY not in namespace.fields:
+            return None
+        value = namespace.fields[SUBSET_KEY]
+        kind = value.WhichOneof("kind")
+        if kind == "string_value":
+            entries = [e.strip() for e in value.string_value.split(",")]
+        elif kind == "list_value":
+            entries = [v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value"]
+            if len(entries) != len(value.list_value.values):
+                raise bad_message(f"a subset hint ({SUBSET_KEY}) whose entries are not all strings")
+        else:
+            raise bad_message(f"a subset hint ({SUBSET_KEY}) that is neither a list of endpoints nor a string")
+        return frozenset(e for e in entries if e)
+
+    def _request_body(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+        self._expect(Phase.BODY, "a request body")
+        body = message.request_body
+        self.size += len(body.body)
+        if self.size > self.max_body_bytes:
+            raise RefusalError(
+                413, f"The request body is larger than {self.max_body_bytes} bytes.", "request_too_large"
+            )
+        self.chunks.append(body.body)
+        if self.request_mode == FULL_DUPLEX_STREAMED:
+            if not body.end_of_stream:
+                return []
+            return self._route_streamed()
+        if not body.end_of_stream and self.request_mode == BUFFERED_PARTIAL:
+            # Envoy sends a partial body when its buffer is full: the request is larger than the gateway takes.
+            raise RefusalError(413, "The request body is larger than the gateway buffers.", "request_too_large")
+        value = self._route(b"".join(self.chunks))
+        self.chunks.clear()
+        return [
+            ext.ProcessingResponse(
+                request_body=ext.BodyResponse(response=ext.CommonResponse(header_mutation=_header_mutation(value))),
+                dynamic_metadata=_destination_metadata(value),
+            )
+        ]
+
+    def _route_streamed(self) -> list[ext.ProcessingResponse]:
+        """Full duplex: the delayed headers answer with the route, then the body as it came, chunk by chunk."""
+        value = self._route(b"".join(self.chunks))
+        answers = [
+            ext.ProcessingResponse(
+                request_headers=ext.HeadersResponse(
+                    response=ext.CommonResponse(header_mutation=_header_mutation(value))
+                ),
+                dynamic_metadata=_destination_metadata(value),
+            )
+        ]
+        chunks = [chunk for chunk in self.chunks if chunk] or [b""]
+        for i, chunk in enumerate(chunks):
+            answers.append(
+                ext.ProcessingResponse(request_body=ext.BodyResponse(response=_streamed(chunk, i == len(chunks) - 1)))
+            )
+        self.chunks.clear()
+        return answers
+
+    def _request_trailers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+        if self.phase is Phase.HEADERS:
+            raise bad_message("request trailers before the request headers")
+        answers: list[ext.ProcessingResponse] = []
+        if self.phase is Phase.BODY:  # the trailers end the body
+            if self.request_mode == FULL_DUPLEX_STREAMED:
+                answers = self._route_streamed()
+            else:
+                value = self._route(b"".join(self.chunks))
+                self.chunks.clear()
+                answers = [
+                    ext.ProcessingResponse(
+                        request_headers=ext.HeadersResponse(
+                            response=ext.CommonResponse(header_mutation=_header_mutation(value))
+                        ),
+                        dynamic_metadata=_destination_metadata(value),
+                    )
+                ]
+        answers.append(ext.ProcessingResponse(request_trailers=ext.TrailersResponse()))
+        return answers
+
+    # The response
+
+    def _response_headers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+        self._expect(Phase.ROUTED, "response headers")
+        lb = message.metadata_context.filter_metadata.get(LB_NAMESPACE)
+        if lb is not None and SERVED_KEY in lb.fields:
+            self.served = lb.fields[SERVED_KEY].string_value or None
+        return [ext.ProcessingResponse(response_headers=ext.HeadersResponse())]
+
+    def _response_body(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+        self._expect(Phase.ROUTED, "a response body")
+        body = message.response_body
+        self._tail += body.body
+        if len(self._tail) > USAGE_TAIL_BYTES:
+            del self._tail[: len(self._tail) - USAGE_TAIL_BYTES]
+        if body.end_of_stream:
+            self.usage = usage_of(bytes(self._tail))
+        if self.response_mode == FULL_DUPLEX_STREAMED:
+            response = _streamed(body.body, body.end_of_stream)
+        else:
+            response = ext.CommonResponse()
+        return [ext.ProcessingResponse(response_body=ext.BodyResponse(response=response))]
+
+    def _response_trailers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+        self._expect(Phase.ROUTED, "response trailers")
+        return [ext.ProcessingResponse(response_trailers=ext.TrailersResponse())]
+
+    # Routing
+
+    def _route(self, body: bytes | None) -> str:
+        """Where the request goes (`ip:port[,ip:port...]`), counted in flight there; a RefusalError when nowhere."""
+        document = self._document(body)
+        model = document.get("model") if body else self.headers.get(MODEL_HEADER)
+        if not isinstance(model, str) or not model:
+            raise RefusalError(
+                400,
+                "You must provide a model parameter: the body's JSON `model` (or, without a body, the header "
+                f"{MODEL_HEADER}).",
+                "missing_model",
+                param="model",
+            )
+        if len(model) > MAX_MODEL_CHARS:
+            raise RefusalError(
+                400, f"The model name is longer than {MAX_MODEL_CHARS} characters.", "invalid_model", param="model"
+            )
+        if not self.catalog.has_synced():
+            raise unavailable("The gateway is starting: its caches are not synced yet.", "not_ready")
+        adapter = None if self.catalog.serves(model) else self.catalog.adapter(model)
+        if adapter is None and not self.catalog.serves(model):
+            names = self.catalog.served_names()
+            listed = ", ".join(names[:LISTED_MODELS]) or "none"
+            if len(names) > LISTED_MODELS:
+                listed += f" and {len(names) - LISTED_MODELS} more"
+            raise RefusalError(
+                404,
+                f"The model `{_quote(model)}` does not exist. Available models: {listed}.",
+                "model_not_found",
+                param="model",
+            )
+        base = model if adapter is None else adapter.model
+        endpoints = self.catalog.endpoints(base)
+        if adapter is not None:
+            endpoints = self.pickers.holds_adapter.holders(adapter, endpoints)
+        if self.subset is not None:
+            endpoints = [e for e in endpoints if _endpoint_matches(e, self.subset)]
+            if not endpoints:
+                raise unavailable(
+                    f"None of the endpoints the gateway allows for model `{_quote(model)}` is ready. Retry later.",
+                    "no_eligible_endpoint",
+                )
+        if not endpoints:
+            raise unavailable(f"The model `{_quote(model)}` has no ready endpoint. Retry later.", "model_not_ready")
+        scheduler = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(base))
+        session_header = self.headers.get(SESSION_HEADER)
+        key = None
+        if scheduler.needs_key:
+            key = routing_key(document, session_header, model if adapter is not None else None)
+        request = Request(base, endpoints, key, adapter, session_of(document, session_header))
+        decision = scheduler.schedule(request)
+        if decision.endpoint is None:
+            _LOG.debug("no endpoint", model=base, reason=decision.reason)
+            raise unavailable(f"The model `{_quote(model)}` has no ready endpoint. Retry later.", "model_not_ready")
+        scheduler.pre_request(request, decision.endpoint)
+        self.attempt = Attempt(scheduler, request, decision.endpoint)
+        self.phase = Phase.ROUTED
+        self.destination = ",".join(str(e) for e in decision.endpoints[: 1 + self.fallbacks])
+        return self.destination
+
+    def _document(self, body: bytes | None) -> dict[str, Any]:
+        if not body:
+            return {}
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise RefusalError(
+                400, "We could not parse the JSON body of your request: send a JSON object.", "invalid_json"
+            ) from None
+        if not isinstance(document, dict):
+            raise RefusalError(400, "The request body must be a JSON object.", "invalid_json")
+        return document

