@@ -65,6 +65,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import hdrs, web
+from opentelemetry import trace
 
 from llmaz.gateway.proxy import body, errors
 from llmaz.gateway.proxy.auth import ApiKeys
@@ -81,6 +82,7 @@ from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import Request
 from llmaz.gateway.scaling.outlook import Coming
 from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, Waker
+from llmaz.runtime import tracing
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.server.address import split_host_port
 from llmaz.runtime.server.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
@@ -100,6 +102,7 @@ LINGER_SECONDS = 2.0
 # After the drain, how long what is left gets to be cancelled and unwind.
 CANCEL_SECONDS = 1.0
 DEFAULT_MAX_CONNECTIONS = 4096
+TRACER = "llmaz.gateway"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +166,10 @@ class Gateway:
         if api_keys is not None:
             proxy_options = dataclasses.replace(proxy_options, forward_authorization=False)
         self.pickers = Pickers(self.in_flight, self.signals, opts.routing, adapters=self.adapters)
-        self.proxy = Proxy(self.metrics, proxy_options)
+        self.tracer = tracing.tracer(TRACER)
+        """Spans of each request (see `tracing`); the no-op tracer while tracing is off."""
+        self._tracing = tracing.enabled()
+        self.proxy = Proxy(self.metrics, proxy_options, self.tracer if self._tracing else None)
         self.port: int | None = None
         self.activator_port: int | None = None
         self._serving = asyncio.Event()
@@ -275,19 +281,25 @@ class Gateway:
             if not endpoints:
                 # Held while a replica comes: scaling says how (and scales a sleeping model up), then routing is
                 # waited on for its endpoint, up to the bound of that case.
-                started = asyncio.get_running_loop().time()
-                coming = await self._replica_coming(model, name, started + self.options.wake_timeout)
-                bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
-                endpoints = await self._held(model, started + bound, holding)
+                with self.tracer.start_as_current_span("hold", attributes={"llmaz.model": name}) as span:
+                    started = asyncio.get_running_loop().time()
+                    coming = await self._replica_coming(model, name, started + self.options.wake_timeout)
+                    span.set_attribute("llmaz.hold.reason", "waking" if coming is Coming.WAKING else "starting")
+                    bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
+                    endpoints = await self._held(model, started + bound, holding)
+                    span.set_attribute("llmaz.hold.endpoints", len(endpoints))
                 if not endpoints and coming is Coming.WAKING:
                     raise errors.wake_timeout(name, bound)
                 if not endpoints:
                     raise errors.not_ready_in_time(name, bound)
             elif holding is not None and not (endpoints := holding(endpoints)):
                 # Ready replicas, none holding the adapter yet: the new ones of a rollout that adds it are coming.
-                bound = self.options.hold_timeout
-                deadline = asyncio.get_running_loop().time() + bound
-                endpoints = await self._held(model, deadline, holding)
+                with self.tracer.start_as_current_span("hold", attributes={"llmaz.model": name}) as span:
+                    span.set_attribute("llmaz.hold.reason", "adapter")
+                    bound = self.options.hold_timeout
+                    deadline = asyncio.get_running_loop().time() + bound
+                    endpoints = await self._held(model, deadline, holding)
+                    span.set_attribute("llmaz.hold.endpoints", len(endpoints))
                 if not endpoints:
                     raise errors.not_ready_in_time(name, bound)
             scheduler = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(model))
@@ -373,8 +385,15 @@ class Gateway:
     async def _observe(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         exchange = Exchange(model="")
         _EXCHANGE.set(exchange)
+        parent = tracing.extract(request.headers) if self._tracing else None
+        route = request.match_info.route.resource
+        path = route.canonical if route is not None else None
+        root = self.tracer.start_span(
+            f"{request.method} {path}" if path else request.method, context=parent, kind=trace.SpanKind.SERVER
+        )
         try:
-            resp = await self._answer(request, handler)
+            with trace.use_span(root, record_exception=False, set_status_on_exception=False):
+                resp = await self._answer(request, handler)
             exchange.status = exchange.status or resp.status
             return resp
         except asyncio.CancelledError:
@@ -382,11 +401,14 @@ class Gateway:
             raise
         finally:
             self._record(request, exchange)
+            if root.is_recording():
+                _close_root(root, request, path, exchange)
 
     async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             if self.api_keys is not None:
-                self.api_keys.check(request.headers.get(hdrs.AUTHORIZATION))
+                with self.tracer.start_as_current_span("auth", record_exception=False):
+                    self.api_keys.check(request.headers.get(hdrs.AUTHORIZATION))
             return await handler(request)
         except errors.OpenAIError as exc:
             _EXCHANGE.get().detail = exc.detail
@@ -428,3 +450,23 @@ class Gateway:
             seconds=round(now - exchange.started, 6),
             detail=exchange.detail,
         )
+
+
+def _close_root(root: trace.Span, request: web.Request, route: str | None, exchange: Exchange) -> None:
+    """The request's span, ended with what happened: never a header or a body."""
+    attributes: dict[str, str | int] = {
+        "http.request.method": request.method,
+        "url.path": request.path[:_LOGGED_PATH_CHARS],
+        "http.response.status_code": exchange.status,
+        "llmaz.attempts": exchange.attempts,
+    }
+    if route:
+        attributes["http.route"] = route
+    if exchange.model:
+        attributes["llmaz.model"] = exchange.model  # a served name only
+    if exchange.endpoint is not None:
+        attributes["llmaz.endpoint"] = str(exchange.endpoint)
+    root.set_attributes(attributes)
+    if exchange.status >= 500:
+        root.set_status(trace.StatusCode.ERROR)
+    root.end()
