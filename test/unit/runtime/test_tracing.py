@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 
+import orjson
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -14,7 +15,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
 
+from llmaz.gateway.__main__ import main as gateway_main
 from llmaz.gateway.__main__ import parse_args as gateway_args
+from llmaz.manager.__main__ import main as manager_main
 from llmaz.manager.__main__ import parse_args as manager_args
 from llmaz.runtime import tracing
 from llmaz.runtime.controller import Request, Result, TerminalError
@@ -148,3 +151,14 @@ async def test_each_reconcile_is_a_span_named_after_the_controller_with_the_obje
     ids = {(s.attributes or {})["llmaz.reconcile.reconcile_id"] for s in (first, second)}
     assert len(ids) == 2
     assert [c.request for c in reconciler.calls] == [Request("ns", "a"), Request("ns", "b")]
+
+
+@pytest.mark.parametrize("main", [gateway_main, manager_main])
+def test_a_bad_environment_endpoint_stops_the_start_naming_the_variable(
+    main: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(tracing.BASE_ENDPOINT_ENV, "collector:4318")
+    assert main(["--log-format=json"]) == 2  # type: ignore[operator]
+    assert not tracing.enabled()
+    (line,) = [orjson.loads(text) for text in capsys.readouterr().err.splitlines() if "cannot start tracing" in text]
+    assert line["error"].startswith(f"{tracing.BASE_ENDPOINT_ENV} must be an http")
