@@ -239,3 +239,22 @@ async def test_requests_succeed_while_the_collector_is_down() -> None:
         finally:
             await asyncio.to_thread(tracing.shutdown, 1.0)
     assert not tracing.enabled()
+
+
+async def test_a_refused_key_ends_the_trace_at_an_auth_span_marked_by_the_error_code_alone(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    async with engines(1) as (engine,):
+        cluster = Cluster().synced()
+        cluster.serve("m", engine.endpoint)
+        async with running_gateway(cluster, api_keys=keys_file(tmp_path)) as gw:
+            status, _ = await gw.post(CHAT, {"model": "m"}, headers={"Authorization": "Bearer sk-wrong-7f3e"})
+            assert status == 401
+            await eventually(lambda: any(span.name == ROOT for span in spans.get_finished_spans()), WAIT)
+    named = by_name(spans.get_finished_spans())
+    assert set(named) == {ROOT, "auth"}
+    assert named["auth"].status.status_code is trace.StatusCode.ERROR
+    assert named["auth"].status.description == "invalid_api_key"
+    assert dict(named[ROOT].attributes or {})["http.response.status_code"] == 401
+    assert named[ROOT].status.status_code is trace.StatusCode.UNSET  # a client's error is not the gateway's
+    assert engine.requests == []

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 
-import orjson
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -19,7 +18,7 @@ from llmaz.gateway.__main__ import main as gateway_main
 from llmaz.gateway.__main__ import parse_args as gateway_args
 from llmaz.manager.__main__ import main as manager_main
 from llmaz.manager.__main__ import parse_args as manager_args
-from llmaz.runtime import tracing
+from llmaz.runtime import log, tracing
 from llmaz.runtime.controller import Request, Result, TerminalError
 from llmaz_dev.testing import FakeClock
 from llmaz_dev.testing.runnables import started
@@ -155,10 +154,12 @@ async def test_each_reconcile_is_a_span_named_after_the_controller_with_the_obje
 
 @pytest.mark.parametrize("main", [gateway_main, manager_main])
 def test_a_bad_environment_endpoint_stops_the_start_naming_the_variable(
-    main: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    main: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(tracing.BASE_ENDPOINT_ENV, "collector:4318")
-    assert main(["--log-format=json"]) == 2  # type: ignore[operator]
+    monkeypatch.setattr(log, "configure", lambda *_: None)  # the process's logging setup would outlive the test
+    with capture_logs() as logs:
+        assert main([]) == 2  # type: ignore[operator]
     assert not tracing.enabled()
-    (line,) = [orjson.loads(text) for text in capsys.readouterr().err.splitlines() if "cannot start tracing" in text]
+    (line,) = [entry for entry in logs if entry["event"] == "cannot start tracing"]
     assert line["error"].startswith(f"{tracing.BASE_ENDPOINT_ENV} must be an http")

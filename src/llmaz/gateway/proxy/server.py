@@ -55,13 +55,14 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import hdrs, web
@@ -281,7 +282,7 @@ class Gateway:
             if not endpoints:
                 # Held while a replica comes: scaling says how (and scales a sleeping model up), then routing is
                 # waited on for its endpoint, up to the bound of that case.
-                with self.tracer.start_as_current_span("hold", attributes={"llmaz.model": name}) as span:
+                with self._step("hold", name) as span:
                     started = asyncio.get_running_loop().time()
                     coming = await self._replica_coming(model, name, started + self.options.wake_timeout)
                     span.set_attribute("llmaz.hold.reason", "waking" if coming is Coming.WAKING else "starting")
@@ -294,7 +295,7 @@ class Gateway:
                     raise errors.not_ready_in_time(name, bound)
             elif holding is not None and not (endpoints := holding(endpoints)):
                 # Ready replicas, none holding the adapter yet: the new ones of a rollout that adds it are coming.
-                with self.tracer.start_as_current_span("hold", attributes={"llmaz.model": name}) as span:
+                with self._step("hold", name) as span:
                     span.set_attribute("llmaz.hold.reason", "adapter")
                     bound = self.options.hold_timeout
                     deadline = asyncio.get_running_loop().time() + bound
@@ -385,15 +386,25 @@ class Gateway:
     async def _observe(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         exchange = Exchange(model="")
         _EXCHANGE.set(exchange)
-        parent = tracing.extract(request.headers) if self._tracing else None
+        if not self._tracing:
+            return await self._exchange(request, handler, exchange)
         route = request.match_info.route.resource
         path = route.canonical if route is not None else None
         root = self.tracer.start_span(
-            f"{request.method} {path}" if path else request.method, context=parent, kind=trace.SpanKind.SERVER
+            f"{request.method} {path}" if path else request.method,
+            context=tracing.extract(request.headers),
+            kind=trace.SpanKind.SERVER,
         )
         try:
             with trace.use_span(root, record_exception=False, set_status_on_exception=False):
-                resp = await self._answer(request, handler)
+                return await self._exchange(request, handler, exchange)
+        finally:
+            if root.is_recording():
+                _close_root(root, request, path, exchange)
+
+    async def _exchange(self, request: web.Request, handler: Handler, exchange: Exchange) -> web.StreamResponse:
+        try:
+            resp = await self._answer(request, handler)
             exchange.status = exchange.status or resp.status
             return resp
         except asyncio.CancelledError:
@@ -401,13 +412,28 @@ class Gateway:
             raise
         finally:
             self._record(request, exchange)
-            if root.is_recording():
-                _close_root(root, request, path, exchange)
+
+    @contextlib.contextmanager
+    def _step(self, name: str, model: str | None = None) -> Iterator[trace.Span]:
+        """A span of one step of the request, current inside the block; a refusal marks it an error, by its code
+        alone (an error's message may quote what the client sent)."""
+        attributes = {"llmaz.model": model} if model else None
+        with self.tracer.start_as_current_span(
+            name, attributes=attributes, record_exception=False, set_status_on_exception=False
+        ) as span:
+            try:
+                yield span
+            except errors.OpenAIError as exc:
+                span.set_status(trace.StatusCode.ERROR, exc.code)
+                raise
+            except BaseException as exc:
+                span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+                raise
 
     async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             if self.api_keys is not None:
-                with self.tracer.start_as_current_span("auth", record_exception=False):
+                with self._step("auth"):
                     self.api_keys.check(request.headers.get(hdrs.AUTHORIZATION))
             return await handler(request)
         except errors.OpenAIError as exc:
