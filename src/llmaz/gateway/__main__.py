@@ -40,7 +40,7 @@ from llmaz.gateway.scaling.autoscaler import Autoscaler, AutoscalerMetrics, Auto
 from llmaz.gateway.scaling.idle import IdleDetector, idle_controller
 from llmaz.gateway.scaling.scale import PlaygroundScale
 from llmaz.gateway.scaling.waker import Waker
-from llmaz.runtime import flags, log
+from llmaz.runtime import flags, log, tracing
 from llmaz.runtime.client.config import in_cluster_namespace, load
 from llmaz.runtime.entrypoint import add_process_flags, exit_status, run_manager, start_logging
 from llmaz.runtime.manager import Manager, ManagerOptions
@@ -210,6 +210,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="ADDRESS=TARGET",
         help="connect to TARGET for endpoints at ADDRESS, like curl's --resolve (repeatable; for debugging)",
     )
+    tracing.add_tracing_flags(parser)
     add_process_flags(parser)
     args = parser.parse_args(argv)
     if args.epp_port and args.epp_port in (split_host_port(args.bind_address)[1], activator_port(args)):
@@ -391,6 +392,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError) as err:
         logger.error("cannot read the API keys file", path=str(args.api_keys_file), error=str(err))
         return 1
+    try:
+        traced = tracing.start_from(args, "llmaz-gateway")
+    except ValueError as err:
+        logger.error("cannot start tracing", error=str(err))
+        return 2
     logger.info(
         "starting gateway",
         bind_address=args.bind_address,
@@ -401,8 +407,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         api_key_secrets=args.api_key_secrets == "true",
         engine_metrics_interval=args.engine_metrics_interval,
         autoscaler=args.autoscaler == "true",
+        tracing=traced,
     )
-    return exit_status(run(args, api_keys), logger, "gateway")
+    try:
+        return exit_status(run(args, api_keys), logger, "gateway")
+    finally:
+        tracing.shutdown()
 
 
 if __name__ == "__main__":

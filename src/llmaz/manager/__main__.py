@@ -20,7 +20,7 @@ from llmaz.apis import resources as r
 from llmaz.apis.duration import parse_duration
 from llmaz.controllers.setup import ControllerSettings, setup_controllers
 from llmaz.manager import startguard
-from llmaz.runtime import flags
+from llmaz.runtime import flags, tracing
 from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import RestConfig, load
 from llmaz.runtime.entrypoint import add_process_flags, exit_status, run_manager, start_logging
@@ -127,6 +127,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=startguard.allowed_by_env(),
         help=f"start beside another llmaz manager (e.g. Go llmaz) in the namespace; also {startguard.ALLOW_ENV}=true",
     )
+    tracing.add_tracing_flags(parser)
     add_process_flags(parser)
     args = parser.parse_args(argv)
     try:
@@ -276,8 +277,16 @@ async def run(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logger = start_logging(args, "llmaz.manager")
-    logger.info("starting manager", webhooks=webhooks_enabled(), namespace=args.namespace)
-    return exit_status(run(args), logger, "manager")
+    try:
+        traced = tracing.start_from(args, "llmaz-manager")
+    except ValueError as err:
+        logger.error("cannot start tracing", error=str(err))
+        return 2
+    logger.info("starting manager", webhooks=webhooks_enabled(), namespace=args.namespace, tracing=traced)
+    try:
+        return exit_status(run(args), logger, "manager")
+    finally:
+        tracing.shutdown()
 
 
 if __name__ == "__main__":

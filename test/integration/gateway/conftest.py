@@ -39,12 +39,15 @@ class Engine:
     """A fake OpenAI engine on 127.0.0.1: a chat completion, or an SSE stream that waits for `release`."""
 
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    traceparents: list[str | None] = field(default_factory=list)
+    """Each request's `traceparent` header, None when it had none."""
     release: asyncio.Event = field(default_factory=asyncio.Event)
     port: int = 0
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self.bodies.append(body)
+        self.traceparents.append(request.headers.get("traceparent"))
         if not body.get("stream"):
             usage = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
             return web.json_response({"object": "chat.completion", "model": body["model"], "usage": usage})

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
+from opentelemetry import trace
 from yarl import URL
 
 from llmaz.gateway.proxy import errors
@@ -56,6 +57,7 @@ from llmaz.gateway.proxy.usage import Usage, meter_for
 from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import PromptUsage, Request, Scheduler
+from llmaz.runtime import tracing
 from llmaz.runtime.log import get_logger
 
 HOP_BY_HOP = frozenset(
@@ -92,6 +94,8 @@ _LOGGED_ERROR_CHARS = 512
 # Below the 5 s keep-alive timeout of uvicorn (vLLM, SGLang) so a pooled connection is not reused just as the
 # engine closes it; a reuse that loses the race anyway is retried (ServerDisconnectedError).
 UPSTREAM_KEEPALIVE_SECONDS = 4.0
+# How much of an engine path a span keeps.
+_TRACED_PATH_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +172,17 @@ def _prompt_usage(exchange: Exchange, outcome: object) -> PromptUsage | None:
     return PromptUsage(usage.prompt_tokens, usage.cached_tokens)
 
 
+def _usage_attributes(usage: Usage) -> dict[str, int]:
+    """A relayed answer's token counts, as span attributes (OpenTelemetry's GenAI names where there are some)."""
+    attributes = {
+        "gen_ai.usage.input_tokens": usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": usage.completion_tokens,
+    }
+    if usage.cached_tokens is not None:
+        attributes["llmaz.usage.cached_tokens"] = usage.cached_tokens
+    return attributes
+
+
 def _listed_in_connection(headers: CIMultiDictProxy[str]) -> set[str]:
     return {token.strip().lower() for value in headers.getall(hdrs.CONNECTION, []) for token in value.split(",")}
 
@@ -193,9 +208,13 @@ def relayed_headers(headers: CIMultiDictProxy[str]) -> Iterable[tuple[str, str]]
 
 
 class Proxy:
-    def __init__(self, metrics: GatewayMetrics, options: ProxyOptions) -> None:
+    def __init__(self, metrics: GatewayMetrics, options: ProxyOptions, tracer: trace.Tracer | None = None) -> None:
+        """`tracer`: where each attempt's spans go (its pick, its call up to the first byte, the rest of the answer),
+        and the engine is sent the call's `traceparent`; None: tracing is off."""
         self._metrics = metrics
         self._options = options
+        self._tracer = tracer or trace.NoOpTracer()
+        self._tracing = tracer is not None
         self._session: aiohttp.ClientSession | None = None
         self._log = get_logger("llmaz.gateway.proxy")
 
@@ -241,7 +260,7 @@ class Proxy:
         tried: set[Endpoint] = set()
         failure: errors.OpenAIError | None = None
         attempt = routed
-        while len(tried) < attempts and (endpoint := scheduler.schedule(attempt).endpoint) is not None:
+        while len(tried) < attempts and (endpoint := self._pick(scheduler, attempt, len(tried) + 1)) is not None:
             tried.add(endpoint)
             last = len(tried) == attempts or len(tried) == len(set(routed.candidates))
             exchange.endpoint, exchange.attempts = endpoint, len(tried)
@@ -266,6 +285,26 @@ class Proxy:
             attempt = routed.excluding(tried)
         raise failure or errors.no_ready_endpoint(exchange.model)
 
+    def _pick(self, scheduler: Scheduler, request: Request, attempt: int) -> Endpoint | None:
+        """The scheduler's pick for `request`, in a span of its own when tracing."""
+        if not self._tracing:
+            return scheduler.schedule(request).endpoint
+        with self._tracer.start_as_current_span("pick") as span:
+            decision = scheduler.schedule(request)
+            attributes: dict[str, str | int] = {
+                "llmaz.routing.strategy": scheduler.strategy,
+                "llmaz.routing.candidates": len(request.candidates) - len(request.excluded),
+                "llmaz.attempt": attempt,
+            }
+            if decision.endpoint is not None:
+                attributes["llmaz.endpoint"] = str(decision.endpoint)
+            if decision.reason is not None:
+                attributes["llmaz.routing.reason"] = decision.reason
+            if decision.predicted_cached_tokens is not None:
+                attributes["llmaz.routing.predicted_cached_tokens"] = decision.predicted_cached_tokens
+            span.set_attributes(attributes)
+            return decision.endpoint
+
     async def _attempt(
         self,
         request: web.Request,
@@ -281,38 +320,65 @@ class Proxy:
         query = request.rel_url.raw_query_string
         url = URL(endpoint.connect_url(self._options.resolve) + path + (f"?{query}" if query else ""), encoded=True)
         model = exchange.model
-        try:
-            upstream = await self._session.request(
-                request.method, url, data=body, headers=headers, allow_redirects=False
+        call = self._tracer.start_span("upstream", kind=trace.SpanKind.CLIENT)
+        if self._tracing:
+            call.set_attributes(
+                {
+                    "http.request.method": request.method,
+                    "server.address": endpoint.address,
+                    "server.port": endpoint.port,
+                    "url.path": path[:_TRACED_PATH_CHARS],
+                    "llmaz.attempt": exchange.attempts,
+                }
             )
-        except RETRYABLE as exc:
-            error = sanitised_error(exc, request.headers)
-            self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=error)
-            if not last:
-                self._metrics.retried(model, "connect_error")
-            timed_out = isinstance(exc, aiohttp.ConnectionTimeoutError)
-            return (errors.upstream_timeout if timed_out else errors.bad_gateway)(model)
-        except (aiohttp.ServerTimeoutError, TimeoutError):
-            raise errors.upstream_timeout(model) from None
-        except aiohttp.ClientError as exc:
-            error = sanitised_error(exc, request.headers)
-            self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=error)
-            raise errors.bad_gateway(model) from None
-        async with upstream:
-            if upstream.status == 503 and not last:
-                self._metrics.retried(model, "unavailable")
-                return errors.no_ready_endpoint(model)
-            return await self._relay(request, upstream, exchange)
+            headers = headers.copy()
+            tracing.inject(headers, call)  # the engine continues the trace under this call
+        try:
+            try:
+                upstream = await self._session.request(
+                    request.method, url, data=body, headers=headers, allow_redirects=False
+                )
+            except RETRYABLE as exc:
+                error = sanitised_error(exc, request.headers)
+                self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=error)
+                call.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+                if not last:
+                    self._metrics.retried(model, "connect_error")
+                timed_out = isinstance(exc, aiohttp.ConnectionTimeoutError)
+                return (errors.upstream_timeout if timed_out else errors.bad_gateway)(model)
+            except (aiohttp.ServerTimeoutError, TimeoutError):
+                call.set_status(trace.StatusCode.ERROR, "timeout")
+                raise errors.upstream_timeout(model) from None
+            except aiohttp.ClientError as exc:
+                error = sanitised_error(exc, request.headers)
+                self._log.info("endpoint failed", model=model, endpoint=str(endpoint), error=error)
+                call.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+                raise errors.bad_gateway(model) from None
+            call.set_attribute("http.response.status_code", upstream.status)
+            async with upstream:
+                if upstream.status == 503 and not last:
+                    self._metrics.retried(model, "unavailable")
+                    return errors.no_ready_endpoint(model)
+                return await self._relay(request, upstream, exchange, call)
+        finally:
+            tracing.end(call)
 
     async def _relay(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, exchange: Exchange
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        exchange: Exchange,
+        call: trace.Span = trace.INVALID_SPAN,
     ) -> web.StreamResponse:
+        """Relay `upstream`'s answer; `call` (the attempt's span) ends at the first byte, where the span of the rest
+        of the answer starts."""
         resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         resp.headers.extend(relayed_headers(upstream.headers))
         if upstream.content_length is not None and hdrs.TRANSFER_ENCODING not in upstream.headers:
             resp.content_length = upstream.content_length
         meter = meter_for(upstream.headers.get(hdrs.CONTENT_TYPE, ""), upstream.headers.get(hdrs.CONTENT_ENCODING, ""))
         exchange.status = upstream.status
+        rest: trace.Span = trace.INVALID_SPAN
         try:
             await resp.prepare(request)
             while True:
@@ -320,18 +386,27 @@ class Proxy:
                     chunk = await upstream.content.readany()
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     self._abort(request, exchange, exc)
+                    rest.set_attribute("llmaz.truncated", True)
+                    rest.set_status(trace.StatusCode.ERROR, type(exc).__name__)
                     return resp
                 if not chunk:
                     break
                 if exchange.first_byte is None:
                     exchange.first_byte = time.monotonic()
+                    if self._tracing:
+                        tracing.end(call)
+                        rest = self._tracer.start_span("stream")
                 await resp.write(chunk)
                 meter.feed(chunk)
             await resp.write_eof()
+            exchange.usage = usage = meter.result()
+            if usage is not None and rest.is_recording():
+                rest.set_attributes(_usage_attributes(usage))
         except ConnectionResetError:  # the client went away (aiohttp's ClientConnectionResetError is one)
             exchange.status = CLIENT_CLOSED
-            return resp
-        exchange.usage = meter.result()
+            rest.set_attribute("llmaz.client_closed", True)
+        finally:
+            tracing.end(rest)
         return resp
 
     def _abort(self, request: web.Request, exchange: Exchange, exc: BaseException) -> None:

@@ -55,16 +55,18 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import hdrs, web
+from opentelemetry import trace
 
 from llmaz.gateway.proxy import body, errors
 from llmaz.gateway.proxy.auth import ApiKeys, Authenticator, Caller
@@ -90,6 +92,7 @@ from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import Request
 from llmaz.gateway.scaling.outlook import Coming
 from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, WakeNotAllowedError, Waker
+from llmaz.runtime import tracing
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.server.address import split_host_port
 from llmaz.runtime.server.listener import HTTP_LOG, ConnectionLimits, Connections, start_site, stop_accepting
@@ -111,6 +114,7 @@ LINGER_SECONDS = 2.0
 # After the drain, how long what is left gets to be cancelled and unwind.
 CANCEL_SECONDS = 1.0
 DEFAULT_MAX_CONNECTIONS = 4096
+TRACER = "llmaz.gateway"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +186,10 @@ class Gateway:
         if api_keys is not None:
             proxy_options = dataclasses.replace(proxy_options, forward_authorization=False)
         self.pickers = Pickers(self.in_flight, self.signals, opts.routing, adapters=self.adapters)
-        self.proxy = Proxy(self.metrics, proxy_options)
+        self.tracer = tracing.tracer(TRACER)
+        """Spans of each request (see `tracing`); the no-op tracer while tracing is off."""
+        self._tracing = tracing.enabled()
+        self.proxy = Proxy(self.metrics, proxy_options, self.tracer if self._tracing else None)
         self.port: int | None = None
         self.activator_port: int | None = None
         self._serving = asyncio.Event()
@@ -329,19 +336,25 @@ class Gateway:
             if not endpoints:
                 # Held while a replica comes: scaling says how (and scales a sleeping model up), then routing is
                 # waited on for its endpoint, up to the bound of that case.
-                started = asyncio.get_running_loop().time()
-                coming = await self._replica_coming(model, name, started + self.options.wake_timeout, may_wake)
-                bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
-                endpoints = await self._held(model, started + bound, holding)
+                with self._step("hold", name) as span:
+                    started = asyncio.get_running_loop().time()
+                    coming = await self._replica_coming(model, name, started + self.options.wake_timeout, may_wake)
+                    span.set_attribute("llmaz.hold.reason", "waking" if coming is Coming.WAKING else "starting")
+                    bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
+                    endpoints = await self._held(model, started + bound, holding)
+                    span.set_attribute("llmaz.hold.endpoints", len(endpoints))
                 if not endpoints and coming is Coming.WAKING:
                     raise errors.wake_timeout(name, bound)
                 if not endpoints:
                     raise errors.not_ready_in_time(name, bound)
             elif holding is not None and not (endpoints := holding(endpoints)):
                 # Ready replicas, none holding the adapter yet: the new ones of a rollout that adds it are coming.
-                bound = self.options.hold_timeout
-                deadline = asyncio.get_running_loop().time() + bound
-                endpoints = await self._held(model, deadline, holding)
+                with self._step("hold", name) as span:
+                    span.set_attribute("llmaz.hold.reason", "adapter")
+                    bound = self.options.hold_timeout
+                    deadline = asyncio.get_running_loop().time() + bound
+                    endpoints = await self._held(model, deadline, holding)
+                    span.set_attribute("llmaz.hold.endpoints", len(endpoints))
                 if not endpoints:
                     raise errors.not_ready_in_time(name, bound)
             scheduler = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(model))
@@ -431,6 +444,23 @@ class Gateway:
         exchange = Exchange(model="")
         _EXCHANGE.set(exchange)
         _CALLER.set(None)
+        if not self._tracing:
+            return await self._exchange(request, handler, exchange)
+        route = request.match_info.route.resource
+        path = route.canonical if route is not None else None
+        root = self.tracer.start_span(
+            f"{request.method} {path}" if path else request.method,
+            context=tracing.extract(request.headers),
+            kind=trace.SpanKind.SERVER,
+        )
+        try:
+            with trace.use_span(root, record_exception=False, set_status_on_exception=False):
+                return await self._exchange(request, handler, exchange)
+        finally:
+            if root.is_recording():
+                _close_root(root, request, path, exchange)
+
+    async def _exchange(self, request: web.Request, handler: Handler, exchange: Exchange) -> web.StreamResponse:
         try:
             resp = await self._answer(request, handler)
             exchange.status = exchange.status or resp.status
@@ -441,10 +471,28 @@ class Gateway:
         finally:
             self._record(request, exchange)
 
+    @contextlib.contextmanager
+    def _step(self, name: str, model: str | None = None) -> Iterator[trace.Span]:
+        """A span of one step of the request, current inside the block; a refusal marks it an error, by its code
+        alone (an error's message may quote what the client sent)."""
+        attributes = {"llmaz.model": model} if model else None
+        with self.tracer.start_as_current_span(
+            name, attributes=attributes, record_exception=False, set_status_on_exception=False
+        ) as span:
+            try:
+                yield span
+            except errors.OpenAIError as exc:
+                span.set_status(trace.StatusCode.ERROR, exc.code)
+                raise
+            except BaseException as exc:
+                span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+                raise
+
     async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             if self.api_keys is not None:
-                caller = self.api_keys.check(request.headers.get(hdrs.AUTHORIZATION))
+                with self._step("auth"):
+                    caller = self.api_keys.check(request.headers.get(hdrs.AUTHORIZATION))
                 _CALLER.set(caller)
                 _EXCHANGE.get().tenant = caller.tenant
             return await handler(request)
@@ -493,3 +541,23 @@ class Gateway:
             seconds=round(now - exchange.started, 6),
             detail=exchange.detail,
         )
+
+
+def _close_root(root: trace.Span, request: web.Request, route: str | None, exchange: Exchange) -> None:
+    """The request's span, ended with what happened: never a header or a body."""
+    attributes: dict[str, str | int] = {
+        "http.request.method": request.method,
+        "url.path": request.path[:_LOGGED_PATH_CHARS],
+        "http.response.status_code": exchange.status,
+        "llmaz.attempts": exchange.attempts,
+    }
+    if route:
+        attributes["http.route"] = route
+    if exchange.model:
+        attributes["llmaz.model"] = exchange.model  # a served name only
+    if exchange.endpoint is not None:
+        attributes["llmaz.endpoint"] = str(exchange.endpoint)
+    root.set_attributes(attributes)
+    if exchange.status >= 500:
+        root.set_status(trace.StatusCode.ERROR)
+    root.end()

@@ -72,6 +72,8 @@ class Decision:
     """The pick first, then the fallbacks, best first."""
     reason: str | None = None
     """Why there is no endpoint, when there is none."""
+    predicted_cached_tokens: int | None = None
+    """The prompt tokens the pick is expected to find in its prefix cache, when a scorer predicts it (for traces)."""
 
     @property
     def endpoint(self) -> Endpoint | None:

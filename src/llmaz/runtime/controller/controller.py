@@ -22,6 +22,9 @@ logged with where the reconcile was waiting (`stuck_at`) instead of a traceback.
 stops a worker, except `CancelledError` (and other BaseExceptions), which always propagate. Each reconcile runs
 with controller, kind, namespace, name and a fresh reconcile_id bound to the log context.
 
+Tracing (`tracing`, off by default): each reconcile is a span named after the controller, with the object's kind,
+namespace and name, the reconcile_id and the result as attributes (status error when it failed).
+
 Timeout: a reconcile runs in its own task, raced against `reconcile_timeout` on the controller's clock. At the
 deadline the task is cancelled and the worker waits for it to unwind (so the key is still never reconciled twice
 at once), then counts the timeout. Unlike Go's advisory context, cancellation interrupts whatever `await` the
@@ -43,6 +46,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opentelemetry import trace
+
+from llmaz.runtime import tracing
 from llmaz.runtime.cache.factory import CacheSyncTimeoutError
 from llmaz.runtime.cache.interfaces import Informer
 from llmaz.runtime.client.errors import Conflict
@@ -56,6 +62,7 @@ from llmaz.runtime.runnable import grace_remains, until_cancelled
 from llmaz.runtime.workqueue import QueueShutDownError, RateLimiter, RateLimitingQueue
 
 _log = get_logger("llmaz.runtime.controller")
+TRACER = "llmaz.runtime.controller"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +188,9 @@ class Controller:
         active = metrics.ACTIVE_WORKERS.labels(controller=self.name)
         started = self._clock.now()
         active.inc()
+        fields = self._log_fields(request)
         try:
-            with bound_context(**self._log_fields(request)):
+            with bound_context(**fields), tracing.span(TRACER, self.name, _span_attributes(fields)):
                 await self._reconcile_handler(request)
         finally:
             active.dec()
@@ -263,12 +271,21 @@ class Controller:
 
     def _count(self, result: str) -> None:
         metrics.RECONCILE_TOTAL.labels(controller=self.name, result=result).inc()
+        span = trace.get_current_span()  # the reconcile's (`_process`)
+        if span.is_recording():
+            span.set_attribute("llmaz.reconcile.result", result)
+            if result == "error":
+                span.set_status(trace.StatusCode.ERROR)
 
     def _count_error(self, *, terminal: bool) -> None:
         self._count("error")
         metrics.RECONCILE_ERRORS.labels(controller=self.name).inc()
         if terminal:
             metrics.TERMINAL_RECONCILE_ERRORS.labels(controller=self.name).inc()
+
+
+def _span_attributes(fields: dict[str, str]) -> dict[str, str | int]:
+    return {f"llmaz.reconcile.{key}" if key == "reconcile_id" else f"k8s.object.{key}": v for key, v in fields.items()}
 
 
 def _retrieve(task: asyncio.Future[Result]) -> None:
