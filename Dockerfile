@@ -5,6 +5,10 @@
 # Runs as a non-root user with a read-only root filesystem: everything it writes (webhook and metrics
 # certificates) goes under /tmp, an emptyDir in config/manager/manager.yaml.
 #
+# xds-protos (the Endpoint Picker's Envoy API) ships an older copy of opentelemetry-proto's modules in the same
+# package directory; whichever installs last wins, so opentelemetry-proto is installed again over it (tracing's
+# exporter needs its own).
+#
 # Layers: the dependencies install from pyproject.toml alone, before any source is copied, and the image takes them
 # as one layer and the llmaz package as another. A source change rebuilds and ships only the small top layer.
 
@@ -28,6 +32,8 @@ RUN python -m venv /opt/llmaz && python -m venv /opt/build \
         print(*p['project']['dependencies'], sep=chr(10), file=open('requirements.txt', 'w')); \
         print(*p['build-system']['requires'], sep=chr(10), file=open('build-requirements.txt', 'w'))" \
     && /opt/llmaz/bin/pip install -r requirements.txt \
+    && /opt/llmaz/bin/pip install --force-reinstall --no-deps "opentelemetry-proto==$(/opt/llmaz/bin/python -c \
+        'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')" \
     && /opt/build/bin/pip install -r build-requirements.txt \
     && purelib="$(/opt/llmaz/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
     && echo /opt/llmaz/app > "$purelib/llmaz-app.pth"

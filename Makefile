@@ -47,10 +47,17 @@ help: ## Show this help.
 .PHONY: install
 install: $(INSTALL_STAMP) ## Create .venv and install the package with its dev and loader extras (idempotent).
 
+# xds-protos (the Endpoint Picker's Envoy API) ships an older copy of opentelemetry-proto's modules in the same
+# package directory; whichever installs last wins, so opentelemetry-proto is installed again over it
+# (OTEL_PROTO_REINSTALL, the same in the Dockerfile).
+OTEL_PROTO_REINSTALL = $(PY) -m pip install --quiet --force-reinstall --no-deps \
+	"opentelemetry-proto==$$($(PY) -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
+
 $(INSTALL_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,loader]'
+	$(OTEL_PROTO_REINSTALL)
 	@touch $@
 
 $(KUSTOMIZE):
@@ -230,6 +237,7 @@ bench-admission-floor: install $(BENCH_STAMP) ## Admission latency of our webhoo
 
 $(BENCH_STAMP): pyproject.toml | $(INSTALL_STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(OTEL_PROTO_REINSTALL)
 	@touch $@
 
 # Go llmaz built from a checkout or git directory of it given at run time (hack/llmaz-go/build.sh), to compare against:
