@@ -68,8 +68,13 @@ async def test_the_gateway_process_serves_the_endpoint_picker_on_its_catalog(
             grpc.aio.insecure_channel(f"127.0.0.1:{epp_port}") as channel,
         ):
             health: Any = health_pb2_grpc.HealthStub(channel)
-            checked = await health.Check(health_pb2.HealthCheckRequest(service="readiness"), timeout=WAIT)
-            assert checked.status == health_pb2.HealthCheckResponse.SERVING
+
+            async def ready() -> bool:
+                # The EPP says ready once its catalog has synced, which may follow the gateway's /readyz by a moment.
+                checked = await health.Check(health_pb2.HealthCheckRequest(service="readiness"), timeout=WAIT)
+                return bool(checked.status == health_pb2.HealthCheckResponse.SERVING)
+
+            await eventually(ready, within=WAIT, what="the EPP's readiness to say SERVING")
 
             stub = ext_grpc.ExternalProcessorStub(channel)
 
