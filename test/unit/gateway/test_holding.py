@@ -96,6 +96,19 @@ async def test_a_request_held_past_the_bound_is_a_503_model_not_ready_with_retry
     )
 
 
+async def test_a_held_request_is_a_404_at_once_when_the_models_last_playground_is_deleted() -> None:
+    cluster = Cluster().synced()
+    cluster.open_models.add(open_model("m"))
+    cluster.playgrounds.add(restarting())
+    async with running_gateway(cluster, GatewayOptions(hold_timeout=WAIT)) as gw:
+        held = asyncio.create_task(gw.session.post(gw.url + CHAT, json={"model": "m", "messages": []}))
+        await held_in_flight(gw, "m")
+        cluster.playgrounds.delete(restarting())
+        async with await asyncio.wait_for(held, WAIT / 2) as resp:
+            assert resp.status == 404
+            assert (await resp.json())["error"]["code"] == "model_not_found"
+
+
 @pytest.mark.parametrize(
     ("objects", "reason"),
     [

@@ -343,6 +343,8 @@ class Gateway:
                     bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
                     endpoints = await self._held(model, started + bound, holding)
                     span.set_attribute("llmaz.hold.endpoints", len(endpoints))
+                if not endpoints and not self.catalog.serves(model):
+                    raise errors.model_not_found(name, self.catalog.served_names())
                 if not endpoints and coming is Coming.WAKING:
                     raise errors.wake_timeout(name, bound)
                 if not endpoints:

@@ -285,14 +285,15 @@ class Catalog:
         select: Callable[[list[Endpoint]], list[Endpoint]] | None = None,
     ) -> list[Endpoint]:
         """The ready endpoints of `model` (those `select` keeps, when given) once it has some, or [] at `deadline`
-        (the event loop's clock)."""
+        (the event loop's clock), or [] at once when `model` is no longer served (its last Playground or Service
+        deleted meanwhile: nothing is coming for it)."""
         loop = asyncio.get_running_loop()
 
         def found() -> list[Endpoint]:
             endpoints = self.endpoints(model)
             return select(endpoints) if select is not None and endpoints else endpoints
 
-        while not (endpoints := found()) and loop.time() < deadline:
+        while not (endpoints := found()) and loop.time() < deadline and self.serves(model):
             waiter = loop.create_future()
             waiting = self._waiters.setdefault(model, [])
             waiting.append(waiter)
