@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from llmaz.gateway.proxy.auth import ApiKeys
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.runtime import tracing
+from llmaz_dev.testing.tracing import recorded_spans
 from llmaz_dev.testing.waiting import eventually
 
 from .support import WAIT, Cluster, endpoint_slice, engines, open_model, playground, refused_endpoint, running_gateway
@@ -34,15 +34,8 @@ CLIENT_SPAN = 0xB7AD6B7169203331
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use(provider)
-    try:
+    with recorded_spans() as exporter:
         yield exporter
-    finally:
-        tracing.use(None)
-        provider.shutdown()
 
 
 def keys_file(tmp_path: Path) -> ApiKeys:

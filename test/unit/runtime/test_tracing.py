@@ -9,8 +9,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
 
@@ -22,6 +22,7 @@ from llmaz.runtime import log, tracing
 from llmaz.runtime.controller import Request, Result, TerminalError
 from llmaz_dev.testing import FakeClock
 from llmaz_dev.testing.runnables import started
+from llmaz_dev.testing.tracing import recorded_spans
 from llmaz_dev.testing.waiting import eventually
 
 from .test_controller import ScriptedReconciler, build, model
@@ -29,15 +30,8 @@ from .test_controller import ScriptedReconciler, build, model
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use(provider)
-    try:
+    with recorded_spans() as exporter:
         yield exporter
-    finally:
-        tracing.use(None)
-        provider.shutdown()
 
 
 @pytest.mark.parametrize("parse", [gateway_args, manager_args])
