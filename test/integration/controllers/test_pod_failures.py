@@ -295,7 +295,13 @@ async def test_an_adapter_that_fails_for_good_is_left_out_until_its_source_chang
         "code 3: NotFound: s3://loras/sql.gguf does not exist (NoSuchKey)",
     }
     assert chat_module in _engine_args(service)
-    (warning,) = [e for e in await _warnings(client, namespace, "Playground") if e["reason"] == "AdapterUnavailable"]
+
+    async def warned() -> list[dict[str, Any]]:
+        # Events are sent by the recorder after the status it reports, not with it.
+        found = await _warnings(client, namespace, "Playground")
+        return [e for e in found if e["reason"] == "AdapterUnavailable"]
+
+    (warning,) = await eventually(warned, what="the AdapterUnavailable Warning Event")
     assert warning["note"].startswith(f"adapter sql (spec.adapters[0] of OpenModel {model}) is left out"), warning
 
     # A fixed source is tried again, although the old pod still shows the old failure.
