@@ -60,20 +60,28 @@ class Engine:
         return resp
 
 
+@contextlib.asynccontextmanager
+async def loopback_server(app: web.Application) -> AsyncIterator[int]:
+    """`app` served on a free loopback port, which it yields; stopped on the way out."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
 @pytest_asyncio.fixture
 async def engine() -> AsyncIterator[Engine]:
     fake = Engine()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", fake.handle)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    fake.port = runner.addresses[0][1]
-    try:
-        yield fake
-    finally:
-        fake.release.set()
-        await runner.cleanup()
+    async with loopback_server(app) as fake.port:
+        try:
+            yield fake
+        finally:
+            fake.release.set()
 
 
 def gateway_rbac(namespace: str, account: str = SERVICE_ACCOUNT) -> list[tuple[str, dict[str, Any]]]:

@@ -29,7 +29,7 @@ from llmaz.gateway.scaling.autoscaler import LEASE_NAME
 from llmaz_dev.envtest import Cluster
 from llmaz_dev.testing.waiting import eventually
 
-from .conftest import ENGINE_ADDRESS, GatewayProcess, running_gateway
+from .conftest import ENGINE_ADDRESS, GatewayProcess, loopback_server, running_gateway
 
 WAIT = 60.0
 INTERVAL = "0.5"
@@ -66,14 +66,8 @@ async def loaded_engine() -> AsyncIterator[LoadedEngine]:
     engine = LoadedEngine()
     app = web.Application()
     app.router.add_get("/metrics", engine.metrics)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    engine.port = runner.addresses[0][1]
-    try:
+    async with loopback_server(app) as engine.port:
         yield engine
-    finally:
-        await runner.cleanup()
 
 
 @dataclass

@@ -22,7 +22,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from llmaz_dev.envtest import Cluster
 from llmaz_dev.testing.waiting import eventually
 
-from .conftest import ENGINE_ADDRESS, Engine, running_gateway
+from .conftest import ENGINE_ADDRESS, Engine, loopback_server, running_gateway
 
 WAIT = 30.0
 CHAT = "/v1/chat/completions"
@@ -57,14 +57,8 @@ async def collector() -> AsyncIterator[Collector]:
     found = Collector()
     app = web.Application()
     app.router.add_post("/v1/traces", found.traces)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    found.port = runner.addresses[0][1]
-    try:
+    async with loopback_server(app) as found.port:
         yield found
-    finally:
-        await runner.cleanup()
 
 
 def _objects(namespace: str, model: str, engine_port: int) -> list[tuple[str, dict[str, Any]]]:
