@@ -5,11 +5,12 @@
 # Runs as a non-root user with a read-only root filesystem: everything it writes (webhook and metrics
 # certificates) goes under /tmp, an emptyDir in config/manager/manager.yaml.
 #
-# xds-protos (the Endpoint Picker's Envoy API) ships an older copy of opentelemetry-proto's modules in the same
-# package directory; whichever installs last wins, so opentelemetry-proto is installed again over it (tracing's
-# exporter needs its own).
+# The dependencies install from the lock files (requirements/manager.txt, `make lock`) with `--require-hashes`:
+# exactly the locked versions, each file checked against its hash. xds-protos (the Endpoint Picker's Envoy API)
+# ships an older copy of opentelemetry-proto's modules in the same package directory; whichever installs last wins,
+# so opentelemetry-proto is installed again over it (tracing's exporter needs its own).
 #
-# Layers: the dependencies install from pyproject.toml alone, before any source is copied, and the image takes them
+# Layers: the dependencies install from the lock files alone, before any source is copied, and the image takes them
 # as one layer and the llmaz package as another. A source change rebuilds and ships only the small top layer.
 
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -24,25 +25,21 @@ ARG PIP_TRUSTED_HOST
 ARG PIP_CERT
 ARG PIP_DEFAULT_TIMEOUT
 WORKDIR /src
-COPY pyproject.toml ./
+COPY requirements/manager.txt requirements/opentelemetry-proto.txt requirements/build.txt ./requirements/
 # /opt/llmaz: the runtime venv, dependencies only; the package goes to /opt/llmaz/app (found through a .pth), so the
 # two can be separate layers. /opt/build: the build backend, kept out of the runtime venv.
 RUN python -m venv /opt/llmaz && python -m venv /opt/build \
-    && python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); \
-        print(*p['project']['dependencies'], sep=chr(10), file=open('requirements.txt', 'w')); \
-        print(*p['build-system']['requires'], sep=chr(10), file=open('build-requirements.txt', 'w'))" \
-    && /opt/llmaz/bin/pip install -r requirements.txt \
-    && /opt/llmaz/bin/pip install --force-reinstall --no-deps "opentelemetry-proto==$(/opt/llmaz/bin/python -c \
-        'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')" \
-    && /opt/build/bin/pip install -r build-requirements.txt \
+    && /opt/llmaz/bin/pip install --require-hashes -r requirements/manager.txt \
+    && /opt/llmaz/bin/pip install --require-hashes --force-reinstall --no-deps -r requirements/opentelemetry-proto.txt \
+    && /opt/build/bin/pip install --require-hashes -r requirements/build.txt \
     && purelib="$(/opt/llmaz/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
     && echo /opt/llmaz/app > "$purelib/llmaz-app.pth"
 
 FROM deps AS build
-COPY README.md ./
+COPY pyproject.toml README.md ./
 COPY src/llmaz ./src/llmaz
 # pip compiles the bytecode here, so nothing needs writing at run time; `pip check` catches a dependency the
-# requirements above missed.
+# lock missed.
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/wheel . \
     && /opt/llmaz/bin/pip install --no-deps --target /opt/llmaz/app /tmp/wheel/*.whl \
     && /opt/llmaz/bin/pip check \

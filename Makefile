@@ -47,18 +47,24 @@ help: ## Show this help.
 .PHONY: install
 install: $(INSTALL_STAMP) ## Create .venv and install the package with its dev and loader extras (idempotent).
 
-# xds-protos (the Endpoint Picker's Envoy API) ships an older copy of opentelemetry-proto's modules in the same
-# package directory; whichever installs last wins, so opentelemetry-proto is installed again over it
-# (OTEL_PROTO_REINSTALL, the same in the Dockerfile).
-OTEL_PROTO_REINSTALL = $(PY) -m pip install --quiet --force-reinstall --no-deps \
-	"opentelemetry-proto==$$($(PY) -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
+# The dependencies install from the lock files, requirements/*.txt (`make lock`), with their hashes checked; the
+# package itself after them, editable, without dependencies of its own. xds-protos (the Endpoint Picker's Envoy API)
+# ships an older copy of opentelemetry-proto's modules in the same package directory; whichever installs last wins,
+# so opentelemetry-proto is installed again over it (OTEL_PROTO_REINSTALL, the same in the Dockerfiles).
+LOCKED_INSTALL = $(PY) -m pip install --quiet --require-hashes
+OTEL_PROTO_REINSTALL = $(LOCKED_INSTALL) --force-reinstall --no-deps -r requirements/opentelemetry-proto.txt
 
-$(INSTALL_STAMP): pyproject.toml
+$(INSTALL_STAMP): pyproject.toml requirements/dev.txt requirements/opentelemetry-proto.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,loader]'
+	$(LOCKED_INSTALL) -r requirements/dev.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(OTEL_PROTO_REINSTALL)
 	@touch $@
+
+.PHONY: lock
+lock: install ## Resolve requirements/*.txt from pyproject.toml, keeping locked versions (UPGRADE=1: the newest allowed).
+	$(PY) -m llmaz_dev.lock $(if $(filter 1 true,$(UPGRADE)),--upgrade)
 
 $(KUSTOMIZE):
 	@mkdir -p $(TOOLS_BIN)
@@ -235,8 +241,8 @@ bench-admission: install ## Admission latency p50/p99 at 100 and 500 requests/s 
 bench-admission-floor: install $(BENCH_STAMP) ## Admission latency of our webhooks vs bare aiohttp and asyncio TLS servers (~2 min).
 	$(PY) bench/admission_floor.py
 
-$(BENCH_STAMP): pyproject.toml | $(INSTALL_STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,bench]'
+$(BENCH_STAMP): pyproject.toml requirements/bench.txt | $(INSTALL_STAMP)
+	$(LOCKED_INSTALL) -r requirements/bench.txt
 	$(OTEL_PROTO_REINSTALL)
 	@touch $@
 

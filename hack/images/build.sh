@@ -24,10 +24,10 @@
 #
 # Invariants:
 # - Tags are content hashes. base: its package list, suite and recipe. manager, loader: what the build context lets in
-#   (pyproject.toml, README.md, src/llmaz/ without bytecode caches: the package that ships), the Dockerfile, the
-#   base and the build recipe. pause:
-#   its Go sources and recipe. llama-server is tagged with its build directory's version (the llama.cpp version and
-#   the build's revision, e.g. 0.3.36-r2), the Prometheus Operator's two images and prometheus with their releases;
+#   (pyproject.toml, README.md, the lock files requirements/, src/llmaz/ without bytecode caches: the package that
+#   ships), the Dockerfile, the base and the build recipe. pause: its Go sources and recipe. llama-server is tagged
+#   with its build directory's version (the llama.cpp version and the build's revision, e.g. 0.3.36-r2), the
+#   Prometheus Operator's two images and prometheus with their releases;
 #   their archives are keyed by the binaries, the base (llama-server) and the recipe. A change gives a new key;
 #   nothing whose archive exists for the current key is rebuilt or re-exported, and an image already in buildah's
 #   storage is exported without being rebuilt.
@@ -268,8 +268,8 @@ context="$scratch/context"
 snapshot_context() {
   [[ -d "$context" ]] && return
   mkdir -p "$context"
-  (cd "$repo" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - pyproject.toml README.md .dockerignore Dockerfile \
-    Dockerfile.loader src/llmaz) | tar -C "$context" -xf -
+  (cd "$repo" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - pyproject.toml README.md requirements .dockerignore \
+    Dockerfile Dockerfile.loader src/llmaz) | tar -C "$context" -xf -
 }
 
 context_tag() { # <dockerfile> [more key material...]
@@ -277,7 +277,7 @@ context_tag() { # <dockerfile> [more key material...]
   shift
   snapshot_context
   {
-    files_digest "$context" pyproject.toml README.md src/llmaz .dockerignore "$dockerfile"
+    files_digest "$context" pyproject.toml README.md requirements src/llmaz .dockerignore "$dockerfile"
     printf '%s\n' "$base_ref" "$@"
     declare -f python_image
   } | short_hash

@@ -26,7 +26,10 @@ def _instructions(keyword: str) -> list[str]:
 
 
 def _ignored(path: str) -> bool:
-    """Docker's rule: the last matching .dockerignore pattern wins; `!` re-includes."""
+    """Docker's rule: the last matching .dockerignore pattern wins; `!` re-includes; a pattern matching a directory
+    matches what is under it."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
     ignored = False
     for line in (REPO / ".dockerignore").read_text().splitlines():
         pattern = line.strip()
@@ -34,7 +37,7 @@ def _ignored(path: str) -> bool:
             continue
         negated = pattern.startswith("!")
         pattern = pattern.lstrip("!").rstrip("/").removeprefix("**/")
-        if fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(path.split("/")[-1], pattern):
+        if any(fnmatch.fnmatch(p, pattern) for p in prefixes) or fnmatch.fnmatch(parts[-1], pattern):
             ignored = not negated
     return ignored
 
