@@ -6,7 +6,7 @@
   (parent-based), and a BatchSpanProcessor exports from its own thread, its queue bounded (MAX_QUEUE_SPANS: beyond
   that spans are dropped), so a slow or unreachable collector never holds up or fails the work being traced. An
   export that fails is logged at most once per EXPORT_ERROR_LOG_SECONDS (with how many batches failed since), never
-  once per span or batch.
+  once per span or batch. At start-up a collector that takes no connection is reported at once, with the fix.
 - The endpoint: the flag's URL, else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else OTEL_EXPORTER_OTLP_ENDPOINT;
   the flag's and OTEL_EXPORTER_OTLP_ENDPOINT's URL is a collector's base (`http://jaeger:4318`), to which
   TRACES_PATH is added unless it already ends so. Only http and https URLs with a host are accepted.
@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
@@ -51,6 +52,12 @@ EXPORT_TIMEOUT_SECONDS = 5.0
 SHUTDOWN_SECONDS = 3.0
 # A failing export is logged at most once per this many seconds.
 EXPORT_ERROR_LOG_SECONDS = 60.0
+# How long the start-up check of the collector waits for a connection.
+PROBE_TIMEOUT_SECONDS = 3.0
+UNREACHABLE_FIX = (
+    f"start the collector, or point {ENDPOINT_FLAG} (or ${BASE_ENDPOINT_ENV}) at one that runs, or leave them empty "
+    "to turn tracing off"
+)
 # The exporter's own loggers, quietened: their failures are reported here, rate-limited.
 _EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http", "opentelemetry.exporter.otlp.common")
 
@@ -200,12 +207,32 @@ def start(endpoint: str, sample_ratio: float, service: str, exporter: SpanExport
 
 def start_from(args: argparse.Namespace, service: str) -> bool:
     """Tracing as `add_tracing_flags`' flags and the environment say; whether it is on. Raises ValueError naming
-    the environment variable that is not a URL."""
+    the environment variable that is not a URL. A collector that cannot be reached is reported from a thread of
+    its own (`warn_if_unreachable`): the start never waits for it."""
     endpoint = endpoint_of(args.otlp_endpoint)
     if endpoint is None:
         return False
     start(endpoint, args.trace_sample_ratio, service)
+    threading.Thread(target=warn_if_unreachable, args=(endpoint,), name="tracing-probe", daemon=True).start()
     return True
+
+
+def warn_if_unreachable(endpoint: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> bool:
+    """Whether a TCP connection to the collector at `endpoint` opens within `timeout`; a warning naming the
+    endpoint and the fix when it does not."""
+    parts = urlsplit(endpoint)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            return True
+    except OSError as err:
+        _log.warning(
+            "trace collector unreachable; spans are dropped until it answers",
+            endpoint=endpoint,
+            error=type(err).__name__,
+            fix=UNREACHABLE_FIX,
+        )
+        return False
 
 
 def shutdown(timeout: float = SHUTDOWN_SECONDS) -> None:
@@ -255,6 +282,7 @@ def _reporting(inner: SpanExporter, endpoint: str) -> SpanExporter:
                 endpoint=endpoint,
                 failed_batches=failed,
                 error=error,
+                fix=UNREACHABLE_FIX,
                 next_report_seconds=EXPORT_ERROR_LOG_SECONDS,
             )
 

@@ -17,7 +17,8 @@ What changes from the built objects, and only this:
 - the gateway's Service takes its type and more annotations from `gateway.service`;
 - the BackendRuntimes take their image and version from `backendRuntime.<name>.image`;
 - the global ConfigMap takes `config.data` from `globalConfig.configData`;
-- the Prometheus binding takes its subject from `prometheus.serviceAccount`.
+- the Prometheus binding takes its subject from `prometheus.serviceAccount`;
+- both processes get `--otlp-endpoint` and `--trace-sample-ratio` from `tracing` when an endpoint is set.
 
 The Namespace object is left out (`helm install --create-namespace` makes it, and a release must not delete the
 namespace holding its own records), and so are the CRDs (they are the chart's `crds/`). Objects land in one file
@@ -36,6 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from llmaz.runtime import tracing
 from llmaz_dev.chartgen import objects as o
 from llmaz_dev.chartgen.sources import Object, SourceError, Sources, key
 from llmaz_dev.chartgen.templating import Template
@@ -197,6 +199,16 @@ def _release_namespace(node: Any, template: Template) -> None:
             _release_namespace(item, template)
 
 
+# Both processes' tracing flags from `tracing`, after their `args` and before their `extraArgs`; none while
+# `tracing.otlpEndpoint` is empty.
+TRACING_FLAGS = (
+    "(ternary (list "
+    f'(printf "{tracing.ENDPOINT_FLAG}=%s" .Values.tracing.otlpEndpoint) '
+    f'(printf "{tracing.RATIO_FLAG}=%v" .Values.tracing.sampleRatio)'
+    ") (list) (not (empty .Values.tracing.otlpEndpoint)))"
+)
+
+
 def _manager(obj: Object, template: Template) -> None:
     values = ".Values.controllerManager"
     container = o.only_container(obj)
@@ -205,7 +217,7 @@ def _manager(obj: Object, template: Template) -> None:
     container["image"] = template.inline('include "llmaz.managerImage" . | quote')
     container["args"] = template.block(
         f'concat (list (printf "{o.NAMESPACE_FLAG}%s" .Release.Namespace)) '
-        f"{values}.manager.args {values}.manager.extraArgs"
+        f"{values}.manager.args {TRACING_FLAGS} {values}.manager.extraArgs"
     )
     container["resources"] = template.block(f"{values}.manager.resources")
     _pod(obj, template, values, f"{values}.manager", f"{values}.imagePullSecrets")
@@ -226,7 +238,8 @@ def _gateway(obj: Object, template: Template) -> None:
     api_keys = f"{values}.apiKeys.existingSecret"
     keys_flag = f"--api-keys-file={o.API_KEYS_DIR}/{o.API_KEYS_FILE}"
     container["args"] = template.block(
-        f'concat {values}.args (ternary (list "{keys_flag}") (list) (not (empty {api_keys}))) {values}.extraArgs'
+        f'concat {values}.args (ternary (list "{keys_flag}") (list) (not (empty {api_keys}))) {TRACING_FLAGS} '
+        f"{values}.extraArgs"
     )
     container["resources"] = template.block(f"{values}.resources")
     volume = {

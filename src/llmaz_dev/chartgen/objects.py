@@ -26,6 +26,8 @@ GLOBAL_CONFIG = ("ConfigMap", "llmaz-global-config")
 GLOBAL_CONFIG_KEY = "config.data"
 PROMETHEUS_BINDING = ("ClusterRoleBinding", "llmaz-metrics-reader-rolebinding")
 NAMESPACE_FLAG = "--namespace="
+# `tracing.otlpEndpoint`: empty, or an http(s) URL with a host (the processes check the rest at start-up).
+OTLP_ENDPOINT_PATTERN = r"^(https?://[^/?#]+.*)?$"
 
 
 def find(objects: Iterable[Object], kind: str, name: str) -> Object:

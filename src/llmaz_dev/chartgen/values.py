@@ -57,6 +57,13 @@ RESOURCES = {
 STRINGS = {"type": "array", "items": NON_EMPTY}
 STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 OBJECT = {"type": "object"}
+# A number from 0 to 1, or the same written as a string: `helm --set` passes a decimal like 0.25 as a string.
+RATIO = {
+    "anyOf": [
+        {"type": "number", "minimum": 0, "maximum": 1},
+        {"type": "string", "pattern": r"^(0(\.[0-9]*)?|1(\.0*)?|\.[0-9]+)$"},
+    ]
+}
 
 
 def _closed(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -139,6 +146,7 @@ def values_tree(sources: Sources) -> Group:
             ),
             "prometheus": _prometheus(sources),
             "grafana": _grafana(),
+            "tracing": _tracing(),
             **{
                 name: _not_bundled(f"{what}, a dependency of llmaz's chart; not bundled here.")
                 for name, what in (
@@ -395,6 +403,27 @@ def _grafana() -> Group:
     )
 
 
+def _tracing() -> Group:
+    return Group(
+        "OpenTelemetry tracing of the manager and the gateway (docs/operations.md, Tracing), off by default. The "
+        "chart passes both `--otlp-endpoint` and `--trace-sample-ratio` when an endpoint is set; a collector that is "
+        "down never slows a request or a reconcile.",
+        {
+            "otlpEndpoint": Value(
+                "",
+                {"type": "string", "pattern": o.OTLP_ENDPOINT_PATTERN},
+                "The OTLP/HTTP collector's base URL, like `http://jaeger-collector.observability:4318` "
+                "(`/v1/traces` is added); empty: no tracing.",
+            ),
+            "sampleRatio": Value(
+                1.0,
+                RATIO,
+                "The share of new traces recorded, 0 to 1; a request arriving in a trace follows its caller's choice.",
+            ),
+        },
+    )
+
+
 def _not_bundled(what: str) -> Group:
     return Group(
         what,
@@ -468,7 +497,7 @@ def values_table(tree: Group) -> str:
         if isinstance(node, Group):
             rows.append(f"| `{path}` | map | | {node.description} |")
             continue
-        kind = node.schema["type"]
+        kind = node.schema.get("type", "number")  # RATIO, the one schema without a type, is a number
         if kind == "array":
             kind = f"list of {node.schema['items']['type']}s"
         elif node.schema == STRING_MAP:

@@ -199,6 +199,27 @@ def test_image_replicas_resources_and_extra_flags_come_from_values(helm: Helm) -
     assert gateway["image"] == "registry.example/llmaz:1.2", "the gateway runs the manager's image by default"
 
 
+def test_a_tracing_endpoint_turns_tracing_on_in_the_manager_and_the_gateway_before_their_extra_flags(
+    helm: Helm,
+) -> None:
+    endpoint = "http://jaeger-collector.observability:4318"
+    rendered = _template(
+        helm,
+        "--set", f"tracing.otlpEndpoint={endpoint}",
+        "--set", "tracing.sampleRatio=0.25",
+        "--set", "gateway.enabled=true",
+        "--set", "gateway.extraArgs={--log-level=debug}",
+    )  # fmt: skip
+    flags = [f"--otlp-endpoint={endpoint}", "--trace-sample-ratio=0.25"]
+    assert _manager(rendered)["args"][-2:] == flags
+    gateway = rendered[("Deployment", NAMESPACE, "llmaz-gateway")]["spec"]["template"]["spec"]["containers"][0]
+    assert gateway["args"][-3:] == [*flags, "--log-level=debug"]
+    off = _template(helm, "--set", "gateway.enabled=true", "--set", "tracing.sampleRatio=0.5")
+    gateway = off[("Deployment", NAMESPACE, "llmaz-gateway")]["spec"]["template"]["spec"]["containers"][0]
+    every = [*_manager(off)["args"], *gateway["args"]]
+    assert not [flag for flag in every if "otlp" in flag or "trace" in flag], "no endpoint: tracing off"
+
+
 def test_an_empty_tag_is_the_charts_app_version(helm: Helm) -> None:
     rendered = _template(helm, "--set", "controllerManager.manager.image.tag=")
     assert _manager(rendered)["image"] == f"controller:{_version()}"
@@ -252,6 +273,12 @@ def test_another_release_namespace_is_used_everywhere(helm: Helm) -> None:
         ),
         (["--set", "fullnameOverride=llmaz"], "", "additional properties 'fullnameOverride' not allowed"),
         (["--set", "gateway.replicas=two"], "/gateway/replicas", "got string, want integer"),
+        (
+            ["--set", "tracing.otlpEndpoint=jaeger:4318"],
+            "/tracing/otlpEndpoint",
+            "'jaeger:4318' does not match pattern",
+        ),
+        (["--set", "tracing.sampleRatio=2"], "/tracing/sampleRatio", "maximum: got 2, want 1"),
         (["--set", "controllerManager=null"], "", "missing property 'controllerManager'"),
     ],
 )

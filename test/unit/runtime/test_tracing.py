@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -23,7 +24,7 @@ from llmaz.runtime.controller import Request, Result, TerminalError
 from llmaz_dev.testing import FakeClock
 from llmaz_dev.testing.runnables import started
 from llmaz_dev.testing.tracing import recorded_spans
-from llmaz_dev.testing.waiting import eventually
+from llmaz_dev.testing.waiting import eventually, eventually_sync
 
 from .test_controller import ScriptedReconciler, build, model
 
@@ -116,6 +117,43 @@ def test_failing_exports_are_logged_once_not_per_batch() -> None:
     assert len(failed) == 1
     assert failed[0]["failed_batches"] == 1
     assert failed[0]["endpoint"] == "http://down:4318/v1/traces"
+
+
+def test_a_collector_that_takes_no_connection_is_reported_at_start_naming_the_endpoint_and_the_fix() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        endpoint = f"http://127.0.0.1:{port}/v1/traces"
+        with capture_logs() as logs:
+            assert tracing.warn_if_unreachable(endpoint, timeout=2.0) is False
+    (warning,) = [entry for entry in logs if entry["event"].startswith("trace collector unreachable")]
+    assert warning["endpoint"] == endpoint
+    assert warning["error"] == "ConnectionRefusedError"
+    assert "--otlp-endpoint" in warning["fix"]
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in warning["fix"]
+
+
+def test_a_collector_that_listens_is_not_reported() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listening, capture_logs() as logs:
+        endpoint = f"http://127.0.0.1:{listening.getsockname()[1]}/v1/traces"
+        assert tracing.warn_if_unreachable(endpoint, timeout=2.0) is True
+    assert logs == []
+
+
+def test_starting_from_the_flags_reports_a_down_collector_without_waiting_for_it() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        args = gateway_args(["--otlp-endpoint", f"http://127.0.0.1:{closed.getsockname()[1]}"])
+        try:
+            with capture_logs() as logs:
+                assert tracing.start_from(args, "test") is True
+                eventually_sync(
+                    lambda: any(e["event"].startswith("trace collector unreachable") for e in logs),
+                    5.0,
+                    "the start-up warning",
+                )
+        finally:
+            tracing.shutdown(1.0)
 
 
 async def test_each_reconcile_is_a_span_named_after_the_controller_with_the_object_and_its_result(
