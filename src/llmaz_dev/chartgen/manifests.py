@@ -37,7 +37,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from llmaz.runtime import tracing
 from llmaz_dev.chartgen import objects as o
 from llmaz_dev.chartgen.sources import Object, SourceError, Sources, key
 from llmaz_dev.chartgen.templating import Template
@@ -203,8 +202,8 @@ def _release_namespace(node: Any, template: Template) -> None:
 # `tracing.otlpEndpoint` is empty.
 TRACING_FLAGS = (
     "(ternary (list "
-    f'(printf "{tracing.ENDPOINT_FLAG}=%s" .Values.tracing.otlpEndpoint) '
-    f'(printf "{tracing.RATIO_FLAG}=%v" .Values.tracing.sampleRatio)'
+    f'(printf "{o.OTLP_ENDPOINT_FLAG}=%s" .Values.tracing.otlpEndpoint) '
+    f'(printf "{o.TRACE_SAMPLE_RATIO_FLAG}=%v" .Values.tracing.sampleRatio)'
     ") (list) (not (empty .Values.tracing.otlpEndpoint)))"
 )
 

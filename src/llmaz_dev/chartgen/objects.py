@@ -26,7 +26,10 @@ GLOBAL_CONFIG = ("ConfigMap", "llmaz-global-config")
 GLOBAL_CONFIG_KEY = "config.data"
 PROMETHEUS_BINDING = ("ClusterRoleBinding", "llmaz-metrics-reader-rolebinding")
 NAMESPACE_FLAG = "--namespace="
-# `tracing.otlpEndpoint`: empty, or an http(s) URL with a host (the processes check the rest at start-up).
+# The processes' tracing flags (`tracing`); `tracing.otlpEndpoint` is empty, or an http(s) URL with a host (the
+# processes check the rest at start-up).
+OTLP_ENDPOINT_FLAG = "--otlp-endpoint"
+TRACE_SAMPLE_RATIO_FLAG = "--trace-sample-ratio"
 OTLP_ENDPOINT_PATTERN = r"^(https?://[^/?#]+.*)?$"
 
 

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from llmaz.gateway.__main__ import parse_args as gateway_args
+from llmaz.manager.__main__ import parse_args as manager_args
 from llmaz_dev.chartgen.sources import kustomize_build
 from llmaz_dev.envtest.helm import Helm, HelmError
 
@@ -214,6 +216,9 @@ def test_a_tracing_endpoint_turns_tracing_on_in_the_manager_and_the_gateway_befo
     assert _manager(rendered)["args"][-2:] == flags
     gateway = rendered[("Deployment", NAMESPACE, "llmaz-gateway")]["spec"]["template"]["spec"]["containers"][0]
     assert gateway["args"][-3:] == [*flags, "--log-level=debug"]
+    # The flags are the processes' own: both parse what the chart renders.
+    assert gateway_args(gateway["args"]).otlp_endpoint == f"{endpoint}/v1/traces"
+    assert manager_args(_manager(rendered)["args"]).trace_sample_ratio == 0.25
     off = _template(helm, "--set", "gateway.enabled=true", "--set", "tracing.sampleRatio=0.5")
     gateway = off[("Deployment", NAMESPACE, "llmaz-gateway")]["spec"]["template"]["spec"]["containers"][0]
     every = [*_manager(off)["args"], *gateway["args"]]
