@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -256,3 +257,11 @@ def test_no_two_samples_define_one_object() -> None:
             identity = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
             assert identity not in seen, f"{identity} is in {seen.get(identity)} and {sample}"
             seen[identity] = sample
+
+
+def test_the_readme_samples_table_names_every_sample_file() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Samples\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([\w./-]+\.yaml)`", section))
+    invalid = {f"invalid/{p.name}" for p in (REPO / "config" / "samples" / "invalid").glob("*.yaml")}
+    assert named == set(SAMPLES) | invalid
