@@ -1,5 +1,11 @@
-"""llmaz installed with Helm on the real node, as users install it: the chart with the images built here, a model
-really served, an upgrade to another image under a steady stream of creates, and an uninstall leaving the CRDs.
+"""llmaz installed with Helm on the real node, as users install it: the chart with the images built here, the
+gateway enabled, a model really served, an upgrade under traffic, and an uninstall leaving the CRDs.
+
+The upgrade follows docs/operations.md (Upgrade): the chart's CRDs applied server-side, then `helm upgrade
+--reset-then-reuse-values` to another manager image, which rolls both the manager and the gateway (it runs the
+manager's image). Throughout, a client chats through the gateway twice a second and OpenModels are created ten
+times a second through admission: none of either may fail. The image is the same build under its other local name,
+so the upgrade exercises the rollout itself, not a change of behaviour between builds.
 
 Node tier only, and disruptive (it runs after the other node tests): the session installed llmaz with `make deploy`
 of config/node, so the test first stops that manager and removes that install but for the CRDs and the namespace,
@@ -30,7 +36,7 @@ from llmaz_dev.envtest.objectstore import ObjectStore
 from .charts import CHART, CRD_NAMES, NAMESPACE, RELEASE, labelled_leftovers, live, release_objects, release_records
 from .conftest import REPO
 from .managers import DEPLOYMENT, DeployedManager
-from .serving import credentials, first_answer, lb_url
+from .serving import GATEWAY, GATEWAY_NAMESPACE, credentials, first_answer, gateway_url, lb_url, paced, routable
 from .support import Environment, creating_openmodels_steadily, eventually, open_model, pod_ready, wait_playground_ready
 
 pytestmark = [pytest.mark.tier("node"), pytest.mark.disruptive]
@@ -70,6 +76,7 @@ def _node_values(manager_image: str) -> dict[str, Any]:
     llamacpp = {op["path"]: op["value"] for op in yaml.safe_load((NODE / "llamacpp.yaml").read_text())}
     return {
         "controllerManager": {"manager": {"image": {"repository": repository, "tag": tag}}},
+        "gateway": {"enabled": True},
         "globalConfig": {"configData": _node_config_data()},
         "backendRuntime": {
             "llamacpp": {"image": {"repository": llamacpp["/spec/image"], "tag": str(llamacpp["/spec/version"])}}
@@ -119,7 +126,17 @@ def _admitting(e2e: Environment) -> bool:
     return True
 
 
-def test_helm_installs_llmaz_that_serves_a_model_upgrades_it_without_failing_admission_and_uninstalls_it(
+def _gateway_pods(e2e: Environment) -> list[dict[str, Any]]:
+    pods = e2e.items("pods", GATEWAY_NAMESPACE, "app.kubernetes.io/component=gateway")
+    return [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+
+
+def _gateway_running(e2e: Environment, image: str) -> bool:
+    pods = _gateway_pods(e2e)
+    return len(pods) == 2 and all(pod_ready(p) and p["spec"]["containers"][0]["image"] == image for p in pods)
+
+
+def test_helm_installs_llmaz_that_serves_a_model_upgrades_it_under_chats_and_creates_failing_none_and_uninstalls_it(
     e2e: Environment, namespace: str, helm: Helm, object_store: ObjectStore, tmp_path: Path
 ) -> None:
     image = find_images(["manager"])["manager"].image
@@ -139,16 +156,32 @@ def test_helm_installs_llmaz_that_serves_a_model_upgrades_it_without_failing_adm
         url = lb_url(e2e, namespace, PLAYGROUND)
         first_answer(url, PLAYGROUND)
 
+        eventually(lambda: _gateway_running(e2e, image), what="two Ready gateway pods")
+        routable(e2e, PLAYGROUND)
+
         upgraded = f"{image.rsplit(':', 1)[0]}:{DEV_TAG}"  # the same build under its other local name
         repository, tag = upgraded.rsplit(":", 1)
-        with creating_openmodels_steadily(e2e, f"helm-{namespace.rsplit('-', 1)[-1]}") as creates:
+        with (
+            paced(gateway_url(e2e), PLAYGROUND, period=0.5) as chats,
+            creating_openmodels_steadily(e2e, f"helm-{namespace.rsplit('-', 1)[-1]}") as creates,
+        ):
+            eventually(lambda: len(chats.answers) >= 4, what="the client answered before the upgrade")
+            e2e.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
             helm(
-                "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values", "--wait", "--timeout=3m",
+                "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reset-then-reuse-values", "--wait",
+                "--timeout=3m",
                 "--set", f"controllerManager.manager.image.repository={repository}",
                 "--set-string", f"controllerManager.manager.image.tag={tag}",
             )  # fmt: skip
-            e2e.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=180s")
+            for deployment in (DEPLOYMENT, GATEWAY):
+                e2e.kubectl("rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE, "--timeout=180s")
+            eventually(lambda: _gateway_running(e2e, upgraded), what=f"two Ready gateway pods running {upgraded}")
+            seen = len(chats.answers)
+            eventually(lambda: len(chats.answers) >= seen + 4, what="4 more answers through the new gateway pods")
         creates.assert_none_failed()
+        failed = [a for a in chats.answers if a.status != 200]
+        assert failed == [], f"{len(failed)} chats failed: {[a.body[:200] for a in failed]}\n{chats.timeline()}"
+        print(f"upgrade under traffic: {len(chats.answers)} chats through the gateway, none failed")
         eventually(lambda: _running(e2e, upgraded), what=f"two Ready manager pods running {upgraded}")
         first_answer(url, PLAYGROUND)
 
