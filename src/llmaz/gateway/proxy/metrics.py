@@ -111,6 +111,20 @@ class GatewayMetrics:
         self.completion_tokens = Counter(
             "llmaz_gateway_completion_tokens", "Completion tokens reported in responses' usage.", ["model"], registry=r
         )
+        self.prompt_cached_tokens = Counter(
+            "llmaz_gateway_prompt_cached_tokens",
+            "Prompt tokens the engine found in its prefix cache, as responses' usage reports them "
+            "(prompt_tokens_details.cached_tokens; engines that do not report it add nothing).",
+            ["model"],
+            registry=r,
+        )
+        self.prefix_index_corrections = Counter(
+            "llmaz_gateway_prefix_index_corrections",
+            "Times an engine's usage showed it had evicted prompt blocks the prefix index still held for it, and the "
+            "index forgot them (prefix-aware routing).",
+            ["model"],
+            registry=r,
+        )
         self.upstream_retries = Counter(
             "llmaz_gateway_upstream_retries",
             "Requests sent to another endpoint, by why the previous one failed (connect_error, unavailable).",
@@ -153,6 +167,8 @@ class GatewayMetrics:
         self._time_to_first_byte = _ByModel(self.time_to_first_byte)
         self._prompt_tokens = _ByModel(self.prompt_tokens)
         self._completion_tokens = _ByModel(self.completion_tokens)
+        self._prompt_cached_tokens = _ByModel(self.prompt_cached_tokens)
+        self._prefix_index_corrections = _ByModel(self.prefix_index_corrections)
         self.in_flight_of = _ByModel(self.in_flight)
         self.held_of = _ByModel(self.requests_held)
         """`held_of(model)`: the held-requests gauge of `model`."""
@@ -173,8 +189,15 @@ class GatewayMetrics:
         self._time_to_first_byte(model).observe(seconds)
 
     def tokens(self, model: str, usage: Usage) -> None:
+        """The usage of one answered request (the attempt that answered; once per request)."""
         self._prompt_tokens(model).inc(usage.prompt_tokens)
         self._completion_tokens(model).inc(usage.completion_tokens)
+        if usage.cached_tokens is not None:
+            self._prompt_cached_tokens(model).inc(usage.cached_tokens)
+
+    def prefix_index_corrected(self, model: str) -> None:
+        """The prefix index was corrected from an engine's usage (`routing.scorers.PrefixMatch`)."""
+        self._prefix_index_corrections(model).inc()
 
     def tenant_answered(self, tenant: str, code: int, usage: Usage | None, rejection: str | None) -> None:
         """One request of `tenant` (the tenant of a key the gateway holds: bounded by the keys file and Secrets)."""

@@ -185,7 +185,13 @@ class Gateway:
         proxy_options = opts.proxy
         if api_keys is not None:
             proxy_options = dataclasses.replace(proxy_options, forward_authorization=False)
-        self.pickers = Pickers(self.in_flight, self.signals, opts.routing, adapters=self.adapters)
+        self.pickers = Pickers(
+            self.in_flight,
+            self.signals,
+            opts.routing,
+            adapters=self.adapters,
+            corrected=self.metrics.prefix_index_corrected,
+        )
         self.tracer = tracing.tracer(TRACER)
         """Spans of each request (see `tracing`); the no-op tracer while tracing is off."""
         self._tracing = tracing.enabled()

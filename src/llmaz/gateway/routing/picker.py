@@ -17,8 +17,9 @@ scorers, a picker; the rules below are theirs, `filters` and `scorers`):
     (total load + 1) / endpoints) (`filters.WithinBound`): its home. The same conversation lands on the same
     engine while it has room, and spills to the next endpoint on the ring, always the same one, when it has not;
   - a prefix index: per endpoint, the block hashes this replica sent there (an LRU), recorded before each attempt
-    (the scheduler's `pre_request`); an endpoint's prefix match is the longest chain of the request's blocks it
-    holds, over the request's blocks;
+    (the scheduler's `pre_request`), and corrected after it when the engine's usage shows it evicted blocks the
+    index holds (`post_response`, `scorers.PrefixMatch`); an endpoint's prefix match is the longest chain of the
+    request's blocks it holds, over the request's blocks;
   - each endpoint within the bound (every endpoint when none is) is scored: prefix (its match) x the prefix
     weight + queue (1 - load / bound) x the queue weight + (1 - utilisation) x the utilisation weight, where an
     engine that says nothing of its utilisation counts load / bound. When no endpoint holds any of the prompt (a
@@ -37,7 +38,8 @@ Invariants:
   same endpoints: hashes are stable, ties follow the ring, and nothing keyed depends on the random generator.
 - Memory is bounded whatever the traffic: PREFIX_BLOCKS blocks per endpoint for at most PREFIX_ENDPOINTS
   endpoints, CACHED_RING_POINTS ring points (a candidate set's ring is built when the set is first seen and kept
-  while the bound allows, not built per request), CACHED_PICKERS weight settings.
+  while the bound allows, not built per request), CACHED_PICKERS weight settings, `scorers.TRACKED_ATTEMPTS`
+  attempts followed for the correction.
 - Scheduling records nothing (`Scheduler.schedule`): an attempt's `pre_request` records the request's blocks for
   the endpoint it goes to.
 """
@@ -83,12 +85,17 @@ class PrefixIndex:
     A request's blocks are recorded last block first, so its first blocks are the most recent: an entry is evicted
     only after every later block of its chain, and a held block i means blocks 0..i of its chain are held too. That
     makes the matched length monotone, found by bisection.
+
+    Each entry keeps when it was recorded (`recorded_at`, a count of `record` calls that only grows), so an
+    endpoint's entries are in the order of their stamps, oldest first. `forget_through` drops an endpoint's oldest
+    entries, up to a stamp: the same cut the LRU makes when it is full, so the invariant above holds after it.
     """
 
     def __init__(self, blocks: int = PREFIX_BLOCKS, endpoints: int = PREFIX_ENDPOINTS) -> None:
         self.max_blocks = blocks
         self.max_endpoints = endpoints
-        self._held: OrderedDict[Endpoint, OrderedDict[int, None]] = OrderedDict()
+        self._held: OrderedDict[Endpoint, OrderedDict[int, int]] = OrderedDict()
+        self._stamp = 0
 
     def match(self, endpoint: Endpoint, blocks: Sequence[int]) -> int:
         """How many of `blocks`, from the first, the endpoint holds."""
@@ -112,11 +119,35 @@ class PrefixIndex:
                 self._held.popitem(last=False)
         else:
             self._held.move_to_end(endpoint)
+        self._stamp += 1
+        stamp = self._stamp  # one int object for every block of the call
         for block in reversed(blocks[: self.max_blocks]):
-            held[block] = None
+            held[block] = stamp
             held.move_to_end(block)
         while len(held) > self.max_blocks:
             held.popitem(last=False)
+
+    @property
+    def stamp(self) -> int:
+        """The stamp of the latest `record` call (0 before the first)."""
+        return self._stamp
+
+    def recorded_at(self, endpoint: Endpoint, block: int) -> int | None:
+        """The stamp of the `record` call that last sent `block` to the endpoint; None when it does not hold it."""
+        held = self._held.get(endpoint)
+        return None if held is None else held.get(block)
+
+    def forget_through(self, endpoint: Endpoint, stamp: int) -> int:
+        """Forget every block the endpoint was last sent at or before `stamp` (its oldest entries); how many."""
+        held = self._held.get(endpoint)
+        forgotten = 0
+        while held:
+            block, recorded = next(iter(held.items()))
+            if recorded > stamp:
+                break
+            del held[block]
+            forgotten += 1
+        return forgotten
 
     def forget(self, endpoint: Endpoint) -> None:
         self._held.pop(endpoint, None)
@@ -136,7 +167,10 @@ class PrefixIndex:
     def footprint(self) -> int:
         """Bytes the index holds: its tables and their block hashes (for tests and the benchmark)."""
         tables = sys.getsizeof(self._held) + sum(sys.getsizeof(held) for held in self._held.values())
-        return tables + sum(sys.getsizeof(block) for held in self._held.values() for block in held)
+        blocks = sum(sys.getsizeof(block) for held in self._held.values() for block in held)
+        distinct = {id(stamp): stamp for held in self._held.values() for stamp in held.values()}
+        stamps = sum(sys.getsizeof(stamp) for stamp in distinct.values())
+        return tables + blocks + stamps
 
 
 def endpoint_points(endpoint: Endpoint, points: int = RING_POINTS) -> array[int]:
@@ -259,12 +293,17 @@ class PrefixAware(Scheduler):
         rings: Rings | None = None,
         rng: random.Random | None = None,
         adapters: AdapterSignals | None = None,
+        prefix_match: PrefixMatch | None = None,
+        corrected: Callable[[str], None] | None = None,
     ) -> None:
-        """`index` and `rings` may be shared by schedulers of different weights: they learn from the same traffic."""
+        """`index`, `rings` and `prefix_match` may be shared by schedulers of different weights: they learn from the
+        same traffic. `corrected(model)` is called each time the engine's usage corrects the index
+        (`scorers.PrefixMatch`)."""
         self.weights = weights or RoutingWeights()
         self.load_factor = load_factor
         self.index = index or PrefixIndex()
         self.rings = rings or Rings(self.index)
+        self.prefix_match = prefix_match or PrefixMatch(self.index, corrected)
         self._rng = rng or random.Random()
         self._adapters = adapters
         super().__init__(
@@ -274,7 +313,7 @@ class PrefixAware(Scheduler):
             scorers=[
                 (Queue(), self.weights.queue),
                 (FreeCapacity(), self.weights.utilisation),
-                (PrefixMatch(self.index), self.weights.prefix),
+                (self.prefix_match, self.weights.prefix),
             ],
             picker=MaxScore(self._rng),
             signals=signals,
@@ -292,6 +331,7 @@ class PrefixAware(Scheduler):
             rings=self.rings,
             rng=self._rng,
             adapters=self._adapters,
+            prefix_match=self.prefix_match,
         )
 
 
@@ -323,13 +363,17 @@ class Pickers:
         options: RoutingOptions | None = None,
         rng: random.Random | None = None,
         adapters: AdapterSignals | None = None,
+        corrected: Callable[[str], None] | None = None,
     ) -> None:
-        """`adapters`: which endpoints hold which LoRA adapters (not given: every endpoint holds them all)."""
+        """`adapters`: which endpoints hold which LoRA adapters (not given: every endpoint holds them all);
+        `corrected(model)`: called each time an engine's usage corrects the prefix index (a metric)."""
         self.options = opts = options or RoutingOptions()
         self.holds_adapter = HoldsAdapter(adapters)
         """The adapter filter's rule, for a caller that waits for an endpoint holding the request's adapter."""
         self.least_outstanding = LeastOutstanding(in_flight, rng, adapters)
-        self.prefix_aware = PrefixAware(in_flight, signals, opts.weights, opts.load_factor, rng=rng, adapters=adapters)
+        self.prefix_aware = PrefixAware(
+            in_flight, signals, opts.weights, opts.load_factor, rng=rng, adapters=adapters, corrected=corrected
+        )
         self._weighted: OrderedDict[RoutingWeights, PrefixAware] = OrderedDict()
 
     def strategy(self, name: str, weights: RoutingWeights | None = None) -> Scheduler:

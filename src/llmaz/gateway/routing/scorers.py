@@ -11,18 +11,50 @@
   the request's blocks; 0 without a key. When no candidate holds any of them (a prefix new here), the first in
   the cycle's order (the home: the first on the ring within the bound) counts as a full match, so every gateway
   replica starts a prefix on the same engine. It records the request's blocks for the endpoint before each
-  attempt (`pre_request`).
+  attempt (`pre_request`), and corrects the index from the engine's usage after it (`post_response`, below).
+
+The correction. The index predicts what an engine holds; the engine may have evicted it since (its KV cache holds
+less than the index, or it restarted). Before recording an attempt, `PrefixMatch` notes how many of its blocks the
+index held for the endpoint (the prediction) and the stamp of the oldest of them (`PrefixIndex.recorded_at`).
+When the attempt ends with the engine's `prompt_tokens` and `cached_tokens`, the cached tokens are turned into
+blocks at the prompt's own rate, cached x blocks / prompt_tokens (blocks are characters, not tokens: the gateway
+has no tokenizer). When that is clearly fewer than predicted (short by at least CORRECTION_MIN_BLOCKS and by
+CORRECTION_SHARE of the prediction), the engine evicted a block the index holds; engines evict the least recently
+used first, so everything sent to that endpoint before that block was sent is gone too: the index forgets it
+(`PrefixIndex.forget_through`) and a request for those prefixes is no longer drawn to an engine that lost them.
+The attempt's own blocks stay: they were recorded again before it, and the engine has just computed them.
+- A prediction counts only when every attempt that recorded its blocks had ended before this one was sent: a
+  burst of requests sharing a new prefix finds it recorded but not yet computed, which is no eviction.
+- Nothing changes without both counts (engines that do not report cached tokens), for an attempt without a
+  prediction, or for a key at MAX_BLOCKS whose cached tokens are not 0 (the key may stop before the prompt does,
+  so its rate is not known).
+- A correction never raises: it runs on the data path. At most TRACKED_ATTEMPTS attempts are followed; the
+  oldest are dropped (never corrected) past that, e.g. attempts of `Scheduler.pick` that never end.
 
 A scorer changes no state; only its hooks do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
 
+from llmaz.gateway.routing.prefix import MAX_BLOCKS
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import AFFINITY, BALANCE, Cycle, PromptUsage, Request, Scorer
+from llmaz.runtime.log import get_logger
+
+# "Clearly fewer": the engine's cached blocks fall short of the prediction by both. Two blocks absorb an engine's
+# own granularity (vLLM caches whole 16-token blocks and never the prompt's last token); a quarter absorbs how
+# unevenly a prompt's characters turn into tokens (the rate is the whole prompt's).
+CORRECTION_MIN_BLOCKS: Final = 2
+CORRECTION_SHARE: Final = 0.25
+# Attempts followed at once: the gateway's default bound on client connections (each holds its request's key).
+TRACKED_ATTEMPTS: Final = 4096
+
+_LOG = get_logger("llmaz.gateway.routing")
 
 
 class FewestInFlight(Scorer):
@@ -63,9 +95,45 @@ class FreeCapacity(Scorer):
 class BlockIndex(Protocol):
     """Per endpoint, the prompt blocks sent there (`picker.PrefixIndex`)."""
 
+    @property
+    def stamp(self) -> int: ...
+
     def match(self, endpoint: Endpoint, blocks: Sequence[int]) -> int: ...
 
     def record(self, endpoint: Endpoint, blocks: Sequence[int]) -> None: ...
+
+    def recorded_at(self, endpoint: Endpoint, block: int) -> int | None: ...
+
+    def forget_through(self, endpoint: Endpoint, stamp: int) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """An attempt in flight: its request (held, so its id stays its own), its record's stamp, the prediction."""
+
+    request: Request
+    stamp: int
+    predicted: int
+    """The request's blocks the index held for the endpoint before the attempt was recorded."""
+    oldest: int | None
+    """The stamp of the oldest of them, when every attempt that recorded them had ended; else None."""
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def confirmed_blocks(usage: PromptUsage, blocks: int) -> int | None:
+    """How many of a request's `blocks` the engine found cached, at the prompt's rate of tokens per block; None
+    when its usage does not tell (a count missing or out of range, or a key that may stop before the prompt)."""
+    prompt, cached = _count(usage.prompt_tokens), _count(usage.cached_tokens)
+    if prompt is None or cached is None or not prompt or cached > prompt or not blocks:
+        return None
+    if cached == 0:
+        return 0
+    if blocks >= MAX_BLOCKS:
+        return None
+    return cached * blocks // prompt
 
 
 class PrefixMatch(Scorer):
@@ -73,8 +141,15 @@ class PrefixMatch(Scorer):
     category = AFFINITY
     needs_key = True
 
-    def __init__(self, index: BlockIndex) -> None:
+    def __init__(self, index: BlockIndex, corrected: Callable[[str], None] | None = None) -> None:
+        """`corrected(model)`: called after each correction of the index (a metric)."""
         self.index = index
+        self.corrected = corrected
+        self.corrections = 0
+        """Corrections made so far."""
+        self._sent: OrderedDict[tuple[int, Endpoint], _Sent] = OrderedDict()
+        # Per endpoint, the stamps of its attempts in flight, oldest first (stamps grow as attempts are recorded).
+        self._open: dict[Endpoint, OrderedDict[int, int]] = {}
 
     def score(self, cycle: Cycle, positions: list[int]) -> list[float]:
         key = cycle.request.key
@@ -86,10 +161,56 @@ class PrefixMatch(Scorer):
             matches[0] = 1.0
         return matches
 
+    @property
+    def followed(self) -> int:
+        """Attempts recorded and not ended yet, as far as they are followed (at most TRACKED_ATTEMPTS)."""
+        return len(self._sent)
+
     def pre_request(self, request: Request, endpoint: Endpoint) -> None:
-        if request.key is not None:
-            self.index.record(endpoint, request.key.blocks)
+        if request.key is None:
+            return
+        blocks = request.key.blocks
+        predicted = self.index.match(endpoint, blocks)
+        oldest = self.index.recorded_at(endpoint, blocks[predicted - 1]) if predicted else None
+        opened = self._open.get(endpoint)
+        if oldest is not None and opened and oldest >= next(iter(opened.values())):
+            oldest = None  # recorded by an attempt still in flight: maybe not computed yet
+        self.index.record(endpoint, blocks)
+        self._track((id(request), endpoint), _Sent(request, self.index.stamp, predicted, oldest))
 
     def post_response(self, request: Request, endpoint: Endpoint, usage: PromptUsage | None) -> None:
-        # The engine's cached tokens could correct the index (a prefix it evicted); nothing uses them yet.
-        pass
+        try:
+            self._correct(request, endpoint, usage)
+        except Exception as exc:  # the data path goes on; the index is only less accurate
+            _LOG.warning("prefix index correction failed", error=type(exc).__name__)
+
+    def _track(self, attempt: tuple[int, Endpoint], sent: _Sent) -> None:
+        self._untrack(attempt)
+        self._sent[attempt] = sent
+        self._open.setdefault(attempt[1], OrderedDict())[attempt[0]] = sent.stamp
+        while len(self._sent) > TRACKED_ATTEMPTS:
+            self._untrack(next(iter(self._sent)))
+
+    def _untrack(self, attempt: tuple[int, Endpoint]) -> _Sent | None:
+        sent = self._sent.pop(attempt, None)
+        if sent is not None:
+            opened = self._open[attempt[1]]
+            del opened[attempt[0]]
+            if not opened:
+                del self._open[attempt[1]]
+        return sent
+
+    def _correct(self, request: Request, endpoint: Endpoint, usage: PromptUsage | None) -> None:
+        sent = self._untrack((id(request), endpoint))
+        if sent is None or usage is None or sent.oldest is None or request.key is None:
+            return
+        confirmed = confirmed_blocks(usage, len(request.key.blocks))
+        if confirmed is None:
+            return
+        shortfall = sent.predicted - confirmed
+        if shortfall < CORRECTION_MIN_BLOCKS or shortfall < CORRECTION_SHARE * sent.predicted:
+            return
+        self.index.forget_through(endpoint, sent.oldest)
+        self.corrections += 1
+        if self.corrected is not None:
+            self.corrected(request.model)
