@@ -175,7 +175,8 @@ def serving(suite: Suite) -> None:
 
 
 def routing(suite: Suite) -> None:
-    suite.record("routing", {"subject": "python"}, partial(routing_bench.run_once, suite.log_dir))
+    run = partial(routing_bench.run_once, suite.log_dir, suite.settings.repeats)
+    suite.record("routing", {"subject": "python"}, run)
 
 
 def autoscale(suite: Suite) -> None:
