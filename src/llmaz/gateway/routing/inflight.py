@@ -9,12 +9,14 @@ added with `watch` hear every change of a model's count, synchronously, and must
 
 Each endpoint's recent releases are kept for RELEASE_HORIZON seconds (`released_since`): an engine's own count,
 read a moment ago, may still include requests that have ended since, and the next turn of a conversation comes
-the moment the previous one ends.
+the moment the previous one ends. Its recent acquisitions are kept the same way (`acquired_since`): flow control
+counts what was sent to an engine since its count was read.
 
 Invariants:
 - A count is the number of `started` (`acquire`) calls not yet matched by `finished` (`release`); it never goes
   below zero, and models and endpoints with nothing in flight are not stored, so the tables hold only what is busy
-  whatever the churn. Releases are kept for at most MAX_RELEASING_ENDPOINTS endpoints, MAX_RELEASES each.
+  whatever the churn. Releases (and acquisitions) are kept for at most MAX_RELEASING_ENDPOINTS endpoints,
+  MAX_RELEASES each.
 - Nothing here awaits: a pick and the `acquire` that follows it see the same counts.
 """
 
@@ -44,6 +46,7 @@ class InFlight:
         self._now = wall_clock
         self._clock = clock
         self._released: OrderedDict[Endpoint, deque[float]] = OrderedDict()
+        self._acquired: OrderedDict[Endpoint, deque[float]] = OrderedDict()
         self._last: dict[str, float] = {}
         self._models: dict[str, int] = {}
         self._endpoints: dict[Endpoint, int] = {}
@@ -89,6 +92,7 @@ class InFlight:
 
     def acquire(self, endpoint: Endpoint) -> None:
         self._endpoints[endpoint] = self._endpoints.get(endpoint, 0) + 1
+        self._remember(self._acquired, endpoint)
 
     def release(self, endpoint: Endpoint) -> None:
         left = self._endpoints.get(endpoint, 0) - 1
@@ -96,29 +100,28 @@ class InFlight:
             self._endpoints[endpoint] = left
         else:
             self._endpoints.pop(endpoint, None)
+        self._remember(self._released, endpoint)
+
+    def _remember(self, table: OrderedDict[Endpoint, deque[float]], endpoint: Endpoint) -> None:
         now = self._clock()
-        times = self._released.get(endpoint)
+        times = table.get(endpoint)
         if times is None:
-            times = self._released[endpoint] = deque(maxlen=MAX_RELEASES)
-            while len(self._released) > MAX_RELEASING_ENDPOINTS:
-                self._released.popitem(last=False)
+            times = table[endpoint] = deque(maxlen=MAX_RELEASES)
+            while len(table) > MAX_RELEASING_ENDPOINTS:
+                table.popitem(last=False)
         else:
-            self._released.move_to_end(endpoint)
+            table.move_to_end(endpoint)
         times.append(now)
         while times and times[0] < now - RELEASE_HORIZON:
             times.popleft()
 
     def released_since(self, endpoint: Endpoint, since: float) -> int:
         """Attempts to `endpoint` that ended here after `since` (monotonic seconds, within RELEASE_HORIZON)."""
-        times = self._released.get(endpoint)
-        if not times:
-            return 0
-        count = 0
-        for at in reversed(times):
-            if at <= since:
-                break
-            count += 1
-        return count
+        return _count_since(self._released.get(endpoint), since)
+
+    def acquired_since(self, endpoint: Endpoint, since: float) -> int:
+        """Attempts to `endpoint` that started here after `since` (monotonic seconds, within RELEASE_HORIZON)."""
+        return _count_since(self._acquired.get(endpoint), since)
 
     def outstanding(self, endpoint: Endpoint) -> int:
         return self._endpoints.get(endpoint, 0)
@@ -126,3 +129,14 @@ class InFlight:
     def busy(self) -> dict[Endpoint, int]:
         """A copy of the table of busy endpoints (for tests and debugging)."""
         return dict(self._endpoints)
+
+
+def _count_since(times: deque[float] | None, since: float) -> int:
+    if not times:
+        return 0
+    count = 0
+    for at in reversed(times):
+        if at <= since:
+            break
+        count += 1
+    return count

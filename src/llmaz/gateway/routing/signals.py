@@ -50,7 +50,7 @@ import asyncio
 import dataclasses
 import enum
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -264,6 +264,7 @@ class EngineSignals:
         self.resolve = dict(resolve or {})
         self.cycles = 0
         """Scrape cycles completed (tests wait on it)."""
+        self._listeners: list[Callable[[], None]] = []
         self._clock = clock
         self._known: dict[Endpoint, _Known] = {}
         self._limit = asyncio.Semaphore(max_concurrent)
@@ -289,6 +290,11 @@ class EngineSignals:
         for kind in FailureKind:
             self.failures.labels(kind.value)
         EngineMetricsAge(lambda: self._known, clock.now, registry)
+
+    def on_cycle(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after every scrape cycle, the new loads in place (flow control looks for room then). It
+        must not await; what it raises counts as a failed cycle."""
+        self._listeners.append(listener)
 
     def load(self, endpoint: Endpoint) -> EngineLoad | None:
         known = self._known.get(endpoint)
@@ -370,6 +376,8 @@ class EngineSignals:
             )
         self.stale_gauge.set(self.stale_endpoints())
         self.cycles += 1
+        for listener in self._listeners:
+            listener()
 
     async def _scrape(self, endpoint: Endpoint, known: _Known, list_adapters: bool) -> None:
         async with self._limit:
