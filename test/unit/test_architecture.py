@@ -47,10 +47,18 @@ RULES: dict[str, tuple[str, ...]] = {
     "llmaz.webhooks": ("llmaz.apis", "llmaz.runtime"),
     "llmaz.loader": ("llmaz.apis.constants", "llmaz.apis.modelpath", "llmaz.apis.uri"),
     "llmaz.gateway": ("llmaz.apis", "llmaz.runtime"),
-    # The gateway's three parts: the data path uses routing and scaling, scaling uses routing, never back.
+    # The gateway's parts: the data path uses routing, scaling and flow control, scaling and flow control use
+    # routing, never back.
     "llmaz.gateway.routing": ("llmaz.apis", "llmaz.runtime"),
     "llmaz.gateway.scaling": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing"),
-    "llmaz.gateway.proxy": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing", "llmaz.gateway.scaling"),
+    "llmaz.gateway.flow": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing"),
+    "llmaz.gateway.proxy": (
+        "llmaz.apis",
+        "llmaz.runtime",
+        "llmaz.gateway.routing",
+        "llmaz.gateway.scaling",
+        "llmaz.gateway.flow",
+    ),
     # The Endpoint Picker is the proxy's sibling: the same routing behind another gateway, never the proxy itself.
     "llmaz.gateway.epp": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing", "llmaz.gateway.scaling"),
     "llmaz.schedext": ("llmaz.apis", "llmaz.runtime"),
@@ -220,7 +228,7 @@ def test_the_rules_see_the_packages_they_guard() -> None:
     names = set(SOURCES)
     for prefix in RULES:
         assert any(_within(n, prefix) for n in names), f"RULES names {prefix}, which is not in src/"
-    for part in ("proxy", "routing", "scaling"):
+    for part in ("proxy", "routing", "scaling", "flow"):
         assert f"llmaz.gateway.{part}" in names, part
     assert {"llmaz.controllers.flavors.fit", "llmaz.controllers.flavors.decision"} <= names
     assert {"llmaz_dev.envtest", "llmaz_dev.testing", "llmaz_dev.crdgen", "llmaz_dev.chartgen"} <= names

@@ -34,6 +34,8 @@ from llmaz.gateway.routing.catalog import Catalog
 CLIENT_CLOSED = 499
 # LLM requests run from milliseconds (a cached short answer) to minutes (a long generation).
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)
+# A request waits in a flow-control queue from nothing to its TTL (60 s by default).
+FLOW_WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120)
 TTFB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60)
 
 
@@ -158,11 +160,35 @@ class GatewayMetrics:
             ["tenant", "reason"],
             registry=r,
         )
+        self.flow_queue_depth = Gauge(
+            "llmaz_gateway_flow_queue_depth",
+            'Requests waiting in a saturated model\'s flow-control queue, by model, priority band and tenant ("" '
+            "without API keys).",
+            ["model", "band", "tenant"],
+            registry=r,
+        )
+        self.flow_wait_seconds = Histogram(
+            "llmaz_gateway_flow_wait_seconds",
+            "Time a request waited in its model's flow-control queue before it was sent, by model and priority band "
+            "(0 for a request sent at once).",
+            ["model", "band"],
+            buckets=FLOW_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.flow_sheds = Counter(
+            "llmaz_gateway_flow_shed_requests",
+            "Requests flow control refused, by model, tenant, priority band and reason: queue_full (shed, 429), "
+            "queue_ttl (waited the TTL while the model stayed saturated, 429), no_endpoint (waited the TTL while the "
+            "model had no endpoint, 503).",
+            ["model", "tenant", "band", "reason"],
+            registry=r,
+        )
         if process_collectors:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
             GCCollector(registry=r)
         self._answered: dict[tuple[str, int], Counter] = {}
+        self._flow_wait: dict[tuple[str, int], Histogram] = {}
         self._duration = _ByModel(self.duration)
         self._time_to_first_byte = _ByModel(self.time_to_first_byte)
         self._prompt_tokens = _ByModel(self.prompt_tokens)
@@ -207,6 +233,19 @@ class GatewayMetrics:
             self.tenant_tokens.labels(tenant=tenant, kind="completion").inc(usage.completion_tokens)
         if rejection is not None:
             self.tenant_rejections.labels(tenant=tenant, reason=rejection).inc()
+
+    def flow_queued(self, model: str, band: int, tenant: str, change: int) -> None:
+        """A model's queue depth for (band, tenant) changed (`flow.control.FlowMetrics`); `tenant` is a key's."""
+        self.flow_queue_depth.labels(model=model, band=str(band), tenant=tenant).inc(change)
+
+    def flow_waited(self, model: str, band: int, seconds: float) -> None:
+        child = self._flow_wait.get((model, band))
+        if child is None:  # every request is observed: its child is looked up once
+            child = self._flow_wait[(model, band)] = self.flow_wait_seconds.labels(model=model, band=str(band))
+        child.observe(seconds)
+
+    def flow_shed(self, model: str, band: int, tenant: str, reason: str) -> None:
+        self.flow_sheds.labels(model=model, tenant=tenant, band=str(band), reason=reason).inc()
 
     def retried(self, model: str, reason: str) -> None:
         self.upstream_retries.labels(model=model, reason=reason).inc()
