@@ -21,6 +21,13 @@ from prometheus_client import CollectorRegistry
 from llmaz.apis.routing import LEAST_OUTSTANDING, STRATEGIES, RoutingWeights, parse_weight
 from llmaz.gateway.epp.server import DEFAULT_PORT as EPP_PORT
 from llmaz.gateway.epp.server import EndpointPicker, EppOptions
+from llmaz.gateway.flow.control import DEFAULT_QUEUE_SIZE, DEFAULT_QUEUE_TTL, FlowOptions
+from llmaz.gateway.flow.saturation import (
+    DEFAULT_ENDPOINT_REQUESTS,
+    DEFAULT_ENGINE_WAITING,
+    DEFAULT_UTILISATION,
+    SaturationOptions,
+)
 from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.proxy.forwarding import ProxyOptions
@@ -53,6 +60,20 @@ SHUTDOWN_MARGIN = 5.0
 
 
 _weight = flags.parsed_by(parse_weight)
+
+
+def parse_fraction(text: str) -> float:
+    """A number above 0 and at most 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"{text!r} must be above 0 and at most 1")
+    return value
+
+
+_fraction = flags.parsed_by(parse_fraction)
 
 
 def default_gateway_service() -> str:
@@ -190,6 +211,47 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         f"failed reads (default {DEFAULT_TIMEOUT:g})",
     )
     add(
+        "--flow-control",
+        default="true",
+        choices=["true", "false"],
+        help="queue the requests of a saturated model (every endpoint full), served by priority band then fairly "
+        "between tenants; a model that is not saturated is never held (default true)",
+    )
+    add(
+        "--flow-engine-waiting",
+        type=flags.positive_int,
+        default=DEFAULT_ENGINE_WAITING,
+        help="flow control: an endpoint whose engine is at capacity is full with this many requests waiting in the "
+        f"engine (default {DEFAULT_ENGINE_WAITING})",
+    )
+    add(
+        "--flow-utilisation",
+        type=_fraction,
+        default=DEFAULT_UTILISATION,
+        help="flow control: an engine reporting this utilisation (KV cache, busy slots; above 0, at most 1) is at "
+        f"capacity even with nothing waiting (default {DEFAULT_UTILISATION:g})",
+    )
+    add(
+        "--flow-endpoint-requests",
+        type=flags.positive_int,
+        default=DEFAULT_ENDPOINT_REQUESTS,
+        help="flow control: an endpoint whose load is not known is full with this many of this replica's requests "
+        f"in flight to it (default {DEFAULT_ENDPOINT_REQUESTS})",
+    )
+    add(
+        "--flow-queue-size",
+        type=flags.positive_int,
+        default=DEFAULT_QUEUE_SIZE,
+        help="flow control: requests a saturated model's queue holds; beyond, the newest of the lowest band is shed "
+        f"with 429 (default {DEFAULT_QUEUE_SIZE})",
+    )
+    add(
+        "--flow-queue-ttl",
+        type=flags.positive_seconds,
+        default=DEFAULT_QUEUE_TTL,
+        help=f"flow control: seconds a request may wait in its model's queue (default {DEFAULT_QUEUE_TTL:g})",
+    )
+    add(
         "--autoscaler",
         default="true",
         choices=["true", "false"],
@@ -253,6 +315,20 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions:
             resolve=dict(args.resolve),
         ),
         routing=routing_options(args),
+        flow=flow_options(args),
+    )
+
+
+def flow_options(args: argparse.Namespace) -> FlowOptions:
+    return FlowOptions(
+        enabled=args.flow_control == "true",
+        saturation=SaturationOptions(
+            engine_waiting=args.flow_engine_waiting,
+            utilisation=args.flow_utilisation,
+            endpoint_requests=args.flow_endpoint_requests,
+        ),
+        queue_size=args.flow_queue_size,
+        queue_ttl=args.flow_queue_ttl,
     )
 
 
@@ -362,6 +438,8 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
         signals=signals,
         adapters=signals,
     )
+    if signals is not None and gateway.flow is not None:
+        signals.on_cycle(gateway.flow.refresh)  # new loads: the queues of saturated models look for room
     manager.add(gateway)
     manager.add_readyz_check("gateway", gateway.serving)
     if args.epp_port:
@@ -407,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         api_key_secrets=args.api_key_secrets == "true",
         engine_metrics_interval=args.engine_metrics_interval,
         autoscaler=args.autoscaler == "true",
+        flow_control=args.flow_control == "true",
         tracing=traced,
     )
     try:

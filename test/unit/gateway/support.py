@@ -29,7 +29,7 @@ from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
-from llmaz.gateway.routing.load import AdapterSignals
+from llmaz.gateway.routing.load import AdapterSignals, LoadSignals
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.signals import EngineSignals
 from llmaz.gateway.scaling.waker import Waker
@@ -228,8 +228,10 @@ async def running_gateway(
     catalog: Catalog | None = None,
     waker: Waker | None = None,
     adapters: AdapterSignals | None = None,
+    signals: LoadSignals | None = None,
 ) -> AsyncIterator[RunningGateway]:
-    """A gateway on 127.0.0.1 over `cluster` (or `catalog`, one of its catalogs), stopped (drained) on exit."""
+    """A gateway on 127.0.0.1 over `cluster` (or `catalog`, one of its catalogs), stopped (drained) on exit;
+    `signals`: the engines' load as the test says it (default: never known)."""
     opts = options or GatewayOptions()
     gateway = Gateway(
         catalog or cluster.catalog(),
@@ -239,6 +241,7 @@ async def running_gateway(
         metrics=GatewayMetrics(process_collectors=False),
         in_flight=in_flight,
         waker=waker,
+        signals=signals,
         adapters=adapters,
     )
     stopping = asyncio.Event()

@@ -46,11 +46,14 @@ def test_the_informer_never_holds_the_key_itself() -> None:
 
 
 def test_a_secrets_key_is_accepted_as_its_tenant_with_its_limits() -> None:
-    auth, _ = authenticator(secret("a", key="sk-a", tenant="team-a", requests_per_minute="10", may_wake="false"))
+    auth, _ = authenticator(
+        secret("a", key="sk-a", tenant="team-a", requests_per_minute="10", may_wake="false", priority="7")
+    )
     caller = auth.check("Bearer sk-a")
     assert caller.tenant == "team-a"
     assert caller.policy is not None
     assert caller.policy.requests_per_minute == 10
+    assert caller.policy.priority == 7
     assert not caller.may_wake
     assert refusal(auth, "sk-b") is not None
 
@@ -91,6 +94,8 @@ def test_an_expired_key_is_refused_as_invalid_and_counted_against_its_tenant() -
         ("expires", "tomorrow", "data.expires"),
         ("expires", "2026-01-01T00:00:00", "data.expires"),
         ("may_wake", "no", "data.may-wake"),
+        ("priority", "10", "data.priority"),
+        ("priority", "high", "data.priority"),
     ],
 )
 def test_a_secret_with_a_bad_value_refuses_its_key_and_logs_which_field(field: str, value: str, named: str) -> None:

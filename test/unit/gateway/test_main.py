@@ -23,6 +23,8 @@ from llmaz.gateway.__main__ import (
     manager_options,
     parse_args,
 )
+from llmaz.gateway.flow.control import FlowOptions
+from llmaz.gateway.flow.saturation import SaturationOptions
 from llmaz.gateway.routing.picker import RoutingOptions
 
 from .support import Cluster
@@ -86,6 +88,19 @@ def test_routing_flags_map_to_the_routing_options() -> None:
         "--load-factor=2",
     ]
     assert gateway_options(parse_args(flags)).routing == RoutingOptions(PREFIX_AWARE, RoutingWeights(5, 0, 1.5), 2.0)
+
+
+def test_flow_control_is_on_by_default_and_its_flags_map_to_its_options() -> None:
+    assert gateway_options(parse_args([])).flow == FlowOptions(True, SaturationOptions(4, 1.0, 256), 1000, 60.0)
+    flags = [
+        "--flow-control=false",
+        "--flow-engine-waiting=2",
+        "--flow-utilisation=0.95",
+        "--flow-endpoint-requests=16",
+        "--flow-queue-size=50",
+        "--flow-queue-ttl=10",
+    ]
+    assert gateway_options(parse_args(flags)).flow == FlowOptions(False, SaturationOptions(2, 0.95, 16), 50, 10.0)
 
 
 def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None:
@@ -163,6 +178,14 @@ def test_the_autoscaler_is_on_by_default_with_its_lease_beside_the_gateway_servi
         "--utilisation-weight=101",
         "--load-factor=0.5",
         "--load-factor=inf",
+        "--flow-control=yes",
+        "--flow-engine-waiting=0",
+        "--flow-utilisation=0",
+        "--flow-utilisation=1.5",
+        "--flow-utilisation=most",
+        "--flow-endpoint-requests=0",
+        "--flow-queue-size=0",
+        "--flow-queue-ttl=0",
     ],
 )
 def test_nonsense_limits_are_refused_at_parse_time(flag: str) -> None:

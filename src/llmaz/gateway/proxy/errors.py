@@ -150,6 +150,23 @@ def rate_limited(limit: str, retry_after: int, detail: str) -> OpenAIError:
     )
 
 
+def model_saturated(model: str, why: str, retry_after: int, detail: str) -> OpenAIError:
+    """429 for a request flow control shed: the model's engines are saturated (`why` says how it was shed), said
+    as OpenAI says a rate limit (`rate_limit_exceeded`, `Retry-After`)."""
+    return OpenAIError(
+        429,
+        f"The model `{model}` is saturated: {why}. Please try again in {retry_after}s.",
+        type="requests",
+        code=RATE_LIMIT_EXCEEDED,
+        headers={"Retry-After": str(retry_after)},
+        detail=detail,
+    )
+
+
+def invalid_priority(header: str, problem: str) -> OpenAIError:
+    return invalid_request(f"The {header} header {problem}.", "invalid_priority", header)
+
+
 def max_tokens_too_large(param: str, asked: int, cap: int) -> OpenAIError:
     return invalid_request(
         f"`{param}` is {asked}, above this gateway's limit of {cap} tokens. Ask for at most {cap}.",

@@ -246,12 +246,14 @@ class Proxy:
         body_for: Callable[[Endpoint], bytes] | None = None,
         engine_of: Callable[[Endpoint], engines.Engine] | None = None,
         path_for: Callable[[Endpoint], str] | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> web.StreamResponse:
         """Send `inference` where `scheduler` decides for `routed`, retrying as the module invariants say: each
         attempt is scheduled afresh, the endpoints tried excluded, between the scheduler's `pre_request` and
         `post_response`. Each attempt sends `body_for(endpoint)` when given, else the body as received, to
         `path_for(endpoint)` when given, else the request's path, with the connection rule of the engine there
-        (`engine_of(endpoint)`; not given: not known)."""
+        (`engine_of(endpoint)`; not given: not known). `on_sent` is called once the first attempt counts in flight
+        (flow control's ticket: the request no longer holds a pending grant)."""
         headers = upstream_headers(
             request.headers, request.remote, forward_authorization=self._options.forward_authorization
         )
@@ -265,6 +267,8 @@ class Proxy:
             last = len(tried) == attempts or len(tried) == len(set(routed.candidates))
             exchange.endpoint, exchange.attempts = endpoint, len(tried)
             scheduler.pre_request(attempt, endpoint)
+            if on_sent is not None:
+                on_sent()
             outcome: web.StreamResponse | errors.OpenAIError | None = None
             try:
                 body = inference.body if body_for is None else body_for(endpoint)

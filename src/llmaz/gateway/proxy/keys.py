@@ -10,6 +10,8 @@ A Secret's `data`:
 - `expires` (optional): an RFC 3339 time with an offset (`2026-12-31T23:59:59Z`), after which the key is refused;
 - `may-wake` (optional): `"true"` (default) or `"false"`; a key that may not wake gets 503 rather than scaling a
   sleeping model up from zero.
+- `priority` (optional): the flow-control band of the key's requests and the highest they may ask for, an integer
+  from 0 to 9 (`flow.priority`; default 5).
 
 Invariants:
 - The key's plaintext never reaches the informer's cache: the informer's transform replaces it by its SHA-256
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from llmaz.gateway.flow.priority import PriorityError, parse_priority
 from llmaz.runtime.cache import DeletedFinalStateUnknown, Informer, Obj, SharedInformerFactory
 from llmaz.runtime.log import get_logger
 from llmaz.runtime.rbac import allow
@@ -52,7 +55,8 @@ TOKENS_PER_MINUTE = "tokens-per-minute"
 MAX_STREAMS = "max-streams"
 EXPIRES = "expires"
 MAY_WAKE = "may-wake"
-FIELDS = (KEY, TENANT, REQUESTS_PER_MINUTE, TOKENS_PER_MINUTE, MAX_STREAMS, EXPIRES, MAY_WAKE)
+PRIORITY = "priority"
+FIELDS = (KEY, TENANT, REQUESTS_PER_MINUTE, TOKENS_PER_MINUTE, MAX_STREAMS, EXPIRES, MAY_WAKE, PRIORITY)
 # Where the transform puts the key's digest (hex) in place of the key.
 KEY_DIGEST = "key-sha256"
 TENANT_PATTERN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
@@ -74,6 +78,8 @@ class KeyPolicy:
     max_streams: int | None = None
     expires: datetime | None = None
     may_wake: bool = True
+    priority: int | None = None
+    """The flow-control band of the key's requests, and the highest they may ask for; None: the default."""
     source: str = ""
     """Where the key comes from ("namespace/name" of its Secret, or "" for the keys file): limits are kept per
     source, so a rotated key keeps its budget."""
@@ -149,6 +155,15 @@ def _expires(data: dict[str, Any]) -> datetime | None:
         raise SecretValueError(problem) from None
 
 
+def _priority(data: dict[str, Any]) -> int | None:
+    if PRIORITY not in data:
+        return None
+    try:
+        return parse_priority(data[PRIORITY] or "")  # None: not decodable
+    except PriorityError as err:
+        raise SecretValueError(f"data.{PRIORITY} {err}") from None
+
+
 def parse_secret(obj: Obj) -> SecretEntry:
     """A compacted Secret (`compact_secret`) read as a key, or refused with the field at fault named."""
     meta = obj.get("metadata") or {}
@@ -175,6 +190,7 @@ def parse_secret(obj: Obj) -> SecretEntry:
             max_streams=_positive(data, MAX_STREAMS),
             expires=_expires(data),
             may_wake=may_wake.strip() == "true",
+            priority=_priority(data),
             source=source,
         )
     except SecretValueError as err:

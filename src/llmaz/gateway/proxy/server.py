@@ -42,6 +42,12 @@ Invariants:
   `wake_timeout` for a model scaling up from zero (504), up to `hold_timeout` for replicas starting (503
   `model_not_ready`); when none is coming (no Playground, no replica, or replicas that cannot become ready) it is
   answered 503 `model_not_ready` at once.
+- Flow control (`llmaz.gateway.flow`, unless off): once it has endpoints, a request for a saturated model waits in
+  the model's queue, higher bands first, then fairly between tenants, and is routed when its turn comes (on the
+  endpoints the model has then); past the queue's size or TTL it is answered 429 (503 when the model has no
+  endpoint left). A model that is not saturated is never held. The band is the `x-llmaz-priority` header's (400
+  `invalid_priority` when it is not an integer from 0 to 9, checked before the key's limits), at most the key's
+  `priority`.
 - A client is told only the model's name and a reason class (`errors.Unready`); why, in the cluster's words (other
   namespaces' Playgrounds, their conditions, the API server's refusals), is in the request's log line (`detail`).
 - No request header value is logged: a failure of the gateway itself is logged as its type, a message cut of the
@@ -68,6 +74,9 @@ from dataclasses import dataclass, field
 from aiohttp import hdrs, web
 from opentelemetry import trace
 
+from llmaz.gateway.flow.control import NO_ENDPOINT, QUEUE_FULL, FlowControl, FlowOptions, ShedError, Ticket
+from llmaz.gateway.flow.priority import PRIORITY_HEADER, PriorityError, band_of
+from llmaz.gateway.flow.saturation import Saturation
 from llmaz.gateway.proxy import body, errors
 from llmaz.gateway.proxy.auth import ApiKeys, Authenticator, Caller
 from llmaz.gateway.proxy.forwarding import Exchange, Proxy, ProxyOptions, sanitised_error
@@ -148,6 +157,8 @@ class GatewayOptions:
     """How engines are called (timeouts, retries)."""
     routing: RoutingOptions = field(default_factory=RoutingOptions)
     """How an endpoint is picked (strategy, weights, load factor); a Playground's annotations may override it."""
+    flow: FlowOptions = field(default_factory=FlowOptions)
+    """Flow control: when a model is saturated, and its queue's size and TTL."""
 
 
 class Gateway:
@@ -192,6 +203,11 @@ class Gateway:
             adapters=self.adapters,
             corrected=self.metrics.prefix_index_corrected,
         )
+        self.flow: FlowControl | None = None
+        """Flow control (`llmaz.gateway.flow`), None when off; `refresh` it when new engine signals arrive."""
+        if opts.flow.enabled:
+            saturation = Saturation(self.in_flight, self.signals, opts.flow.saturation)
+            self.flow = FlowControl(catalog.endpoints, saturation, opts.flow, self.metrics)
         self.tracer = tracing.tracer(TRACER)
         """Spans of each request (see `tracing`); the no-op tracer while tracing is off."""
         self._tracing = tracing.enabled()
@@ -301,11 +317,23 @@ class Gateway:
             raise errors.unsupported_endpoint(name, request.path)
         if adapter is not None and (why := self.catalog.left_out(adapter)) is not None:
             raise errors.no_ready_endpoint(name, why, errors.Unready.ADAPTER_UNAVAILABLE)
+        band = self._band(request)
         admission = self._admit(exchange, inference)
         try:
-            return await self._route(capability, request, inference, exchange, adapter, model, name)
+            return await self._route(capability, request, inference, exchange, adapter, model, name, band)
         finally:
             admission.finish(exchange.usage, answered=exchange.first_byte is not None)
+
+    def _band(self, request: web.Request) -> int:
+        """The request's priority band (`flow.priority`): its header, else its key's, else the default."""
+        caller = _CALLER.get()
+        policy = None if caller is None else caller.policy
+        try:
+            return band_of(
+                request.headers.get(PRIORITY_HEADER), caller is not None, None if policy is None else policy.priority
+            )
+        except PriorityError as err:
+            raise errors.invalid_priority(PRIORITY_HEADER, str(err)) from None
 
     def _admit(self, exchange: Exchange, inference: body.InferenceRequest) -> Admission:
         """Check the request against the max_tokens cap and its key's limits, and hold its share of them."""
@@ -333,6 +361,7 @@ class Gateway:
         adapter: Adapter | None,
         model: str,
         name: str,
+        band: int,
     ) -> web.StreamResponse:
         holding = None if adapter is None else functools.partial(self._holding, adapter)
         caller = _CALLER.get()
@@ -365,25 +394,79 @@ class Gateway:
                     span.set_attribute("llmaz.hold.endpoints", len(endpoints))
                 if not endpoints:
                     raise errors.not_ready_in_time(name, bound)
-            scheduler = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(model))
-            session = request.headers.get(SESSION_HEADER)
-            key = None
-            if scheduler.needs_key:
-                key = routing_key(inference.document, session, name if adapter else None)
-            routed = Request(model, endpoints, key, adapter, session_of(inference.document, session))
-            engine_of = self._engine_of(model)
-            adapters = self.catalog.adapters_of(model)
-            body_for = None
-            if adapters and capability not in engines.MULTIPART:  # a form is sent as it came: no adapter scales
-                body_for = self._adapter_body(engine_of, adapters, adapter, inference)
-            requested = request.rel_url.raw_path
+            ticket = await self._turn(model, name, band, inference)
+            try:
+                if ticket is not None and ticket.queued:  # the endpoints may have changed while it waited
+                    endpoints = self.catalog.endpoints(model)
+                    endpoints = endpoints if holding is None else holding(endpoints)
+                    if not endpoints:
+                        raise errors.no_ready_endpoint(name)
+                return await self._send(
+                    capability, request, inference, exchange, adapter, model, name, endpoints, ticket
+                )
+            finally:
+                if ticket is not None:
+                    usage = exchange.usage
+                    ticket.finish(None if usage is None else usage.prompt_tokens + usage.completion_tokens)
 
-            def path_for(endpoint: Endpoint) -> str:
-                return engine_of(endpoint).path_of(capability, requested)
+    async def _turn(self, model: str, name: str, band: int, inference: body.InferenceRequest) -> Ticket | None:
+        """The request's turn under flow control (None when it is off): at once when `model` is not saturated and
+        nothing of it is queued, else once its queue dispatches it; a refusal when it is shed or waits too long."""
+        if self.flow is None:
+            return None
+        caller = _CALLER.get()
+        tenant = "" if caller is None else caller.tenant
+        cost = reservation_of(inference.body, inference.document, self.options.default_max_tokens_reservation)
+        ticket = self.flow.try_admit(model, band, tenant, cost)
+        if ticket is not None:
+            return ticket
+        with self._step("queue", name) as span:
+            span.set_attribute("llmaz.flow.band", band)
+            try:
+                return await self.flow.wait(model, band, tenant, cost)
+            except ShedError as shed:
+                _EXCHANGE.get().rejection = shed.reason
+                if shed.reason == NO_ENDPOINT:
+                    raise errors.no_ready_endpoint(name) from None
+                if shed.reason == QUEUE_FULL:
+                    why = "its queue is full, and this request was the newest of the lowest priority waiting"
+                else:
+                    why = f"no room freed within {self.flow.options.queue_ttl:g} s"
+                raise errors.model_saturated(name, why, shed.retry_after, shed.reason) from None
 
-            return await self.proxy.forward(
-                request, inference, routed, exchange, scheduler, body_for, engine_of, path_for
-            )
+    async def _send(
+        self,
+        capability: engines.Capability,
+        request: web.Request,
+        inference: body.InferenceRequest,
+        exchange: Exchange,
+        adapter: Adapter | None,
+        model: str,
+        name: str,
+        endpoints: list[Endpoint],
+        ticket: Ticket | None,
+    ) -> web.StreamResponse:
+        """Route the request to one of `endpoints` and relay the answer (`Proxy.forward`)."""
+        scheduler = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(model))
+        session = request.headers.get(SESSION_HEADER)
+        key = None
+        if scheduler.needs_key:
+            key = routing_key(inference.document, session, name if adapter else None)
+        routed = Request(model, endpoints, key, adapter, session_of(inference.document, session))
+        engine_of = self._engine_of(model)
+        adapters = self.catalog.adapters_of(model)
+        body_for = None
+        if adapters and capability not in engines.MULTIPART:  # a form is sent as it came: no adapter scales
+            body_for = self._adapter_body(engine_of, adapters, adapter, inference)
+        requested = request.rel_url.raw_path
+
+        def path_for(endpoint: Endpoint) -> str:
+            return engine_of(endpoint).path_of(capability, requested)
+
+        sent = None if ticket is None else ticket.sent
+        return await self.proxy.forward(
+            request, inference, routed, exchange, scheduler, body_for, engine_of, path_for, sent
+        )
 
     async def _held(
         self, model: str, deadline: float, holding: Callable[[list[Endpoint]], list[Endpoint]] | None
