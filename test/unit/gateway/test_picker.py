@@ -329,6 +329,21 @@ def test_released_since_counts_recent_releases_of_one_endpoint_within_the_horizo
     assert in_flight.released_since(a, 0.0) == 1  # the old ones are forgotten
 
 
+def test_acquired_since_counts_recent_attempts_started_at_one_endpoint() -> None:
+    a, b = ENDPOINTS[:2]
+    now = [0.0]
+    in_flight = InFlight(clock=lambda: now[0])
+    for at in (1.0, 2.0, 3.0):
+        now[0] = at
+        in_flight.acquire(a)
+    in_flight.release(a)
+    assert [in_flight.acquired_since(a, t) for t in (0.5, 1.0, 2.5, 3.0)] == [3, 2, 1, 0]
+    assert in_flight.acquired_since(b, 0.0) == 0
+    now[0] = 3.0 + RELEASE_HORIZON + 1
+    in_flight.acquire(a)
+    assert in_flight.acquired_since(a, 0.0) == 1  # the old ones are forgotten
+
+
 def test_stale_or_missing_signals_fall_back_to_the_in_flight_counts() -> None:
     a, b = ENDPOINTS[:2]
     in_flight = InFlight()

@@ -482,6 +482,18 @@ async def test_it_runs_a_cycle_every_interval_until_stopped() -> None:
             assert len(engine.requests) == 2
 
 
+async def test_listeners_hear_every_cycle_with_its_loads_in_place() -> None:
+    cluster = Cluster().synced()
+    async with engines(1) as (engine,), scraping(cluster) as signals:
+        serve_page(engine, pages.tgi(3, 2))
+        cluster.serve("a", engine.endpoint)
+        heard: list[EngineLoad | None] = []
+        signals.on_cycle(lambda: heard.append(signals.load(engine.endpoint)))
+        await signals.cycle()
+        await signals.cycle()
+        assert heard == [EngineLoad(3, 2, None), EngineLoad(3, 2, None)]
+
+
 async def test_an_unknown_endpoint_has_no_load() -> None:
     async with scraping(Cluster().synced()) as signals:
         assert signals.load(Endpoint("10.0.0.1", 8080)) is None
