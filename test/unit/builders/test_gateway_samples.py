@@ -197,6 +197,7 @@ def check_api_key_secret(sample: str, secret: Doc) -> None:
         (keys.REQUESTS_PER_MINUTE, entry.policy.requests_per_minute),
         (keys.TOKENS_PER_MINUTE, entry.policy.tokens_per_minute),
         (keys.MAX_STREAMS, entry.policy.max_streams),
+        (keys.PRIORITY, entry.policy.priority),
     ):
         assert value == (int(given[field]) if field in given else None), field
     assert entry.policy.may_wake == (given.get(keys.MAY_WAKE, "true") == "true")
