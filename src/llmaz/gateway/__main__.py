@@ -212,10 +212,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     add(
         "--flow-control",
-        default="true",
+        default="false",
         choices=["true", "false"],
         help="queue the requests of a saturated model (every endpoint full), served by priority band then fairly "
-        "between tenants; a model that is not saturated is never held (default true)",
+        "between tenants; a model that is not saturated is never held (default false)",
     )
     add(
         "--flow-engine-waiting",

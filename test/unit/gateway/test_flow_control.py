@@ -39,7 +39,7 @@ class Setup:
         self.flow = FlowControl(
             lambda model: list(self.endpoints),
             self.saturation,
-            FlowOptions(queue_size=queue_size, queue_ttl=ttl),
+            FlowOptions(enabled=True, queue_size=queue_size, queue_ttl=ttl),
             self.metrics,
             self.clock.now,
         )

@@ -22,6 +22,7 @@ CHAT = "/v1/chat/completions"
 PRIORITY = "x-llmaz-priority"
 DEPTH = "llmaz_gateway_flow_queue_depth"
 SHED = "llmaz_gateway_flow_shed_requests_total"
+FLOW_ON = GatewayOptions(flow=FlowOptions(enabled=True))
 
 
 class Signals:
@@ -58,7 +59,7 @@ async def test_a_model_that_is_not_saturated_is_never_held() -> None:
         signals.set(engine.endpoint, running=40, waiting=0)
         cluster = Cluster().synced()
         cluster.serve("m", engine.endpoint)
-        async with running_gateway(cluster, signals=signals) as gw:
+        async with running_gateway(cluster, FLOW_ON, signals=signals) as gw:
             calls = [asyncio.create_task(gw.session.post(gw.url + CHAT, json=tagged(str(i)))) for i in range(6)]
             await eventually(lambda: len(engine.requests) == 6, WAIT, "every request sent to the engine at once")
             assert queued(gw) == 0
@@ -76,7 +77,7 @@ async def test_a_saturated_models_higher_band_is_served_first() -> None:
         signals.set(engine.endpoint, running=8, waiting=4)  # at capacity, its queue at the threshold: full
         cluster = Cluster().synced()
         cluster.serve("m", engine.endpoint)
-        async with running_gateway(cluster, signals=signals) as gw:
+        async with running_gateway(cluster, FLOW_ON, signals=signals) as gw:
             low = asyncio.create_task(gw.post(CHAT, tagged("low"), headers={PRIORITY: "1"}))
             await eventually(lambda: queued(gw) == 1, WAIT, "the low-priority request queued")
             high = asyncio.create_task(gw.post(CHAT, tagged("high"), headers={PRIORITY: "8"}))
@@ -103,7 +104,7 @@ async def test_a_keys_priority_is_its_band_and_the_header_cannot_raise_it() -> N
         signals.set(engine.endpoint, running=8, waiting=4)
         cluster = Cluster().synced()
         cluster.serve("m", engine.endpoint)
-        async with running_gateway(cluster, api_keys=auth, signals=signals) as gw:
+        async with running_gateway(cluster, FLOW_ON, api_keys=auth, signals=signals) as gw:
             batch = {"Authorization": "Bearer sk-batch", PRIORITY: "9"}
             low = asyncio.create_task(gw.post(CHAT, tagged("batch"), headers=batch))
             await eventually(lambda: queued(gw) == 1, WAIT, "the batch request queued")
@@ -125,7 +126,7 @@ async def test_a_saturated_models_queue_sheds_with_429_past_its_size() -> None:
         signals.set(engine.endpoint, running=8, waiting=4)
         cluster = Cluster().synced()
         cluster.serve("m", engine.endpoint)
-        options = GatewayOptions(flow=FlowOptions(queue_size=2))
+        options = GatewayOptions(flow=FlowOptions(enabled=True, queue_size=2))
         async with running_gateway(cluster, options, signals=signals) as gw:
             waiting = [asyncio.create_task(gw.post(CHAT, tagged(f"w{i}"), headers={PRIORITY: "5"})) for i in range(2)]
             await eventually(lambda: queued(gw) == 2, WAIT, "two requests queued")
@@ -150,7 +151,7 @@ async def test_a_queued_request_whose_client_goes_away_is_removed_and_never_sent
         signals.set(engine.endpoint, running=8, waiting=4)
         cluster = Cluster().synced()
         cluster.serve("m", engine.endpoint)
-        async with running_gateway(cluster, signals=signals) as gw:
+        async with running_gateway(cluster, FLOW_ON, signals=signals) as gw:
             gone = asyncio.create_task(gw.post(CHAT, tagged("gone")))
             await eventually(lambda: queued(gw) == 1, WAIT, "the request queued")
             gone.cancel()
@@ -169,7 +170,7 @@ async def test_a_request_that_waits_the_queues_ttl_gets_429() -> None:
         signals.set(engine.endpoint, running=8, waiting=4)
         cluster = Cluster().synced()
         cluster.serve("m", engine.endpoint)
-        options = GatewayOptions(flow=FlowOptions(queue_ttl=0.2))
+        options = GatewayOptions(flow=FlowOptions(enabled=True, queue_ttl=0.2))
         async with running_gateway(cluster, options, signals=signals) as gw:
             status, answer = await gw.post(CHAT, tagged("late"))
             assert status == 429
@@ -182,7 +183,7 @@ async def test_a_priority_header_that_is_not_a_band_is_refused_400_naming_it() -
     async with engines(1) as (engine,):
         cluster = Cluster().synced()
         cluster.serve("m", engine.endpoint)
-        async with running_gateway(cluster) as gw:
+        async with running_gateway(cluster, FLOW_ON) as gw:
             for value in ("10", "urgent"):
                 status, answer = await gw.post(CHAT, tagged("x"), headers={PRIORITY: value})
                 assert status == 400

@@ -90,17 +90,17 @@ def test_routing_flags_map_to_the_routing_options() -> None:
     assert gateway_options(parse_args(flags)).routing == RoutingOptions(PREFIX_AWARE, RoutingWeights(5, 0, 1.5), 2.0)
 
 
-def test_flow_control_is_on_by_default_and_its_flags_map_to_its_options() -> None:
-    assert gateway_options(parse_args([])).flow == FlowOptions(True, SaturationOptions(4, 1.0, 256), 1000, 60.0)
+def test_flow_control_is_off_by_default_and_its_flags_map_to_its_options() -> None:
+    assert gateway_options(parse_args([])).flow == FlowOptions(False, SaturationOptions(4, 1.0, 256), 1000, 60.0)
     flags = [
-        "--flow-control=false",
+        "--flow-control=true",
         "--flow-engine-waiting=2",
         "--flow-utilisation=0.95",
         "--flow-endpoint-requests=16",
         "--flow-queue-size=50",
         "--flow-queue-ttl=10",
     ]
-    assert gateway_options(parse_args(flags)).flow == FlowOptions(False, SaturationOptions(2, 0.95, 16), 50, 10.0)
+    assert gateway_options(parse_args(flags)).flow == FlowOptions(True, SaturationOptions(2, 0.95, 16), 50, 10.0)
 
 
 def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None:

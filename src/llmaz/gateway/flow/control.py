@@ -48,8 +48,9 @@ NO_ENDPOINT: Final = "no_endpoint"
 
 @dataclass(frozen=True, slots=True)
 class FlowOptions:
-    enabled: bool = True
-    """Queue the requests of saturated models. Default on: a model that is not saturated is never held."""
+    enabled: bool = False
+    """Queue the requests of saturated models. Off by default: the request autoscaler does not count what it holds
+    as load yet."""
     saturation: SaturationOptions = field(default_factory=SaturationOptions)
     """When an endpoint is full (`saturation`)."""
     queue_size: int = DEFAULT_QUEUE_SIZE
