@@ -144,6 +144,7 @@ node-bins: ## Also build kubelet, kube-proxy, CoreDNS and metrics-server (the re
 .PHONY: manifests
 manifests: install $(KUSTOMIZE) ## Generate CRDs, webhook and RBAC manifests from src/llmaz, then the chart.
 	$(PY) -m llmaz_dev.crdgen config/crd/bases
+	$(PY) -m llmaz_dev.crdgen --gie config/gie
 	$(PY) -m llmaz_dev.webhookgen config/webhook/manifests.yaml
 	$(PY) -m llmaz_dev.rbacgen config/rbac
 	$(PY) -m llmaz_dev.dashboards config/grafana

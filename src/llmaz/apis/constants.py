@@ -13,6 +13,10 @@ INFERENCE_GROUP: Final = "inference.llmaz.io"
 VERSION: Final = "v1alpha1"
 CORE_API_VERSION: Final = f"{CORE_GROUP}/{VERSION}"
 INFERENCE_API_VERSION: Final = f"{INFERENCE_GROUP}/{VERSION}"
+# The Gateway API Inference Extension's API (InferencePool), which llmaz writes but does not define.
+GIE_GROUP: Final = "inference.networking.k8s.io"
+GIE_VERSION: Final = "v1"
+GIE_API_VERSION: Final = f"{GIE_GROUP}/{GIE_VERSION}"
 
 # Labels and annotations.
 MODEL_FAMILY_NAME_LABEL: Final = "llmaz.io/model-family-name"

@@ -5,7 +5,8 @@
   scratch copy of `config/` with the one commented line of `config/default/kustomization.yaml` uncommented.
 - `prometheus`: `config/prometheus`.
 - `grafana`: `config/grafana`, the dashboards' ConfigMaps.
-- `crds`: the files of `config/crd/bases`, verbatim (Helm installs `crds/` as they are, untemplated).
+- `crds`: the CRD files of `config/crd/bases` and `config/gie` (the InferencePool CRD), verbatim (Helm installs
+  `crds/` as they are, untemplated, and skips a CRD the cluster already has).
 - `version`: the project's version (`pyproject.toml`), the chart's version and appVersion.
 - `lws_version`: the LeaderWorkerSet release llmaz runs against (`hack/cluster/lws/go.mod`), named where the chart
   tells users to install LeaderWorkerSet themselves.
@@ -67,10 +68,15 @@ def read_sources(kustomize: Path, repo: Path) -> Sources:
         gateway=[obj for obj in with_gateway if key(obj) not in present],
         prometheus=kustomize_build(kustomize, config / "prometheus"),
         grafana=kustomize_build(kustomize, config / "grafana"),
-        crds={path.name: path.read_text() for path in sorted((config / "crd" / "bases").glob("*.yaml"))},
+        crds={path.name: path.read_text() for path in _crd_files(config)},
         version=tomllib.loads((repo / "pyproject.toml").read_text())["project"]["version"],
         lws_version=_required_version(repo / "hack" / "cluster" / "lws" / "go.mod", "sigs.k8s.io/lws"),
     )
+
+
+def _crd_files(config: Path) -> list[Path]:
+    gie = [path for path in (config / "gie").glob("*.yaml") if path.name != "kustomization.yaml"]
+    return sorted([*(config / "crd" / "bases").glob("*.yaml"), *gie], key=lambda path: path.name)
 
 
 def _build_with_gateway(kustomize: Path, config: Path, scratch: Path) -> list[Object]:

@@ -218,7 +218,8 @@ def readme(sources: Sources, table: str) -> str:
 # The llmaz chart
 
 Installs what `kubectl apply --server-side -k config/default` installs (see the project README, "Installing into a
-cluster"), generated from the same files by `make chart`: the four CRDs (`crds/`), the manager Deployment
+cluster"), generated from the same files by `make chart`: the four CRDs and the Gateway API Inference Extension's
+InferencePool CRD, `config/gie` (`crds/`; Helm skips a CRD the cluster already has), the manager Deployment
 `llmaz-controller-manager` with its ServiceAccount, generated RBAC and PodDisruptionBudget, the webhook and metrics
 Services, both webhook configurations, the certificate Secret the manager fills (it also injects the CA into the
 webhook configurations: no cert-manager), the global ConfigMap `llmaz-global-config` and the default
@@ -250,8 +251,10 @@ helm uninstall llmaz -n llmaz-system      # everything but the CRDs
   manager and its RBAC name them. Any release name and namespace work; one release per cluster (the webhook
   configurations, ClusterRoles and BackendRuntimes are cluster-scoped).
 - Helm installs `crds/` on the first install only. Before upgrading to a newer chart, apply its CRDs:
-  `kubectl apply --server-side -f chart/crds`. `helm uninstall` keeps them, and so every llmaz object;
-  `kubectl delete -f chart/crds` removes them all.
+  `kubectl apply --server-side -f chart/crds` (where the cluster's InferencePool CRD comes from the Inference
+  Extension or a gateway, apply llmaz's alone: `for f in chart/crds/*llmaz.io_*; do kubectl apply --server-side -f
+  $f; done`). `helm uninstall` keeps them, and so every llmaz object; `kubectl delete -f chart/crds` removes them
+  all (the InferencePool CRD too, and every pool, whoever installed it).
 - Over a kustomize install (`make deploy`), `helm install` refuses: `... exists and cannot be imported into the
   current release: invalid ownership metadata`. Either let Helm adopt the installed objects, keeping the running
   manager, its certificate and every llmaz object (give the image the kustomize install runs):

@@ -1,8 +1,13 @@
-"""The four llmaz CustomResourceDefinitions, generated from the API models.
+"""The four llmaz CustomResourceDefinitions, and the Gateway API Inference Extension's InferencePool, generated
+from the API models.
 
 Names, scopes, short names, printer columns and subresources are part of the llmaz contract (kubectl output,
 `kubectl scale`, HPA targets) and match llmaz exactly. The openmodels CRD carries no conversion stanza: there is
 one version, so a conversion webhook would never be called.
+
+`CRDS` go to `config/crd/bases` (installed with llmaz); `GIE_CRDS` to `config/gie` (installed only on clusters
+that lack them: another project defines them). Both go to the chart's `crds/`. A group under `k8s.io` needs the
+`api-approved.kubernetes.io` annotation or the API server refuses the CRD; ours says it is an unapproved copy.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pydantic import BaseModel
 
 from llmaz.apis import constants as c
 from llmaz.apis.core_v1alpha1 import OpenModel
+from llmaz.apis.gie_v1 import InferencePool
 from llmaz.apis.inference_v1alpha1 import BackendRuntime, Playground, Service
 from llmaz_dev.crdgen import upstream
 from llmaz_dev.crdgen.schema import model_schema
@@ -43,10 +49,12 @@ class CrdSpec:
     group: str
     plural: str
     singular: str
-    short_name: str
+    short_name: str | None
     namespaced: bool
     printer_columns: list[dict[str, str]] = field(default_factory=list)
     scalable: bool = False
+    version: str = c.VERSION
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -114,6 +122,24 @@ CRDS: tuple[CrdSpec, ...] = (
 )
 
 
+GIE_APPROVAL = (
+    "unapproved, llmaz's copy of the Gateway API Inference Extension's InferencePool v1 schema: "
+    "https://github.com/kubernetes-sigs/gateway-api-inference-extension"
+)
+GIE_CRDS: tuple[CrdSpec, ...] = (
+    CrdSpec(
+        InferencePool,
+        c.GIE_GROUP,
+        "inferencepools",
+        "inferencepool",
+        None,
+        namespaced=True,
+        version=c.GIE_VERSION,
+        annotations={"api-approved.kubernetes.io": GIE_APPROVAL},
+    ),
+)
+
+
 def root_schema(spec: CrdSpec) -> dict[str, Any]:
     schema = model_schema(spec.model, upstream.resolve, skip=frozenset({"apiVersion", "kind", "metadata"}))
     properties = schema["properties"]
@@ -132,7 +158,7 @@ def build_crd(spec: CrdSpec) -> dict[str, Any]:
             "labelSelectorPath": ".status.selector",
         }
     version: dict[str, Any] = {
-        "name": c.VERSION,
+        "name": spec.version,
         "schema": {"openAPIV3Schema": root_schema(spec)},
         "served": True,
         "storage": True,
@@ -140,19 +166,24 @@ def build_crd(spec: CrdSpec) -> dict[str, Any]:
     }
     if spec.printer_columns:
         version["additionalPrinterColumns"] = spec.printer_columns
+    metadata: dict[str, Any] = {"name": f"{spec.plural}.{spec.group}"}
+    if spec.annotations:
+        metadata["annotations"] = dict(spec.annotations)
+    names: dict[str, Any] = {
+        "kind": spec.kind,
+        "listKind": f"{spec.kind}List",
+        "plural": spec.plural,
+        "singular": spec.singular,
+    }
+    if spec.short_name:
+        names["shortNames"] = [spec.short_name]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{spec.plural}.{spec.group}"},
+        "metadata": metadata,
         "spec": {
             "group": spec.group,
-            "names": {
-                "kind": spec.kind,
-                "listKind": f"{spec.kind}List",
-                "plural": spec.plural,
-                "shortNames": [spec.short_name],
-                "singular": spec.singular,
-            },
+            "names": names,
             "scope": "Namespaced" if spec.namespaced else "Cluster",
             "versions": [version],
         },
@@ -178,15 +209,15 @@ def render(crd: dict[str, Any]) -> str:
     return "---\n" + body
 
 
-def rendered_crds() -> dict[str, str]:
-    """File name -> YAML text of every CRD, exactly as `make manifests` writes them."""
-    return {spec.file_name: render(build_crd(spec)) for spec in CRDS}
+def rendered_crds(specs: tuple[CrdSpec, ...] = CRDS) -> dict[str, str]:
+    """File name -> YAML text of every CRD of `specs` (default: llmaz's), exactly as `make manifests` writes them."""
+    return {spec.file_name: render(build_crd(spec)) for spec in specs}
 
 
-def write(out_dir: Path) -> list[Path]:
+def write(out_dir: Path, specs: tuple[CrdSpec, ...] = CRDS) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in rendered_crds().items():
+    for name, text in rendered_crds(specs).items():
         path = out_dir / name
         if not path.exists() or path.read_text() != text:
             path.write_text(text)

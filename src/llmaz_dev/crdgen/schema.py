@@ -49,7 +49,7 @@ def model_schema(
 
 def field_schema(field: FieldInfo, upstream: UpstreamResolver) -> dict[str, Any]:
     markers = [m for m in field.metadata if isinstance(m, Crd)]
-    schema = {} if any(m.upstream for m in markers) else type_schema(field.annotation, upstream)
+    schema = {} if any(m.upstream or m.opaque for m in markers) else type_schema(field.annotation, upstream)
     for marker in markers:
         schema = _apply_marker(schema, marker, upstream)
     if field.description:
@@ -63,7 +63,7 @@ def type_schema(annotation: Any, upstream: UpstreamResolver) -> dict[str, Any]:
         base, *extras = get_args(annotation)
         markers = [extra for extra in extras if isinstance(extra, Crd)]
         # An upstream schema replaces the Python type's, which may be a free-form mapping.
-        schema = {} if any(m.upstream for m in markers) else type_schema(base, upstream)
+        schema = {} if any(m.upstream or m.opaque for m in markers) else type_schema(base, upstream)
         for marker in markers:
             schema = _apply_marker(schema, marker, upstream)
         return schema
@@ -118,9 +118,14 @@ def _apply_marker(schema: dict[str, Any], marker: Crd, upstream: UpstreamResolve
         "default": marker.default,
         "format": marker.format,
         "minimum": marker.minimum,
+        "maximum": marker.maximum,
         "maxItems": marker.max_items,
         "minItems": marker.min_items,
     }
+    if marker.opaque:
+        schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    if marker.rules:
+        extra["x-kubernetes-validations"] = [{"message": message, "rule": rule} for rule, message in marker.rules]
     return {**schema, **{key: value for key, value in extra.items() if value is not None}}
 
 

@@ -26,11 +26,13 @@ def test_the_committed_chart_is_what_make_chart_generates(sources: Sources) -> N
     assert sorted(committed) == sorted(rendered), "chart/ holds files `make chart` does not write"
 
 
-def test_the_crds_are_config_crd_bases_verbatim(sources: Sources) -> None:
+def test_the_crds_are_config_crd_bases_and_config_gie_verbatim(sources: Sources) -> None:
     bases = REPO / "config" / "crd" / "bases"
+    gie = [path for path in (REPO / "config" / "gie").glob("*.yaml") if path.name != "kustomization.yaml"]
     rendered = render_chart(sources)
     crds = {name.removeprefix("crds/"): text for name, text in rendered.items() if name.startswith("crds/")}
-    assert crds == {path.name: path.read_text() for path in bases.glob("*.yaml")}
+    assert crds == {path.name: path.read_text() for path in [*bases.glob("*.yaml"), *gie]}
+    assert "inference.networking.k8s.io_inferencepools.yaml" in crds
 
 
 def test_chart_version_and_app_version_are_the_projects(sources: Sources) -> None:

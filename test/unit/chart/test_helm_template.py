@@ -32,6 +32,7 @@ HELM_LABELS = {
     "app.kubernetes.io/version": "{version}",
 }
 Objects = dict[Key, dict[str, Any]]
+GIE, GIE_CRD = REPO / "config" / "gie", "inference.networking.k8s.io_inferencepools.yaml"
 
 
 def _without_the_namespace(objects: Objects, _version: str) -> Objects:
@@ -45,6 +46,10 @@ def _with_helm_labels(objects: Objects, version: str) -> Objects:
             labels = obj["metadata"].setdefault("labels", {})
             labels.update({name: value.format(version=version) for name, value in HELM_LABELS.items()})
     return labelled
+
+
+def _with_the_inference_pool_crd(objects: Objects, _version: str) -> Objects:
+    return objects | keyed((GIE / GIE_CRD).read_text())
 
 
 def _with_ownership_on_custom_resources(objects: Objects, _version: str) -> Objects:
@@ -88,6 +93,12 @@ INTENDED_DIFFERENCES = (
         "manifest against the previous one, so without them in the manifest every upgrade patches every "
         "BackendRuntime through llmaz's webhooks, and fails whenever the manager is not serving",
         apply=_with_ownership_on_custom_resources,
+    ),
+    Difference(
+        what="the chart's crds/ also holds the InferencePool CRD of config/gie, which config/default leaves out",
+        why="Helm installs a CRD of crds/ only where the cluster lacks it, which is exactly when config/gie is to "
+        "be applied by hand; a kustomize install must not apply it over a gateway's own copy",
+        apply=_with_the_inference_pool_crd,
     ),
 )
 
