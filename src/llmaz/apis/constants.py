@@ -45,6 +45,16 @@ ROUTING_WEIGHTS_ANNOTATION: Final = "llmaz.io/routing-weights"
 # Namespaces are tenants (docs/tenancy.md): a model name is routed to one namespace, the one that serves it first,
 # unless its (cluster-scoped) OpenModel carries this annotation set to "true".
 SERVE_ACROSS_NAMESPACES_ANNOTATION: Final = "llmaz.io/serve-across-namespaces"
+# A Playground asks for an InferencePool of the Gateway API Inference Extension (llmaz had none) with "true", and
+# says what a gateway does while the endpoint picker does not answer (`llmaz.apis.pools`).
+INFERENCE_POOL_ANNOTATION: Final = "llmaz.io/inference-pool"
+INFERENCE_POOL_FAILURE_MODE_ANNOTATION: Final = "llmaz.io/inference-pool-failure-mode"
+# The endpoint picker's Service every llmaz InferencePool names, in the pool's namespace, and its ports; the
+# gateway's own Service of it in the gateway's namespace, which the pool namespaces' Services mirror.
+EPP_SERVICE_NAME: Final = "llmaz-epp"
+EPP_PORT: Final = 9002
+EPP_HEALTH_PORT: Final = 9003
+GATEWAY_EPP_SERVICE_NAME: Final = "llmaz-gateway-epp"
 
 # Defaults of a Playground's `elasticConfig.scaleTrigger.requests` (llmaz-gateway's autoscaler; llmaz had none).
 AUTOSCALE_STABLE_WINDOW: Final = "60s"
@@ -198,6 +208,24 @@ MESSAGE_MODEL_NAME_TAKEN: Final = (
     '{model} with {annotation}: "true" to pool the namespaces serving it'
 )
 MESSAGE_MODEL_NAME_OWNED: Final = "llmaz-gateway routes requests for model {model} to this Playground"
+# The InferencePool of a Playground that asks for one (`llmaz.io/inference-pool: "true"`); the condition is
+# removed when it no longer asks.
+CONDITION_INFERENCE_POOL: Final = "InferencePool"
+REASON_INFERENCE_POOL_APPLIED: Final = "InferencePoolApplied"
+REASON_INFERENCE_POOL_CRD_MISSING: Final = "InferencePoolCRDMissing"
+REASON_INFERENCE_POOL_CONFLICT: Final = "InferencePoolConflict"
+MESSAGE_INFERENCE_POOL_APPLIED: Final = (
+    "InferencePool {name} selects the Playground's engines and names endpoint picker Service {epp} port {port}"
+)
+MESSAGE_INFERENCE_POOL_CRD_MISSING: Final = (
+    "the cluster has no InferencePool CRD (inferencepools.inference.networking.k8s.io, v1), so no InferencePool is "
+    "created: install the Gateway API Inference Extension, or llmaz's copy of its CRD with `kubectl apply "
+    "--server-side -k config/gie` (the chart's crds/ install it too); the pool is created once it is there"
+)
+MESSAGE_INFERENCE_POOL_CONFLICT: Final = (
+    "InferencePool {name} exists and is not this Playground's ({owner}): llmaz leaves it alone; delete it, or "
+    "remove the annotation {annotation}"
+)
 # Event reason and texts when the active flavor changes or no flavor is left.
 EVENT_FLAVOR_FALLBACK: Final = "FlavorFallback"
 EVENT_FLAVOR_RETURN: Final = "FlavorReturn"

@@ -8,6 +8,7 @@ from typing import Any
 
 from llmaz.apis import Playground
 from llmaz.apis import constants as c
+from llmaz.apis.pools import FAILURE_MODE_RULE, POOL_RULE, parse_failure_mode, parse_pool_opt_in
 from llmaz.apis.routing import STRATEGY_RULE, WEIGHTS_RULE, parse_strategy, parse_weights
 from llmaz.apis.scaletozero import IDLE_TIME_RULE, parse_idle_time
 from llmaz.apis.serving import is_main
@@ -57,6 +58,8 @@ _CHECKED_ANNOTATIONS: tuple[tuple[str, Callable[[str], object], str], ...] = (
     (c.SCALE_TO_ZERO_AFTER_ANNOTATION, parse_idle_time, IDLE_TIME_RULE),
     (c.ROUTING_STRATEGY_ANNOTATION, parse_strategy, STRATEGY_RULE),
     (c.ROUTING_WEIGHTS_ANNOTATION, parse_weights, WEIGHTS_RULE),
+    (c.INFERENCE_POOL_ANNOTATION, parse_pool_opt_in, POOL_RULE),
+    (c.INFERENCE_POOL_FAILURE_MODE_ANNOTATION, parse_failure_mode, FAILURE_MODE_RULE),
 )
 
 
@@ -69,11 +72,13 @@ def _annotations(obj: dict[str, Any] | None) -> dict[str, Any]:
 def validate_playground_annotations(obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
     """The gateway's annotations, when set, must be what it accepts: `llmaz.io/scale-to-zero-after` an idle time
     (`llmaz.apis.scaletozero`), `llmaz.io/routing-strategy` and `llmaz.io/routing-weights` a strategy and weights
-    (`llmaz.apis.routing`).
+    (`llmaz.apis.routing`); and the InferencePool's, `llmaz.io/inference-pool` "true" or "false" and
+    `llmaz.io/inference-pool-failure-mode` FailOpen or FailClose (`llmaz.apis.pools`).
 
-    Admission only: the reconcilers never read them, and the gateway ignores a bad value it finds stored (scale to
-    zero off, its own routing). On UPDATE (`old` given) only a changed value is checked, so a Playground stored with
-    a bad value before this check can still be updated, and deleted once its finalizers go.
+    Admission only: the gateway ignores a bad value it finds stored (scale to zero off, its own routing), and the
+    Playground controller reads a bad pool annotation the safe way (no pool; FailClose). On UPDATE (`old` given)
+    only a changed value is checked, so a Playground stored with a bad value before this check can still be
+    updated, and deleted once its finalizers go.
     """
     errors: list[FieldError] = []
     for annotation, parse, rule in _CHECKED_ANNOTATIONS:

@@ -278,3 +278,46 @@ async def test_a_serve_across_namespaces_other_than_true_or_false_is_denied_nami
 @pytest.mark.parametrize("value", ["true", "false"])
 async def test_serve_across_namespaces_true_or_false_is_allowed(value: str) -> None:
     assert (await call("vopenmodel.kb.io", request("OpenModel", pooled(value)))).allowed
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "rule"),
+    [
+        (
+            "llmaz.io/inference-pool",
+            "yes",
+            'must be "true" (llmaz creates an InferencePool named like the Playground, for a gateway of the Gateway '
+            'API Inference Extension) or "false" (none, the default): set it to "true" or remove it',
+        ),
+        ("llmaz.io/inference-pool", "True", None),
+        ("llmaz.io/inference-pool", "", None),
+        (
+            "llmaz.io/inference-pool-failure-mode",
+            "failopen",
+            "must be FailClose (a gateway fails requests while the endpoint picker does not answer, the default) or "
+            "FailOpen (it picks an endpoint itself): set one of them or remove the annotation",
+        ),
+        ("llmaz.io/inference-pool-failure-mode", "FailSafe", None),
+    ],
+)
+async def test_a_bad_inference_pool_annotation_is_denied_naming_it_and_the_fix(
+    annotation: str, value: str, rule: str | None
+) -> None:
+    response = await call("vplayground.kb.io", request("Playground", routed(**{annotation: value})))
+    assert (response.allowed, response.code) == (False, 403)
+    assert response.message.startswith(f'metadata.annotations[{annotation}]: Invalid value: "{value}": must be ')
+    if rule is not None:
+        assert response.message == f'metadata.annotations[{annotation}]: Invalid value: "{value}": {rule}'
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"llmaz.io/inference-pool": "true"},
+        {"llmaz.io/inference-pool": "false"},
+        {"llmaz.io/inference-pool": "true", "llmaz.io/inference-pool-failure-mode": "FailOpen"},
+        {"llmaz.io/inference-pool": "true", "llmaz.io/inference-pool-failure-mode": "FailClose"},
+    ],
+)
+async def test_valid_inference_pool_annotations_are_allowed(annotations: dict[str, str]) -> None:
+    assert (await call("vplayground.kb.io", request("Playground", routed(**annotations)))).allowed

@@ -22,6 +22,7 @@ from llmaz.controllers.builders.errors import (
     NoModelClaimedError,
     RecommendedConfigNotFoundError,
 )
+from llmaz.controllers.builders.inferencepool import build_inference_pool
 from llmaz.controllers.builders.meta import apply_ready, controller_reference
 from llmaz.controllers.builders.models import (
     backend_name,
@@ -57,6 +58,7 @@ __all__ = [
     "apply_ready",
     "backend_name",
     "build_hpa",
+    "build_inference_pool",
     "build_lb_service",
     "build_leader_worker_set",
     "build_service",

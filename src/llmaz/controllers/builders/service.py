@@ -152,6 +152,12 @@ def build_leader_worker_set(
     return result
 
 
+def engine_selector(name: str) -> dict[str, str]:
+    """The labels of the pods that serve the inference Service (or Playground) `name`: its groups' leaders, the
+    pods the `-lb` Service and an InferencePool send requests to."""
+    return {c.LWS_NAME_LABEL: name, c.LWS_WORKER_INDEX_LABEL: "0"}
+
+
 def build_lb_service(service: Service, models: Sequence[OpenModel]) -> dict[str, Any]:
     """The ClusterIP Service sending port 8080 to the group leaders (worker index 0) of the LeaderWorkerSet."""
     main = require_models(models)
@@ -164,7 +170,7 @@ def build_lb_service(service: Service, models: Sequence[OpenModel]) -> dict[str,
         "metadata": _owned(service, lb_service_name(name), annotations),
         "spec": {
             "ports": [{**port, "targetPort": c.DEFAULT_BACKEND_PORT}],
-            "selector": {c.LWS_NAME_LABEL: name, c.LWS_WORKER_INDEX_LABEL: "0"},
+            "selector": engine_selector(name),
         },
     }
     result: dict[str, Any] = apply_ready(lb)
