@@ -84,7 +84,7 @@ def _watched_scopes(with_extender: bool = False) -> list[tuple[Resource, str | N
 
 def test_every_resource_the_controllers_watch_can_be_listed_and_watched() -> None:
     scopes = _watched_scopes()
-    assert len({resource for resource, _, _ in scopes}) == 9  # the setup changed: review its RBAC_RULES
+    assert len({resource for resource, _, _ in scopes}) == 10  # the setup changed: review its RBAC_RULES
     for resource, namespace, field_selector in scopes:
         # Only the manager's own namespace is covered by its Role; anything else needs the ClusterRole.
         own = namespace == "llmaz-system"
@@ -92,6 +92,14 @@ def test_every_resource_the_controllers_watch_can_be_listed_and_watched() -> Non
         rules = MANAGER_ROLE.rules()
         for verb in rbac.READ:
             assert rbac.allows(rules, resource.group, resource.plural, verb, own_namespace=own, name=name)
+
+
+def test_the_inference_pools_cached_once_their_crd_is_served_can_be_listed_and_watched() -> None:
+    # Their informer is requested at run time (controllers.pools), so `_watched_scopes` does not see it.
+    for verb in rbac.READ:
+        assert rbac.allows(
+            MANAGER_ROLE.rules(), "inference.networking.k8s.io", "inferencepools", verb, own_namespace=False
+        )
 
 
 def test_the_watch_rules_are_declared_beside_the_watches() -> None:

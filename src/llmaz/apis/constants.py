@@ -223,8 +223,8 @@ MESSAGE_INFERENCE_POOL_CRD_MISSING: Final = (
     "--server-side -k config/gie` (the chart's crds/ install it too); the pool is created once it is there"
 )
 MESSAGE_INFERENCE_POOL_CONFLICT: Final = (
-    "InferencePool {name} exists and is not this Playground's ({owner}): llmaz leaves it alone; delete it, or "
-    "remove the annotation {annotation}"
+    "{conflict}, so it is not this Playground's: llmaz leaves it alone; delete it for llmaz to create the "
+    "Playground's, or remove the annotation {annotation}"
 )
 # Event reason and texts when the active flavor changes or no flavor is left.
 EVENT_FLAVOR_FALLBACK: Final = "FlavorFallback"

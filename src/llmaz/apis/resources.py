@@ -11,6 +11,9 @@ PLAYGROUNDS = Resource(c.INFERENCE_GROUP, c.VERSION, "playgrounds", "Playground"
 INFERENCE_SERVICES = Resource(c.INFERENCE_GROUP, c.VERSION, "services", "Service", namespaced=True)
 LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", namespaced=True)
 INFERENCE_POOLS = Resource(c.GIE_GROUP, c.GIE_VERSION, "inferencepools", "InferencePool", namespaced=True)
+CUSTOM_RESOURCE_DEFINITIONS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
+)
 SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
 ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=True)
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)

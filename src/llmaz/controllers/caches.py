@@ -40,6 +40,11 @@ back (`common.write_status_if_changed`). The readers, which this list must follo
   and the last-applied annotation, status; of inference Services also llmaz's Apply managedFields, for the
   Playground's `apply_if_changed`), the webhooks' `CacheLookup` (OpenModels and BackendRuntimes: spec).
   llmaz-gateway runs its own informers.
+- the InferencePool CRD (one object, by field selector): `pools.serves_pools` (name, served versions, conditions'
+  types and statuses), stripped to that (`pools.strip_crd`).
+- InferencePools (a factory of their own, once their CRD is served: `configure_pool_caches`), llmaz's only:
+  `PlaygroundReconciler` (`apply_if_changed`; `is_controlled_by`; uid for the delete precondition); the watch that
+  wakes the Playground named like a pool (owner reference, generation).
 - Nodes: the scheduler extender (`llmaz.schedext`: name, labels), whose informer exists only when it is on. A Node's
   status (images, conditions, addresses) is most of its size, and nobody here reads it.
 """
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 from llmaz.apis import constants as c
 from llmaz.apis import resources as r
+from llmaz.controllers.pools import strip_crd
 from llmaz.runtime.cache import FORBIDDEN, NOT_SERVED
 from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.cache.transform import Paths, applied_by, chain, drop_fields, keep_paths, strip_metadata
@@ -132,6 +138,7 @@ _READ = (
     r.PODS,
     r.CONFIG_MAPS,
     r.NODES,
+    r.CUSTOM_RESOURCE_DEFINITIONS,
 )
 
 
@@ -143,6 +150,7 @@ def configure_caches(informers: SharedInformerFactory) -> None:
     informers.configure(r.HORIZONTAL_POD_AUTOSCALERS, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
     informers.configure(r.PODS, transform=strip_pod)
     informers.configure(r.NODES, transform=strip_node_to_labels)
+    informers.configure(r.CUSTOM_RESOURCE_DEFINITIONS, transform=strip_crd)
     for resource in LLMAZ_KINDS:
         informers.configure(resource, transform=strip_child)
     informers.add_fix_hint(r.LEADER_WORKER_SETS, NOT_SERVED, LWS_FIX)
@@ -150,6 +158,12 @@ def configure_caches(informers: SharedInformerFactory) -> None:
         informers.add_fix_hint(resource, NOT_SERVED, LLMAZ_CRD_FIX)
     for resource in _READ:
         informers.add_fix_hint(resource, FORBIDDEN, RBAC_FIX)
+
+
+def configure_pool_caches(informers: SharedInformerFactory) -> None:
+    """Select llmaz's InferencePools and strip them as the other children, in their own factory (`pools`)."""
+    informers.configure(r.INFERENCE_POOLS, label_selector=CHILD_SELECTOR, transform=strip_child)
+    informers.add_fix_hint(r.INFERENCE_POOLS, FORBIDDEN, RBAC_FIX)
 
 
 def configure_fit_caches(informers: SharedInformerFactory) -> None:

@@ -183,6 +183,24 @@ def record_model_routing(events: EventRecorder, live: Obj, status: dict[str, Any
         events.event(live, NORMAL, c.REASON_MODEL_NAME_OWNED, message)
 
 
+def record_inference_pool(events: EventRecorder, live: Obj, status: dict[str, Any]) -> None:
+    """A Warning Event (the reason of the `InferencePool` condition: `InferencePoolCRDMissing`,
+    `InferencePoolConflict`) when `status` says the Playground's pool cannot be made and `live`'s status did not say
+    so, or said it for another reason or of another pool.
+
+    Call it after `status` was written, as `record_new_finding`: one Event per distinct finding, however many
+    reconciles see it."""
+    before = find_condition((live.get("status") or {}).get("conditions"), c.CONDITION_INFERENCE_POOL) or {}
+    after = find_condition(status.get("conditions"), c.CONDITION_INFERENCE_POOL) or {}
+    changed = (before.get("status"), before.get("reason"), before.get("message")) != (
+        after.get("status"),
+        after.get("reason"),
+        after.get("message"),
+    )
+    if after.get("status") == "False" and changed:
+        events.event(live, WARNING, str(after.get("reason")), str(after.get("message") or ""))
+
+
 def deleted_meanwhile(err: NotFound, resource: Resource, request: Request) -> bool:
     """Whether `err` is the NotFound of the reconciled object itself (a `resource` named like `request`), or of
     its namespace, as the API server names them in the Status details.

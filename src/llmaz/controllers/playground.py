@@ -17,7 +17,13 @@ One reconcile (llmaz's algorithm, with its defects fixed):
    no longer wanted. The Service carries the global `scheduler-name` from its creation on (or the name it already
    has), so the Service controller has no name to persist with a second write. An `Applied` Event marks the
    Service's creation; updates are seen in the Service itself, and N Playgrounds changed cost no N Events.
-7. Compute the status from the Service as it now is (including why its pods are not ready, mirrored from the
+7. The InferencePool (`controllers.pools`), for a Playground that asks for one with `llmaz.io/inference-pool:
+   "true"`: while the cluster does not serve InferencePools, `InferencePool=False`/`InferencePoolCRDMissing` and
+   one Warning Event, and nothing else (the CRD watch wakes it when the CRD comes); a pool of its name it does not
+   control -> `InferencePool=False`/`InferencePoolConflict`, left alone, and a rate-limited retry (the pool watch
+   also wakes it); else the pool is applied (when it differs) and `InferencePool=True`. A Playground that no longer
+   asks deletes the pool it controls and drops the condition. Only reached when the steps above succeeded.
+8. Compute the status from the Service as it now is (including why its pods are not ready, mirrored from the
    Service's `Progressing` message), and whether llmaz-gateway routes the Playground's model to it
    (`ModelRouted=False`/`ModelNameTaken` while another namespace owns the model name, by the rule the gateway
    routes by: `llmaz.apis.serving.model_name_taken` over every Playground and inference Service serving the model,
@@ -32,6 +38,7 @@ import contextlib
 from llmaz.apis import Playground, Service
 from llmaz.apis import constants as c
 from llmaz.apis import resources as r
+from llmaz.apis.pools import wants_pool
 from llmaz.apis.serving import main_model, model_name_taken
 from llmaz.apis.validation import FieldError, validate_playground
 from llmaz.controllers import indexes as ix
@@ -41,6 +48,7 @@ from llmaz.controllers.builders import (
     ChildConflictError,
     backend_name,
     build_hpa,
+    build_inference_pool,
     build_service,
     kind_label,
     ownership_conflict,
@@ -49,7 +57,7 @@ from llmaz.controllers.builders import (
     service_scheduler_name,
 )
 from llmaz.controllers.builders.adapters import left_out_adapters
-from llmaz.controllers.builders.status import with_model_routing
+from llmaz.controllers.builders.status import FALSE, TRUE, PoolCondition, with_inference_pool, with_model_routing
 from llmaz.controllers.common import (
     ParentReconciler,
     apply_if_changed,
@@ -57,15 +65,20 @@ from llmaz.controllers.common import (
     is_controlled_by,
     live_child,
     parse_backend_runtime,
+    record_inference_pool,
     record_left_out_adapters,
     record_model_routing,
     record_new_finding,
     write_status_if_changed,
 )
+from llmaz.controllers.pools import InferencePools
+from llmaz.controllers.settings import SettingsHolder
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
-from llmaz.runtime.client import NotFound
+from llmaz.runtime.client import Client, NotFound
+from llmaz.runtime.clock import Clock
 from llmaz.runtime.controller import Request, Result
+from llmaz.runtime.events import NORMAL, EventRecorder
 from llmaz.runtime.rbac import allow
 
 RBAC_RULES = (
@@ -78,15 +91,33 @@ RBAC_RULES = (
     # and removing an HPA that is no longer wanted.
     allow(r.INFERENCE_SERVICES, "create", "patch", "delete"),
     allow(r.HORIZONTAL_POD_AUTOSCALERS, "create", "patch", "delete"),
+    # The InferencePools of the Playgrounds that ask for one: cached (llmaz's, by label) once their CRD is served,
+    # read directly when one of the name is not in the cache, and deleted when no longer asked for.
+    allow(r.INFERENCE_POOLS, "get", "list", "watch", "create", "patch", "delete"),
 )
 
 
 _SERVICE_KIND = kind_label(Service.GROUP, Service.KIND)
+_POOL_KIND = r.INFERENCE_POOLS.kind
 
 
 class PlaygroundReconciler(ParentReconciler[Playground]):
     resource = r.PLAYGROUNDS
     model = Playground
+
+    def __init__(
+        self,
+        client: Client,
+        informers: SharedInformerFactory,
+        events: EventRecorder,
+        clock: Clock,
+        settings: SettingsHolder | None = None,
+        *,
+        pools: InferencePools | None = None,
+    ) -> None:
+        """`pools`: the InferencePools (None: the Playgrounds' pool annotations are not acted on)."""
+        self._pools = pools
+        super().__init__(client, informers, events, clock, settings)
 
     def watch(self, informers: SharedInformerFactory) -> None:
         self._services = informers.informer_for(r.INFERENCE_SERVICES).store
@@ -121,16 +152,20 @@ class PlaygroundReconciler(ParentReconciler[Playground]):
         if written and created:
             self._events.event(obj, "Normal", "Applied", f"Applied inference Service {request.key}")
         await self._reconcile_hpa(request, playground, desired_hpa, live_hpa)
+        pool, pool_blocked = await self._reconcile_pool(request, obj, playground)
         now = self._clock.wall()
         status = playground_status(playground, Service.from_dict(service), now)
         model = main_model(obj)
         if model is not None:
             with_model_routing(playground, status, model, self._model_name_taken(request.namespace, model), now)
+        with_inference_pool(playground, status, pool, now)
         if await write_status_if_changed(self._client, r.PLAYGROUNDS, obj, status):
             record_new_finding(self._events, obj, status)
             record_left_out_adapters(self._events, obj, status)
             record_model_routing(self._events, obj, status)
-        return Result()
+            record_inference_pool(self._events, obj, status)
+        # Blocked by someone else's pool: retried with backoff (a pool without llmaz's label is not watched).
+        return Result(requeue=pool_blocked)
 
     def _model_name_taken(self, namespace: str, model: str) -> bool:
         """Whether another namespace owns `model`'s name, so that llmaz-gateway routes none of its requests here."""
@@ -161,3 +196,43 @@ class PlaygroundReconciler(ParentReconciler[Playground]):
                 await self._client.delete(
                     r.HORIZONTAL_POD_AUTOSCALERS, request.name, request.namespace, preconditions={"uid": uid}
                 )
+
+    async def _reconcile_pool(
+        self, request: Request, obj: Obj, playground: Playground
+    ) -> tuple[PoolCondition | None, bool]:
+        """Converge the Playground's InferencePool; returns its condition (None: it asks for none) and whether a
+        pool it does not control stands in the way."""
+        if self._pools is None:
+            return None, False
+        wanted = wants_pool(playground.metadata.annotations)
+        store = self._pools.store()
+        if store is None:
+            if not wanted:
+                return None, False
+            missing = PoolCondition(FALSE, c.REASON_INFERENCE_POOL_CRD_MISSING, c.MESSAGE_INFERENCE_POOL_CRD_MISSING)
+            return missing, False
+        pools = r.INFERENCE_POOLS
+        if not wanted:
+            live = store.get(request.key)
+            if live is not None and is_controlled_by(live, playground.metadata.uid):
+                uid = str((live.get("metadata") or {}).get("uid", ""))
+                with contextlib.suppress(NotFound):
+                    await self._client.delete(pools, request.name, request.namespace, preconditions={"uid": uid})
+                self._events.event(obj, NORMAL, "Deleted", f"Deleted InferencePool {request.key}")
+            return None, False
+        live = await live_child(self._client, store, pools, request.namespace, request.name)
+        conflict = ownership_conflict(playground, _POOL_KIND, live)
+        if conflict is not None:
+            message = c.MESSAGE_INFERENCE_POOL_CONFLICT.format(
+                conflict=conflict.message, annotation=c.INFERENCE_POOL_ANNOTATION
+            )
+            return PoolCondition(FALSE, c.REASON_INFERENCE_POOL_CONFLICT, message), True
+        desired = build_inference_pool(playground)
+        _, written = await apply_if_changed(self._client, pools, desired, live)
+        if written and live is None:
+            self._events.event(obj, NORMAL, "Applied", f"Applied InferencePool {request.key}")
+        picker = desired["spec"]["endpointPickerRef"]
+        message = c.MESSAGE_INFERENCE_POOL_APPLIED.format(
+            name=request.name, epp=picker["name"], port=picker["port"]["number"]
+        )
+        return PoolCondition(TRUE, c.REASON_INFERENCE_POOL_APPLIED, message), False

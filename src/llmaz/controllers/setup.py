@@ -10,6 +10,8 @@ Watches (each change wakes only the objects it concerns, with their namespace):
   OpenModels it claims; the global ConfigMap (every Service, since the settings shape them all); its
   LeaderWorkerSet's pods (only llmaz model pods are cached, by label selector; only changes of why a pod is not
   ready pass).
+  The InferencePool CRD (created, established, deleted): every Playground that asks for a pool or reports on one;
+  its InferencePool (llmaz's, once the CRD is served, from a factory of its own: `pools`).
 - OpenModel, BackendRuntime <- themselves (spec changes) for their `Ready` condition.
 
 Children are mapped to their owner by name, not through owner references (`owns`): a user's object that stands
@@ -35,12 +37,18 @@ from llmaz.apis import constants as c
 from llmaz.apis import resources as r
 from llmaz.apis.serving import LB_SERVICE_SUFFIX
 from llmaz.controllers import indexes as ix
-from llmaz.controllers.caches import configure_caches, configure_fit_caches
+from llmaz.controllers.caches import configure_caches, configure_fit_caches, configure_pool_caches
 from llmaz.controllers.common import ParentReconciler
 from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.globalconfig import GlobalConfig
 from llmaz.controllers.legacy import LegacyHpaRelabeler
 from llmaz.controllers.playground import PlaygroundReconciler
+from llmaz.controllers.pools import (
+    CRD_FIELD_SELECTOR,
+    INFERENCE_POOL_CRD,
+    InferencePools,
+    playgrounds_reporting_on_pools,
+)
 from llmaz.controllers.readiness import backend_reconciler, model_reconciler
 from llmaz.controllers.service import ServiceReconciler
 from llmaz.controllers.settings import SettingsHolder
@@ -67,6 +75,8 @@ RBAC_RULES = (
     allow(r.SERVICES, *READ),
     allow(r.PODS, *READ),
     allow(r.CONFIG_MAPS, *READ, names=(c.GLOBAL_CONFIG_NAME,), own_namespace=True),
+    # Whether the cluster serves InferencePools: the one CRD, by name (`pools`).
+    allow(r.CUSTOM_RESOURCE_DEFINITIONS, *READ, names=(INFERENCE_POOL_CRD,)),
 )
 
 
@@ -110,6 +120,13 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
     fit_informers = SharedInformerFactory(manager.client, clock=clock)
     configure_fit_caches(fit_informers)
     manager.add(fit_informers)
+    # InferencePools, another project's API, cached only once their CRD is served (see `pools`).
+    crd_scope = Scope(field_selector=CRD_FIELD_SELECTOR)
+    crds = informers.informer_for(r.CUSTOM_RESOURCE_DEFINITIONS, field_selector=crd_scope.field_selector)
+    pool_informers = SharedInformerFactory(manager.client, clock=clock)
+    configure_pool_caches(pool_informers)
+    manager.add(pool_informers)
+    pools = InferencePools(crds.store, pool_informers, ix.owner_named_like(playgrounds.store), [CHILD_SPEC])
 
     def parent(
         watching: ControllerBuilder, reconciler: Callable[..., ParentReconciler[Any]], reporting: str
@@ -134,8 +151,14 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
             .watches(r.BACKEND_RUNTIMES, ix.users_of(playgrounds.store, ix.PLAYGROUND_BACKEND), predicates=[SPEC])
             # Which namespace a model is routed to follows every claimant of it (`ModelRouted`).
             .watches(r.PLAYGROUNDS, ix.claimants_of(playgrounds.store), predicates=[ix.claims_changed()])
-            .watches(r.INFERENCE_SERVICES, ix.claimants_of(playgrounds.store), predicates=[ix.claims_changed()]),
-            PlaygroundReconciler,
+            .watches(r.INFERENCE_SERVICES, ix.claimants_of(playgrounds.store), predicates=[ix.claims_changed()])
+            .watches(
+                r.CUSTOM_RESOURCE_DEFINITIONS,
+                playgrounds_reporting_on_pools(playgrounds.store),
+                predicates=[RESOURCE_VERSION],
+                scope=crd_scope,
+            ),
+            functools.partial(PlaygroundReconciler, pools=pools),
             "playground-controller",
         ),
         parent(
@@ -161,6 +184,7 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
             informers,
         ),
     ]
+    pools.attach(controllers[0].queue)
     for controller in controllers:
         manager.add(controller)
     return controllers

@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -239,3 +240,27 @@ def with_model_routing(playground: Playground, status: dict[str, Any], model: st
     elif find_condition(status.get("conditions"), routed) is not None:
         message = c.MESSAGE_MODEL_NAME_OWNED.format(model=model)
         set_condition(status, routed, TRUE, c.REASON_MODEL_NAME_OWNED, message, now, generation)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCondition:
+    """What the `InferencePool` condition of a Playground that asks for a pool says."""
+
+    state: str
+    reason: str
+    message: str
+
+
+def with_inference_pool(
+    playground: Playground, status: dict[str, Any], pool: PoolCondition | None, now: datetime
+) -> None:
+    """Record in `status` (mutated) what became of the Playground's InferencePool: the `InferencePool` condition as
+    `pool` says, or none at all when `pool` is None (the Playground asks for no pool)."""
+    if pool is None:
+        conditions = status.get("conditions")
+        if conditions:
+            status["conditions"] = [cond for cond in conditions if cond.get("type") != c.CONDITION_INFERENCE_POOL]
+        return
+    set_condition(
+        status, c.CONDITION_INFERENCE_POOL, pool.state, pool.reason, pool.message, now, playground.metadata.generation
+    )
