@@ -38,6 +38,7 @@ def test_uncommenting_the_line_adds_the_gateway_prefixed_in_llmaz_system_and_it_
         "Role/llmaz-gateway-role",
         "RoleBinding/llmaz-gateway-rolebinding",
         "Service/llmaz-gateway",
+        "Service/llmaz-gateway-epp",
         "Service/llmaz-gateway-metrics",
         "ServiceAccount/llmaz-gateway",
         "ValidatingAdmissionPolicy/llmaz-gateway-writes",
@@ -48,6 +49,14 @@ def test_uncommenting_the_line_adds_the_gateway_prefixed_in_llmaz_system_and_it_
     assert deployment["metadata"]["namespace"] == "llmaz-system"
     assert pod["serviceAccountName"] == "llmaz-gateway"
     assert pod["containers"][0]["image"] == "controller:latest"  # `make deploy` replaces `controller`
+    # The Endpoint Picker serves on 9002, behind llmaz-gateway-epp (plain-text HTTP/2 gRPC).
+    assert "--epp-port=9002" in pod["containers"][0]["args"]
+    assert {"name": "epp", "containerPort": 9002, "protocol": "TCP"} in pod["containers"][0]["ports"]
+    epp = gateway["Service/llmaz-gateway-epp"]["spec"]
+    assert epp["ports"] == [
+        {"name": "grpc", "port": 9002, "protocol": "TCP", "targetPort": "epp", "appProtocol": "kubernetes.io/h2c"}
+    ]
+    assert epp["selector"] == gateway["Service/llmaz-gateway"]["spec"]["selector"]
     policy_binding = gateway["ValidatingAdmissionPolicyBinding/llmaz-gateway-writes"]
     assert policy_binding["spec"]["policyName"] == "llmaz-gateway-writes"
     assert "namespace" not in policy_binding["metadata"]  # cluster-scoped
