@@ -22,7 +22,7 @@ from types import ModuleType
 import yaml
 
 from llmaz.certs import rotator
-from llmaz.controllers import legacy, playground, readiness, service, setup
+from llmaz.controllers import epp, legacy, playground, readiness, service, setup
 from llmaz.gateway.proxy import keys
 from llmaz.gateway.routing import catalog
 from llmaz.gateway.scaling import activator, autoscaler, scale
@@ -61,7 +61,7 @@ ROLE_FILES = (
         "role.yaml",
         "manager-role",
         "What the manager calls: controllers, the webhooks' and extender's caches, certificate rotation and events.",
-        (setup, playground, service, readiness, legacy, cachelookup, manager, rotator, events, startguard),
+        (setup, playground, service, epp, readiness, legacy, cachelookup, manager, rotator, events, startguard),
     ),
     RoleFile("leader_election_role.yaml", "leader-election-role", "The leader-election Lease.", (leaderelection,)),
     RoleFile(

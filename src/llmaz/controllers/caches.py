@@ -45,6 +45,9 @@ back (`common.write_status_if_changed`). The readers, which this list must follo
 - InferencePools (a factory of their own, once their CRD is served: `configure_pool_caches`), llmaz's only:
   `PlaygroundReconciler` (`apply_if_changed`; `is_controlled_by`; uid for the delete precondition); the watch that
   wakes the Playground named like a pool (owner reference, generation).
+- EndpointSlices (two label-selected informers, `epp`): the gateway's picker slices in its namespace
+  (`builders.epp.build_epp_slice`: addressType, ports, endpoints' addresses and conditions) and llmaz's mirrored
+  slices (`apply_if_changed`; labels; uid for the delete precondition). Stripped as children are.
 - Nodes: the scheduler extender (`llmaz.schedext`: name, labels), whose informer exists only when it is on. A Node's
   status (images, conditions, addresses) is most of its size, and nobody here reads it.
 """
@@ -139,6 +142,7 @@ _READ = (
     r.CONFIG_MAPS,
     r.NODES,
     r.CUSTOM_RESOURCE_DEFINITIONS,
+    r.ENDPOINT_SLICES,
 )
 
 
@@ -151,6 +155,7 @@ def configure_caches(informers: SharedInformerFactory) -> None:
     informers.configure(r.PODS, transform=strip_pod)
     informers.configure(r.NODES, transform=strip_node_to_labels)
     informers.configure(r.CUSTOM_RESOURCE_DEFINITIONS, transform=strip_crd)
+    informers.configure(r.ENDPOINT_SLICES, transform=strip_child)
     for resource in LLMAZ_KINDS:
         informers.configure(resource, transform=strip_child)
     informers.add_fix_hint(r.LEADER_WORKER_SETS, NOT_SERVED, LWS_FIX)

@@ -12,6 +12,9 @@ Watches (each change wakes only the objects it concerns, with their namespace):
   ready pass).
   The InferencePool CRD (created, established, deleted): every Playground that asks for a pool or reports on one;
   its InferencePool (llmaz's, once the CRD is served, from a factory of its own: `pools`).
+- The endpoint picker's mirror (`epp`), one key per namespace <- Playgrounds (created, deleted, or changing whether
+  they ask for a pool), the InferencePool CRD and the gateway's picker slices (every namespace with a Playground
+  asking, or a mirror), the mirrored Service and slice (their namespace).
 - OpenModel, BackendRuntime <- themselves (spec changes) for their `Ready` condition.
 
 Children are mapped to their owner by name, not through owner references (`owns`): a user's object that stands
@@ -39,6 +42,7 @@ from llmaz.apis.serving import LB_SERVICE_SUFFIX
 from llmaz.controllers import indexes as ix
 from llmaz.controllers.caches import configure_caches, configure_fit_caches, configure_pool_caches
 from llmaz.controllers.common import ParentReconciler
+from llmaz.controllers.epp import EppMirror, asking_changed
 from llmaz.controllers.flavors.capacity import NodeCapacity
 from llmaz.controllers.globalconfig import GlobalConfig
 from llmaz.controllers.legacy import LegacyHpaRelabeler
@@ -75,6 +79,8 @@ RBAC_RULES = (
     allow(r.SERVICES, *READ),
     allow(r.PODS, *READ),
     allow(r.CONFIG_MAPS, *READ, names=(c.GLOBAL_CONFIG_NAME,), own_namespace=True),
+    # The endpoint picker's mirror (`epp`): the gateway's picker slices, and llmaz's mirrored slices.
+    allow(r.ENDPOINT_SLICES, *READ),
     # Whether the cluster serves InferencePools: the one CRD, by name (`pools`).
     allow(r.CUSTOM_RESOURCE_DEFINITIONS, *READ, names=(INFERENCE_POOL_CRD,)),
 )
@@ -184,6 +190,19 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
             informers,
         ),
     ]
+    mirror = EppMirror(manager.leader_client, informers, pools, opts.namespace)
+    controllers.append(
+        ControllerBuilder("epp-mirror")
+        .watches(r.PLAYGROUNDS, mirror.namespace_of(), predicates=[asking_changed()])
+        .watches(
+            r.CUSTOM_RESOURCE_DEFINITIONS, mirror.every_namespace(), predicates=[RESOURCE_VERSION], scope=crd_scope
+        )
+        .watches(r.ENDPOINT_SLICES, mirror.every_namespace(), predicates=[RESOURCE_VERSION], scope=mirror.source_scope)
+        .watches(r.ENDPOINT_SLICES, mirror.namespace_of(), predicates=[RESOURCE_VERSION], scope=mirror.mirror_scope)
+        .watches(r.SERVICES, mirror.namespace_of(c.EPP_SERVICE_NAME), predicates=[RESOURCE_VERSION])
+        .with_options(reconcile_timeout=timeout)
+        .build(mirror, informers)
+    )
     pools.attach(controllers[0].queue)
     for controller in controllers:
         manager.add(controller)

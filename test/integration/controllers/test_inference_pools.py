@@ -7,6 +7,7 @@ No controller-manager runs here, so garbage collection does not: ownership is as
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,87 @@ async def test_without_the_crd_a_playground_says_so_once_and_gets_its_pool_when_
     events = await _warnings(client, namespace, "InferencePoolCRDMissing")
     assert len(events) == 1
     assert "series" not in events[0], "the Event was repeated as a series"
+
+
+def _gateway_slice(name: str, *addresses: tuple[str, bool]) -> dict[str, Any]:
+    """A slice of the gateway's picker Service, as the EndpointSlice controller would write it."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/service-name": "llmaz-gateway-epp",
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "grpc", "port": 9002, "protocol": "TCP", "appProtocol": "kubernetes.io/h2c"}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}} for ip, ready in addresses],
+    }
+
+
+@pytest_asyncio.fixture
+async def gateway_slice(client: Client) -> AsyncIterator[str]:
+    """A picker slice in the manager's (and gateway's) namespace, llmaz-system, deleted afterwards."""
+    name = f"llmaz-gateway-epp-{secrets.token_hex(3)}"
+    await client.create(
+        r.ENDPOINT_SLICES, _gateway_slice(name, ("10.1.0.2", True), ("10.1.0.1", False)), "llmaz-system"
+    )
+    yield name
+    await client.delete(r.ENDPOINT_SLICES, name, "llmaz-system")
+
+
+async def _mirrored(client: Client, namespace: str, addresses: list[str]) -> dict[str, Any] | None:
+    found = await get_or_none(client, r.ENDPOINT_SLICES, "llmaz-epp", namespace)
+    listed = [e["addresses"][0] for e in (found or {}).get("endpoints") or []]
+    return found if found is not None and listed == addresses else None
+
+
+async def test_a_pools_namespace_gets_the_picker_service_mirroring_the_gateways_ready_endpoints_until_no_pool_is_left(
+    gie_crd: None, gateway_slice: str, manager: Manager, client: Client, namespace: str
+) -> None:
+    model = f"{namespace}-m"
+    await client.create(r.OPEN_MODELS, open_model(model))
+    await client.create(r.PLAYGROUNDS, _annotated(namespace, "a", model, **{POOL: "true"}))
+    await client.create(r.PLAYGROUNDS, _annotated(namespace, "b", model, **{POOL: "true"}))
+
+    service = await eventually(lambda: get_or_none(client, r.SERVICES, "llmaz-epp", namespace), what="llmaz-epp")
+    assert "selector" not in service["spec"]
+    assert service["spec"]["ports"] == [
+        {"name": "grpc", "protocol": "TCP", "appProtocol": "kubernetes.io/h2c", "port": 9002, "targetPort": 9002}
+    ]
+    mirrored = await eventually(lambda: _mirrored(client, namespace, ["10.1.0.2"]), what="the ready endpoint mirrored")
+    assert mirrored["metadata"]["labels"]["kubernetes.io/service-name"] == "llmaz-epp"
+    assert mirrored["ports"][0]["port"] == 9002
+
+    # The gateway's second pod becomes ready: the mirror follows.
+    source = await client.get(r.ENDPOINT_SLICES, gateway_slice, "llmaz-system")
+    source["endpoints"][1]["conditions"]["ready"] = True
+    await client.update(r.ENDPOINT_SLICES, source)
+    await eventually(lambda: _mirrored(client, namespace, ["10.1.0.1", "10.1.0.2"]), what="both endpoints mirrored")
+
+    # A deleted mirror is put back.
+    await client.delete(r.ENDPOINT_SLICES, "llmaz-epp", namespace)
+    await eventually(lambda: _mirrored(client, namespace, ["10.1.0.1", "10.1.0.2"]), what="the mirror restored")
+
+    # One Playground stops asking: the namespace still holds a pool, so the picker stays.
+    a = await client.get(r.PLAYGROUNDS, "a", namespace)
+    a["metadata"]["annotations"] = {}
+    await client.update(r.PLAYGROUNDS, a)
+
+    async def pool_a_gone() -> bool:
+        return await get_or_none(client, r.INFERENCE_POOLS, "a", namespace) is None
+
+    await eventually(pool_a_gone, what="pool a deleted")
+    assert await get_or_none(client, r.SERVICES, "llmaz-epp", namespace) is not None
+
+    # The last one goes: so do the Service and its slice.
+    await client.delete(r.PLAYGROUNDS, "b", namespace)
+
+    async def picker_gone() -> bool:
+        service = await get_or_none(client, r.SERVICES, "llmaz-epp", namespace)
+        slice_ = await get_or_none(client, r.ENDPOINT_SLICES, "llmaz-epp", namespace)
+        return service is None and slice_ is None
+
+    await eventually(picker_gone, what="llmaz-epp and its slice removed")
