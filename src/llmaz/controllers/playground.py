@@ -216,8 +216,10 @@ class PlaygroundReconciler(ParentReconciler[Playground]):
             live = store.get(request.key)
             if live is not None and is_controlled_by(live, playground.metadata.uid):
                 uid = str((live.get("metadata") or {}).get("uid", ""))
-                with contextlib.suppress(NotFound):
+                try:
                     await self._client.delete(pools, request.name, request.namespace, preconditions={"uid": uid})
+                except NotFound:
+                    return None, False
                 self._events.event(obj, NORMAL, "Deleted", f"Deleted InferencePool {request.key}")
             return None, False
         live = await live_child(self._client, store, pools, request.namespace, request.name)

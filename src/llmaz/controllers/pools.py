@@ -19,6 +19,8 @@ manager's start-up:
   turn readiness false. It selects llmaz's managed-by label, like every child cache, and its events wake the
   Playground named like the pool (`attach`), as the other children's watches do. Until it has synced, and for a
   pool without the label (someone else's, in the way), `live_child` reads the API server.
+  Should the CRD be deleted and installed again, the informer keeps its last pools until its next list succeeds;
+  that list's deletions wake their Playgrounds, which then create their pools again.
 
 Ownership: a pool is written only when it is absent or controlled by the Playground (or by an earlier Playground of
 its name, a leftover, see builders/ownership.py); any other pool of the name is left alone and reported as
