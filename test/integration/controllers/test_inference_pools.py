@@ -229,6 +229,9 @@ async def test_without_the_crd_a_playground_says_so_once_and_gets_its_pool_when_
     assert "kubectl apply --server-side -k config/gie" in message[2]
     assert "crds/" in message[2]
     await eventually(lambda: _warnings(client, namespace, "InferencePoolCRDMissing"), what="the Warning Event")
+    # The manager is ready all the same: nothing about pools is part of its caches' sync or readiness.
+    assert manager.informers.has_synced()
+    assert manager.informers.problems() == []
     # The inference Service is made all the same: the pool is an extra, never a blocker.
     await eventually(lambda: get_or_none(client, r.INFERENCE_SERVICES, "pg", namespace), what="the inference Service")
 
