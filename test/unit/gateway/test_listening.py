@@ -123,6 +123,8 @@ async def test_stalled_connections_never_grow_past_the_limit_and_are_dropped_aft
             held = await stalling
             assert max(seen) == limit  # never passed: the rest waited in the kernel's backlog
             assert min(held) >= header_timeout * 0.9
-            assert sorted(held)[limit - 1] < header_timeout + 5.0  # those taken first were dropped in time
+            # Those taken first were dropped by the header timeout, long before the clients' own 60 s (the bound is
+            # loose: a loaded machine delays the accept loop, not the timeout's effect).
+            assert sorted(held)[limit - 1] < 30.0
             assert gateway.held_connections() == 0
             assert await asyncio.wait_for(models_status("127.0.0.1", gateway.port), WAIT) == 200

@@ -100,4 +100,5 @@ async def test_the_reconcile_timeout_flag_reaches_every_controller(flags: list[s
         controllers = setup_controllers(Manager(client), controller_settings(parse_args(flags)))
     finally:
         await client.close()
-    assert [c.options.reconcile_timeout for c in controllers] == [seconds] * 4
+    assert len(controllers) >= 4
+    assert {c.options.reconcile_timeout for c in controllers} == {seconds}
