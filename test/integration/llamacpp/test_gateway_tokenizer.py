@@ -1,6 +1,7 @@
 """llmaz-gateway in front of a real llama.cpp `llama-server` (the tiny model): the tokenizer endpoints, a streamed
-Responses API answer and a model's own entry, through the gateway's real server over in-memory cluster objects (an
-OpenModel, a llama.cpp Playground and the EndpointSlice of its `-lb` Service pointing at the server on loopback).
+Responses API answer, a model's own entry, and embeddings and reranking from servers started for them, through the
+gateway's real server over in-memory cluster objects (an OpenModel, a llama.cpp Playground and the EndpointSlice of
+its `-lb` Service pointing at the server on loopback).
 
 The server is started as test_llama_server.py starts it (`make llama-server` builds the binary).
 """
@@ -8,7 +9,9 @@ The server is started as test_llama_server.py starts it (`make llama-server` bui
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -50,10 +53,17 @@ def _informer(*objects: dict[str, Any]) -> FakeInformer:
 @pytest.fixture
 async def gateway(llama: Server) -> AsyncIterator[str]:
     """The gateway's base URL, routing the model `ALIAS` to `llama` (a llama.cpp Playground)."""
+    async with serving(llama) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serving(llama: Server, *args: str) -> AsyncIterator[str]:
+    """The gateway's base URL, routing the model `ALIAS` to `llama`, a llama.cpp Playground started with `args`."""
     port = urlsplit(llama.url).port
     assert port is not None
     pg = playground("pg", ALIAS)
-    pg["spec"]["backendRuntimeConfig"] = {"backendName": c.LLAMACPP_BACKEND}
+    pg["spec"]["backendRuntimeConfig"] = {"backendName": c.LLAMACPP_BACKEND, "args": list(args)}
     catalog = Catalog(
         _informer(pg),
         _informer(),
@@ -120,3 +130,34 @@ async def test_a_streamed_response_arrives_through_the_gateway_as_server_sent_ev
     assert events[0] == "response.created"
     assert events[-1] == "response.completed"
     assert "response.output_text.delta" in events
+
+
+@pytest.mark.parametrize(
+    ("flags", "path", "body", "capability"),
+    [
+        (("--embeddings", "--pooling", "mean"), "/v1/embeddings", {"input": [TEXT, "another text"]}, "embedding"),
+        (("--reranking",), "/v1/rerank", {"query": TEXT, "documents": [TEXT, "unrelated words"]}, "rerank"),
+    ],
+    ids=["embeddings", "rerank"],
+)
+async def test_embeddings_and_reranking_through_the_gateway_are_the_engines_own_answers(
+    tmp_path: Path, flags: tuple[str, ...], path: str, body: dict[str, Any], capability: str
+) -> None:
+    binary = _binary()
+    model = tinymodel.write_tiny_model(binary.parent / "vocab-llama-spm.gguf", tmp_path / "t.gguf")
+    llama = _start(binary, model, tmp_path / "llama-server.log", *flags)
+    try:
+        async with serving(llama, *flags) as gateway:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT)) as session,
+                session.get(gateway + f"/v1/models/{ALIAS}") as resp,
+            ):
+                assert capability in (await resp.json())["capabilities"]
+            status, through = await _post(gateway + path, {"model": ALIAS, **body})
+            assert status == 200, through
+            direct_status, direct = await _post(llama.url + path, {"model": ALIAS, **body})
+            assert direct_status == 200, direct
+            assert through == direct  # the same deterministic answer: relayed as the engine gave it
+            assert len(through["data"] if capability == "embedding" else through["results"]) == 2
+    finally:
+        llama.process.stop(_STOP_TIMEOUT)
