@@ -20,9 +20,8 @@ from .conftest import REPO
 CHART = REPO / "chart"
 RELEASE = "llmaz"
 NAMESPACE = "llmaz-system"
-CRD_NAMES = sorted(
-    yaml.safe_load(path.read_text())["metadata"]["name"] for path in (REPO / "config" / "crd" / "bases").glob("*.yaml")
-)
+# The CRDs the chart installs (its crds/): llmaz's own and its copy of the InferencePool CRD.
+CRD_NAMES = sorted(yaml.safe_load(path.read_text())["metadata"]["name"] for path in (CHART / "crds").glob("*.yaml"))
 
 
 def release_objects(helm: Helm) -> list[dict[str, Any]]:
