@@ -10,7 +10,7 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -145,6 +145,19 @@ def gateway_completion(e2e: Environment, request: dict[str, Any]) -> dict[str, A
     assert status == 200, body[:300]
     answer: dict[str, Any] = json.loads(body)
     return answer
+
+
+@contextmanager
+def gateway_patched(e2e: Environment, patch: Sequence[Mapping[str, object]]) -> Iterator[None]:
+    """The node's gateway Deployment changed by a JSON `patch` and rolled out; rolled back afterwards."""
+    rollout = ("rollout", "status", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE, "--timeout=120s")
+    e2e.kubectl("patch", "deployment", GATEWAY, "-n", GATEWAY_NAMESPACE, "--type=json", "-p", json.dumps(patch))
+    try:
+        e2e.kubectl(*rollout)
+        yield
+    finally:
+        e2e.kubectl("rollout", "undo", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE)
+        e2e.kubectl(*rollout)
 
 
 def gateway_chat(e2e: Environment, model: str) -> tuple[int, bytes]:

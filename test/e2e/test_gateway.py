@@ -16,6 +16,7 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import openai
 import pytest
@@ -31,6 +32,7 @@ from .serving import (
     credentials,
     gateway_chat,
     gateway_events,
+    gateway_patched,
     gateway_url,
     lb_url,
     routable,
@@ -184,7 +186,7 @@ def api_keys(e2e: Environment) -> Iterator[str]:
     """The gateway with `--api-keys-file` from a Secret, as docs/gateway.md shows; rolled back afterwards."""
     key = "sk-e2e-team-a"
     e2e.kubectl("create", "secret", "generic", KEYS_SECRET, "-n", GATEWAY_NAMESPACE, f"--from-literal=keys={key}\n")
-    patch = [
+    patch: list[dict[str, Any]] = [
         {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": f"--api-keys-file={KEYS_DIR}/keys"},
         {
             "op": "add",
@@ -197,14 +199,10 @@ def api_keys(e2e: Environment) -> Iterator[str]:
             "value": {"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True},
         },
     ]
-    rollout = ("rollout", "status", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE, "--timeout=120s")
-    e2e.kubectl("patch", "deployment", GATEWAY, "-n", GATEWAY_NAMESPACE, "--type=json", "-p", json.dumps(patch))
     try:
-        e2e.kubectl(*rollout)
-        yield key
+        with gateway_patched(e2e, patch):
+            yield key
     finally:
-        e2e.kubectl("rollout", "undo", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE)
-        e2e.kubectl(*rollout)
         e2e.kubectl("delete", "secret", KEYS_SECRET, "-n", GATEWAY_NAMESPACE)
 
 

@@ -10,7 +10,6 @@ docs/operations.md shows (a JSON patch of its args) and is rolled back afterward
 from __future__ import annotations
 
 import http.server
-import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from llmaz_dev.envtest.objectstore import ObjectStore
 
-from .serving import GATEWAY, GATEWAY_NAMESPACE, gateway_url, node_of, routable, serve_chat
+from .serving import gateway_patched, gateway_url, node_of, routable, serve_chat
 from .support import Environment, ModelNames, chat_request, eventually, http_request
 
 pytestmark = pytest.mark.tier("node")
@@ -94,14 +93,8 @@ def tracing_gateway(e2e: Environment, receiver: tuple[Receiver, str]) -> Iterato
     """The node's gateway exporting its spans to the receiver; rolled back afterwards."""
     found, url = receiver
     patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": f"--otlp-endpoint={url}"}]
-    rollout = ("rollout", "status", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE, "--timeout=120s")
-    e2e.kubectl("patch", "deployment", GATEWAY, "-n", GATEWAY_NAMESPACE, "--type=json", "-p", json.dumps(patch))
-    try:
-        e2e.kubectl(*rollout)
+    with gateway_patched(e2e, patch):
         yield found
-    finally:
-        e2e.kubectl("rollout", "undo", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE)
-        e2e.kubectl(*rollout)
 
 
 def test_one_chats_spans_reach_a_collector_in_the_clients_trace_from_the_pick_to_the_engine_and_the_answer(
