@@ -497,7 +497,8 @@ def values_table(tree: Group) -> str:
         if isinstance(node, Group):
             rows.append(f"| `{path}` | map | | {node.description} |")
             continue
-        kind = node.schema.get("type", "number")  # RATIO, the one schema without a type, is a number
+        # A value taking alternatives (RATIO) is described as its first, the form its default has.
+        kind = node.schema["type"] if "type" in node.schema else node.schema["anyOf"][0]["type"]
         if kind == "array":
             kind = f"list of {node.schema['items']['type']}s"
         elif node.schema == STRING_MAP:
