@@ -301,7 +301,8 @@ def test_the_two_strategies_are_configurations_of_one_scheduler() -> None:
     assert (least.strategy, least.needs_key, least.order) == (LEAST_OUTSTANDING, False, None)
     assert [f.name for f in least.filters] == ["holds-adapter", "untried"]
     assert [(s.name, w) for s, w in least.scorers] == [("fewest-in-flight", 1.0)]
-    assert (aware.strategy, aware.needs_key, aware.order) == (PREFIX_AWARE, True, aware.rings)
+    assert (aware.strategy, aware.needs_key, aware.order) == (PREFIX_AWARE, True, aware.homes)
+    assert aware.homes.rings is aware.rings
     assert [f.name for f in aware.filters] == ["holds-adapter", "untried", "within-bound"]
     assert [(s.name, w) for s, w in aware.scorers] == [("queue", 1), ("free-capacity", 0), ("prefix-match", 4)]
 

@@ -11,11 +11,14 @@ scorers, a picker; the rules below are theirs, `filters` and `scorers`):
     requests that ended here since are taken off them (`InFlight.released_since`), or the next turn of a chat,
     sent the moment the previous one ends, would find its own engine still counting that previous turn and go
     elsewhere. Its utilisation is the engine's when it says (and nothing ended since), else load / bound;
-  - CHWBL, consistent hashing with bounded loads: each endpoint has RING_POINTS points on a ring (stable hashes
-    of "address:port#i"); the request's ring key (`prefix.RoutingKey.ring`: its session, or its prompt's start)
-    walks the ring to the first endpoint whose load stays within the bound, load + 1 <= ceil(load_factor x
-    (total load + 1) / endpoints) (`filters.WithinBound`): its home. The same conversation lands on the same
-    engine while it has room, and spills to the next endpoint on the ring, always the same one, when it has not;
+  - homes by prefix footprint (`homes.PrefixHomes`): each endpoint has RING_POINTS points on a ring (stable
+    hashes of "address:port#i"); a prefix (the request's ring key, `prefix.RoutingKey.ring`: its session, or its
+    prompt's start) gets as its home the first endpoint of its ring walk that stays within a bound on active
+    prefixes (CHWBL over prefixes, not requests), and keeps it while it is active. The candidates are scored home
+    first, then in the ring's order from the key;
+  - CHWBL over requests as the hard cap: an endpoint whose load would pass load + 1 <= ceil(load_factor x
+    (total load + 1) / endpoints) is passed over (`filters.WithinBound`). The same conversation lands on its home
+    while it has room, and spills to the next endpoint on the ring, always the same one, when it has not;
   - a prefix index: per endpoint, the block hashes this replica sent there (an LRU), recorded before each attempt
     (the scheduler's `pre_request`), and corrected after it when the engine's usage shows it evicted blocks the
     index holds (`post_response`, `scorers.PrefixMatch`); an endpoint's prefix match is the longest chain of the
@@ -35,13 +38,15 @@ Invariants:
 - A strategy never picks an excluded endpoint, and nothing awaits in `Scheduler.schedule`, so a decision and the
   `pre_request` (`InFlight.acquire`) after it see the same counts.
 - Two schedulers (two gateway replicas) fed the same keyed requests in the same order with the same loads pick the
-  same endpoints: hashes are stable, ties follow the ring, and nothing keyed depends on the random generator.
+  same endpoints: hashes are stable, homes are given in the order prefixes arrive, ties follow the home and the
+  ring, and nothing keyed depends on the random generator. Fed different orders, they converge on the homes the
+  engines' cached tokens show (`homes.PrefixHomes.adopt`).
 - Memory is bounded whatever the traffic: PREFIX_BLOCKS blocks per endpoint for at most PREFIX_ENDPOINTS
   endpoints, CACHED_RING_POINTS ring points (a candidate set's ring is built when the set is first seen and kept
   while the bound allows, not built per request), CACHED_PICKERS weight settings, `scorers.TRACKED_ATTEMPTS`
-  attempts followed for the correction.
-- Scheduling records nothing (`Scheduler.schedule`): an attempt's `pre_request` records the request's blocks for
-  the endpoint it goes to.
+  attempts followed for the correction, `homes.DEFAULT_MAX_HOMES` prefix homes.
+- Scheduling records nothing (`Scheduler.schedule`; homes idle past their time are dropped when read): an
+  attempt's `pre_request` records the request's blocks for the endpoint it goes to, and a new prefix's home.
 """
 
 from __future__ import annotations
@@ -58,11 +63,12 @@ from typing import Any, Final
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights, routing_override
 from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.filters import DEFAULT_LOAD_FACTOR, HoldsAdapter, Untried, WithinBound
+from llmaz.gateway.routing.homes import PrefixHomes
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import AdapterSignals, LoadSignals
 from llmaz.gateway.routing.prefix import RoutingKey, stable_hash
 from llmaz.gateway.routing.routes import Endpoint
-from llmaz.gateway.routing.scheduler import MaxScore, Scheduler
+from llmaz.gateway.routing.scheduler import MaxScore, Request, Scheduler
 from llmaz.gateway.routing.scorers import FreeCapacity, PrefixMatch, Queue
 
 # Virtual points per endpoint: with 256 each, every endpoint's share of the ring is within a few percent of even.
@@ -275,7 +281,8 @@ class PrefixAware(Scheduler):
     """The prefix-aware strategy (see the module docstring): a configuration of the Scheduler.
 
         filters:  HoldsAdapter, Untried, WithinBound(load_factor)
-        order:    the ring of the candidates (`Rings`), from the request's ring key
+        order:    the prefix's home, then the ring of the candidates (`Rings`) from the request's ring key
+        hooks:    PrefixHomes (records a new prefix's home)
         scorers:  Queue x queue weight, FreeCapacity x utilisation weight, PrefixMatch x prefix weight
         picker:   MaxScore (ties: ring order; keyless, at random)
 
@@ -294,16 +301,18 @@ class PrefixAware(Scheduler):
         rng: random.Random | None = None,
         adapters: AdapterSignals | None = None,
         prefix_match: PrefixMatch | None = None,
+        homes: PrefixHomes | None = None,
         corrected: Callable[[str], None] | None = None,
     ) -> None:
-        """`index`, `rings` and `prefix_match` may be shared by schedulers of different weights: they learn from the
-        same traffic. `corrected(model)` is called each time the engine's usage corrects the index
+        """`index`, `rings`, `homes` and `prefix_match` may be shared by schedulers of different weights: they learn
+        from the same traffic. `corrected(model)` is called each time the engine's usage corrects the index
         (`scorers.PrefixMatch`)."""
         self.weights = weights or RoutingWeights()
         self.load_factor = load_factor
         self.index = index or PrefixIndex()
         self.rings = rings or Rings(self.index)
-        self.prefix_match = prefix_match or PrefixMatch(self.index, corrected)
+        self.homes = PrefixHomes(self.rings) if homes is None else homes
+        self.prefix_match = prefix_match or PrefixMatch(self.index, corrected, self._found)
         self._rng = rng or random.Random()
         self._adapters = adapters
         super().__init__(
@@ -317,8 +326,13 @@ class PrefixAware(Scheduler):
             ],
             picker=MaxScore(self._rng),
             signals=signals,
-            order=self.rings,
+            order=self.homes,
+            hooks=[self.homes],
         )
+
+    def _found(self, request: Request, endpoint: Endpoint) -> None:
+        if request.key is not None:
+            self.homes.adopt(request.key, endpoint)
 
     def with_weights(self, weights: RoutingWeights) -> PrefixAware:
         """A scheduler of other weights on the same index, rings and counts."""
@@ -332,6 +346,7 @@ class PrefixAware(Scheduler):
             rng=self._rng,
             adapters=self._adapters,
             prefix_match=self.prefix_match,
+            homes=self.homes,
         )
 
 

@@ -171,7 +171,8 @@ class Picker(Protocol):
 
 class Order(Protocol):
     def order(self, candidates: Sequence[Endpoint], key: RoutingKey) -> Iterable[int]:
-        """Every position of `candidates` once, in the order of `key` (`picker.Rings`: the ring's)."""
+        """Every position of `candidates` once, in the order of `key` (`homes.PrefixHomes`: the prefix's home, then
+        the ring's order from the key)."""
         ...
 
 
@@ -206,8 +207,10 @@ class Scheduler:
         picker: Picker,
         signals: LoadSignals | None = None,
         order: Order | None = None,
+        hooks: Sequence[Plugin] = (),
     ) -> None:
-        """`scorers` are (scorer, weight) pairs, summed in this order; `order`: the ring keyed requests walk."""
+        """`scorers` are (scorer, weight) pairs, summed in this order; `order`: the order keyed requests' candidates
+        are scored in; `hooks`: other plugins told of every attempt (after the filters and scorers)."""
         self.strategy = strategy
         self.in_flight = in_flight
         self.signals: LoadSignals = signals or NoSignals()
@@ -216,7 +219,7 @@ class Scheduler:
         self.picker = picker
         self.order = order
         self.needs_key = order is not None or any(scorer.needs_key for scorer, _ in self.scorers)
-        self._plugins: tuple[Plugin, ...] = (*self.filters, *(scorer for scorer, _ in self.scorers))
+        self._plugins: tuple[Plugin, ...] = (*self.filters, *(scorer for scorer, _ in self.scorers), *hooks)
 
     def schedule(self, request: Request) -> Decision:
         """Where `request` goes: the pick, then the fallbacks; no endpoint, and why, when none is left."""

@@ -28,6 +28,10 @@ The attempt's own blocks stay: they were recorded again before it, and the engin
 - Nothing changes without both counts (engines that do not report cached tokens), for an attempt without a
   prediction, or for a key at MAX_BLOCKS whose cached tokens are not 0 (the key may stop before the prompt does,
   so its rate is not known).
+- The other way round: an answer with clearly more cached than predicted (by CORRECTION_MIN_BLOCKS and by
+  CORRECTION_SHARE of the prompt's blocks), at least half of the prompt, shows that the engine holds a prefix this
+  replica did not send there (another gateway replica did). `found` is told, so the prefix's home can move there
+  (`homes.PrefixHomes.adopt`).
 - A correction never raises: it runs on the data path. At most TRACKED_ATTEMPTS attempts are followed; the
   oldest are dropped (never corrected) past that, e.g. attempts of `Scheduler.pick` that never end.
 
@@ -141,10 +145,18 @@ class PrefixMatch(Scorer):
     category = AFFINITY
     needs_key = True
 
-    def __init__(self, index: BlockIndex, corrected: Callable[[str], None] | None = None) -> None:
-        """`corrected(model)`: called after each correction of the index (a metric)."""
+    def __init__(
+        self,
+        index: BlockIndex,
+        corrected: Callable[[str], None] | None = None,
+        found: Callable[[Request, Endpoint], None] | None = None,
+    ) -> None:
+        """`corrected(model)`: called after each correction of the index (a metric). `found(request, endpoint)`:
+        called when the engine at `endpoint` had clearly more of the request's prompt cached than the index
+        predicted, at least half of it (another gateway replica sent the prefix there)."""
         self.index = index
         self.corrected = corrected
+        self.found = found
         self.corrections = 0
         """Corrections made so far."""
         self._sent: OrderedDict[tuple[int, Endpoint], _Sent] = OrderedDict()
@@ -202,10 +214,21 @@ class PrefixMatch(Scorer):
 
     def _correct(self, request: Request, endpoint: Endpoint, usage: PromptUsage | None) -> None:
         sent = self._untrack((id(request), endpoint))
-        if sent is None or usage is None or sent.oldest is None or request.key is None:
+        if sent is None or usage is None or request.key is None:
             return
-        confirmed = confirmed_blocks(usage, len(request.key.blocks))
+        blocks = len(request.key.blocks)
+        confirmed = confirmed_blocks(usage, blocks)
         if confirmed is None:
+            return
+        surplus = confirmed - sent.predicted
+        if (
+            self.found is not None
+            and 2 * confirmed >= blocks
+            and surplus >= CORRECTION_MIN_BLOCKS
+            and surplus >= CORRECTION_SHARE * blocks
+        ):
+            self.found(request, endpoint)
+        if sent.oldest is None:
             return
         shortfall = sent.predicted - confirmed
         if shortfall < CORRECTION_MIN_BLOCKS or shortfall < CORRECTION_SHARE * sent.predicted:
