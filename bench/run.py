@@ -175,7 +175,9 @@ def serving(suite: Suite) -> None:
 
 
 def routing(suite: Suite) -> None:
-    run = partial(routing_bench.run_once, suite.log_dir, suite.settings.repeats)
+    s = suite.settings
+    ladder = routing_bench.Ladder(s.trace_unloaded_rate, s.trace_rates, s.trace_step_seconds)
+    run = partial(routing_bench.run_once, suite.log_dir, s.repeats, workloads=s.serving_workloads, ladder=ladder)
     suite.record("routing", {"subject": "python"}, run)
 
 

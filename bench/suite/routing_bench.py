@@ -22,9 +22,9 @@ Workloads: (a) `shared-prefix`: 8 groups of users, each group sharing a 1,000-to
 short questions; (b) `multi-turn`: 16 chats of 6 turns, each with its own 1,000-token system prompt (instructions
 and documents), each turn resending the history with the engine's answers; (c) `unique`: unique 1,000-token
 prompts only, the control; (d) `saturation`: (a)'s requests with 16 in flight, more than the 8 slots, for the
-requests per second each strategy sustains.
-A client keeps at most the workload's `in_flight` requests in flight, streams each answer and reads the engine's
-own `usage.prompt_tokens_details.cached_tokens` and `timings.prompt_n` from its last chunk.
+requests per second each strategy sustains; (e) `trace` (below), open loop.
+For (a)-(d) a client keeps at most the workload's `in_flight` requests in flight; every client streams each answer
+and reads the engine's own `usage.prompt_tokens_details.cached_tokens` and `timings.prompt_n` from its last chunk.
 
 The ceiling. No router can reuse more than what an earlier request sent: each request's prompt, rendered by the
 engine's chat template and tokenised by the engine (`/apply-template`, `/tokenize`), can at best reuse its longest
@@ -34,6 +34,33 @@ ceiling is that sum over the prompts sent; the efficiency is the cached-token ra
 Figures per strategy and workload, the median of `runs` runs: the cached-token ratio (prompt tokens the engine
 reused / prompt tokens sent), the ceiling and the efficiency, and the prefill tokens computed, which the machine's
 noise cannot move, and beside them TTFT p50/p90, end-to-end p50 and requests per second.
+
+(e) The trace workload, shaped like the shared-prefix and multi-turn traces published for prefix-cache routing
+benchmarks and scaled to this machine, and its knee. Sizes, and why:
+- 16 shared documents of ~1,000 tokens (a system prompt and a document each), each asked many new 24-word
+  questions, and chats (a quarter of the requests) with their own 700-word system prompt, up to 4 live at once,
+  5 turns each, every turn resending the chat's history (its earlier questions and 16-word answers): a chat ends
+  near 1,000 tokens, inside a slot's 2,048 (`-c 4096 -np 2`). The answers in the history are the trace's own, not
+  the engine's, so every prompt is a function of the seed, the step and its rate alone, the same for every
+  strategy, and a turn never waits on an answer.
+- 20 live prefixes (16 documents, 4 chats) against 4 replicas holding 5 prompt states each (2 slots and a host
+  cache of 3, `--cache-ram 4`): a router that keeps each prefix on one replica fits its quarter in every replica,
+  one that does not makes each replica cycle through all 20 and miss most of them. 16 answer tokens keep the
+  work prefill.
+- Arrivals open loop: a Poisson process at the step's rate (seeded), each request sent at its time whatever is in
+  flight, its TTFT counted from that time; each may take 30 s (TRACE_TIMEOUT) and a failed one counts as 30 s
+  in its step's TTFT. A step is 40 s of arrivals (`BENCH_TRACE_STEP_SECONDS`) plus its last answers: at the
+  1 request/s unloaded step 40 requests, at 16/s 640. (a)'s 1,000-token prompts ran at 8-11 requests/s with 4 to
+  16 in flight, so the ladder (`BENCH_TRACE_RATES`, 2 3 4 6 8 11 16 requests/s) brackets the knees.
+- Per strategy (kube-proxy, the prefix-blind baseline that picks at random like round robin, least-outstanding
+  and prefix-aware), on cold engines: the unloaded step at 1 request/s (`BENCH_TRACE_UNLOADED_RATE`), then the
+  ladder up, stopping after the first step whose TTFT p90 is over twice the strategy's own unloaded p90: at most
+  8 steps, 4-6 minutes, and one trace run (seed 0), not `runs`, as its steps already hold hundreds of requests.
+- The knee: the highest offered rate whose TTFT p90 is at most twice the unloaded TTFT p90, the ladder's step
+  (not interpolated), up to the first step over (a later step within does not count). The unloaded figure is one
+  for all strategies, the lowest of their unloaded p90s, so a strategy slow even unloaded gets no looser bound.
+  The ladder's stop rule (its own unloaded p90, at least that) never stops before the knee. Goal: prefix-aware's
+  knee at least twice kube-proxy's.
 """
 
 from __future__ import annotations
@@ -59,7 +86,7 @@ from llmaz_dev.envtest.node import NodeCluster
 from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
 from llmaz_dev.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore, tiny_model
 from llmaz_dev.tinymodel import PREFILL_HEAVY
-from suite.settings import REPO
+from suite.settings import REPO, ROUTING_WORKLOADS
 
 MODEL = "bench-llama"
 REPLICAS = 4
@@ -188,8 +215,13 @@ def sessions(workload: str, seed: int) -> list[Session]:
 
 
 async def _stream(
-    http: aiohttp.ClientSession, url: str, messages: list[dict[str, str]], max_tokens: int
+    http: aiohttp.ClientSession,
+    url: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    started: float | None = None,
 ) -> tuple[Sample, str]:
+    """One streamed chat; its times count from `started` (a monotonic time, default now)."""
     body = {
         "model": MODEL,
         "messages": messages,
@@ -198,7 +230,7 @@ async def _stream(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
     sample = Sample(ok=False, messages=[dict(m) for m in messages])
     answer: list[str] = []
     try:
@@ -515,17 +547,262 @@ def model_node(scenario: str, model: str, log_dir: Path) -> Iterator[ModelNode]:
                 yield ModelNode(cluster, uri, f"http://{layout.host_ip}:{layout.ports.object_store}")
 
 
-def run_once(log_dir: Path, runs: int = 3, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every workload and strategy, `runs` times each over the same prompts per run, cold engines each time."""
+# The trace workload (e): open-loop arrivals over shared documents and growing chats, and its knee
+
+TRACE = Workload(
+    "trace",
+    "(e) trace: 16 shared documents with many questions each, and chats growing their history, open-loop arrivals",
+    "trace",
+    # 3 prompt states in the host cache, 2 in the slots: a replica holds its quarter of the documents and a chat
+    # when a router keeps each prefix on one replica, and under a third of the 20 prefixes live when it does not.
+    3,
+    1030,
+    16,
+)
+TRACE_STRATEGIES = ("kube-proxy", "least-outstanding", "prefix-aware")
+TRACE_BASELINE = "kube-proxy"
+"""The prefix-blind baseline of the trace's goal: kube-proxy picks a pod at random, round robin's equal here."""
+TRACE_DOCUMENTS = 16
+TRACE_DOCUMENT_WORDS = 960  # about 1,000 tokens with the chat template and a question
+TRACE_QUESTION_WORDS = 24
+TRACE_CHAT_SHARE = 0.25
+TRACE_LIVE_CHATS = 4
+TRACE_TURNS = 5
+TRACE_CHAT_SYSTEM_WORDS = 700  # a chat's last turn: 700 + 5 questions + 4 answers + the template, about 1,000 tokens
+TRACE_ANSWER_WORDS = 16
+TRACE_TIMEOUT = 30.0
+"""Seconds a trace request may take; a failed request counts as this in its step's TTFT."""
+KNEE_FACTOR = 2.0
+"""A step is within the knee while its TTFT p90 is at most this times the unloaded TTFT p90."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    """The trace's offered rates: an unloaded step, then the ladder, each `step_seconds` of arrivals."""
+
+    unloaded_rate: float = 1.0
+    rates: tuple[float, ...] = (2.0, 3.0, 4.0, 6.0, 8.0, 11.0, 16.0)
+    step_seconds: float = 40.0
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    at: float
+    """Seconds from the step's start at which it is sent."""
+    kind: str
+    """`document` (a question under a shared document) or `chat` (a turn of a chat)."""
+    session: str
+    """Which document or chat it belongs to."""
+    messages: list[dict[str, str]]
+
+
+def arrivals(rng: random.Random, rate: float, seconds: float) -> list[float]:
+    """A Poisson process of `rate` per second over [0, seconds): exponential gaps drawn from `rng`."""
+    times: list[float] = []
+    at = rng.expovariate(rate)
+    while at < seconds:
+        times.append(at)
+        at += rng.expovariate(rate)
+    return times
+
+
+def trace_documents(seed: int) -> list[str]:
+    """The shared prefixes of a seed's trace (a system prompt and a document each), the same at every step."""
+    rng = random.Random(f"trace/documents/{seed}")
+    return [_text(rng, TRACE_DOCUMENT_WORDS) for _ in range(TRACE_DOCUMENTS)]
+
+
+@dataclass(slots=True)
+class _Chat:
+    name: str
+    messages: list[dict[str, str]]
+    turns: int = 0
+
+
+def trace_requests(seed: int, step: int, rate: float, seconds: float) -> list[TraceRequest]:
+    """The requests of one step of a seed's trace, in the order they are sent: a function of its arguments alone.
+
+    Each arrival is a chat turn with probability TRACE_CHAT_SHARE, otherwise a new question under one of the
+    seed's documents. Up to TRACE_LIVE_CHATS chats are live at once: a chat turn starts a new chat while fewer
+    are live, else continues a live one, which ends after TRACE_TURNS turns. A turn resends the chat's history,
+    its earlier answers as written here (not the engine's), so the prompts never wait on an answer."""
+    rng = random.Random(f"trace/{seed}/{step}/{rate!r}/{seconds!r}")
+    documents = trace_documents(seed)
+    live: list[_Chat] = []
+    chats = 0
+    found: list[TraceRequest] = []
+    for at in arrivals(rng, rate, seconds):
+        if rng.random() >= TRACE_CHAT_SHARE:
+            doc = rng.randrange(TRACE_DOCUMENTS)
+            messages = [{"role": "system", "content": documents[doc]},
+                        {"role": "user", "content": _text(rng, TRACE_QUESTION_WORDS)}]  # fmt: skip
+            found.append(TraceRequest(at, "document", f"document-{doc}", messages))
+            continue
+        if len(live) < TRACE_LIVE_CHATS:
+            chat = _Chat(f"chat-{step}-{chats}", [{"role": "system", "content": _text(rng, TRACE_CHAT_SYSTEM_WORDS)}])
+            chats += 1
+            live.append(chat)
+        else:
+            chat = rng.choice(live)
+            chat.messages.append({"role": "assistant", "content": _text(rng, TRACE_ANSWER_WORDS)})
+        chat.messages.append({"role": "user", "content": _text(rng, TRACE_QUESTION_WORDS)})
+        chat.turns += 1
+        found.append(TraceRequest(at, "chat", chat.name, [dict(m) for m in chat.messages]))
+        if chat.turns == TRACE_TURNS:
+            live.remove(chat)
+    return found
+
+
+async def drive_trace(url: str, requests: list[TraceRequest], max_tokens: int, request_seconds: float) -> Outcome:
+    """Send each request at its time from now whatever is still in flight (open loop); its TTFT counts from
+    that time, so a client that falls behind shows as latency; each may take `request_seconds`. The samples in the
+    order the requests were sent."""
+    outcome = Outcome([Sample(ok=False) for _ in requests])
+    connector = aiohttp.TCPConnector(force_close=True, limit=0)
+
+    async def one(http: aiohttp.ClientSession, i: int, start: float) -> None:
+        due = start + requests[i].at
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        try:
+            sample, _ = await asyncio.wait_for(
+                _stream(http, url, requests[i].messages, max_tokens, due), request_seconds
+            )
+        except TimeoutError:
+            sample = Sample(ok=False, messages=requests[i].messages, error=f"no answer within {request_seconds:.0f}s")
+        outcome.samples[i] = sample
+
+    started = time.monotonic()
+    async with aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=request_seconds), connector=connector, trust_env=False
+    ) as http:
+        await asyncio.gather(*(one(http, i, started) for i in range(len(requests))))
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def step_figures(outcome: Outcome, rate: float, timeout: float) -> dict[str, Any]:
+    """One step's figures at its offered `rate`; its TTFT percentiles count a failed request as `timeout`, so
+    failures cannot make a step look faster."""
+    found = figures(outcome)
+    ttfts = [s.ttft if s.ok else timeout for s in outcome.samples]
+    found.update(rate=rate, ttft_p50=_percentile(ttfts, 0.5), ttft_p90=_percentile(ttfts, 0.9))
+    return found
+
+
+def past_knee(step: dict[str, Any], own_unloaded_p90: float | None) -> bool:
+    """Whether the ladder stops after `step`: its TTFT p90 is over KNEE_FACTOR x the strategy's own unloaded
+    p90. The knee's bound (the lowest unloaded p90 of all strategies) is at most that, so a step past this is
+    past the knee too."""
+    p90 = step.get("ttft_p90")
+    return own_unloaded_p90 is None or p90 is None or p90 > KNEE_FACTOR * own_unloaded_p90
+
+
+def common_unloaded(p90s: dict[str, float | None]) -> float | None:
+    """The unloaded TTFT p90 every strategy's knee is judged against: the lowest of the strategies' own, so a
+    strategy slow even unloaded gets no looser bound than the fastest."""
+    found = [p for p in p90s.values() if p is not None]
+    return min(found) if found else None
+
+
+def knee(steps: list[dict[str, Any]], unloaded_p90: float | None) -> dict[str, Any]:
+    """The highest offered rate of the ladder (`steps`, increasing) whose TTFT p90 stays within KNEE_FACTOR x
+    `unloaded_p90`: the step before the first one over, not interpolated; a step within after one over does not
+    count. `knee` None: no step within; `censored`: no step over, the knee is at least the last step."""
+    bound = KNEE_FACTOR * unloaded_p90 if unloaded_p90 is not None else None
+    found: float | None = None
+    first_over: float | None = None
+    for step in steps:
+        p90 = step.get("ttft_p90")
+        if bound is None or p90 is None or p90 > bound:
+            first_over = float(step["rate"])
+            break
+        found = float(step["rate"])
+    return {"knee": found, "bound": bound, "first_over": first_over, "censored": first_over is None}
+
+
+def knee_goal(prefix_aware: dict[str, Any] | None, baseline: dict[str, Any] | None) -> tuple[float | None, bool | None]:
+    """Prefix-aware's knee over the baseline's and whether it is at least 2 (None: the ladder cannot tell)."""
+    if not prefix_aware or not baseline or baseline.get("knee") is None:
+        return None, None  # the baseline is over at the first step: lower BENCH_TRACE_RATES to measure it
+    if prefix_aware.get("knee") is None:
+        return 0.0, False
+    ratio = float(prefix_aware["knee"]) / float(baseline["knee"])
+    if ratio >= 2.0:
+        return ratio, True
+    return ratio, None if prefix_aware.get("censored") else False  # censored: raise BENCH_TRACE_RATES
+
+
+def run_trace(node: ModelNode, ladder: Ladder, seed: int = 0, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The trace's ladder for every strategy on cold engines: the unloaded step, then each rate until a step is
+    past the knee; then each strategy's knee against the common unloaded p90."""
+    cluster = node.cluster
+    say(f"[routing] {TRACE.title}: {REPLICAS} replicas, --cache-ram {TRACE.cache_ram_mib} MiB, unloaded "
+        f"{ladder.unloaded_rate:g}/s, then {' '.join(f'{r:g}' for r in ladder.rates)}/s, "
+        f"{ladder.step_seconds:g} s each")  # fmt: skip
+    serve(cluster, node.uri, node.endpoint_url, TRACE)
+    strategies: dict[str, dict[str, Any]] = {}
+    for strategy in TRACE_STRATEGIES:
+        cold_restart(cluster)
+        url = use_strategy(cluster, strategy)
+        _wait_answering(url)
+        ran: dict[str, Any] = {"unloaded": None, "steps": []}
+        strategies[strategy] = ran
+        for step, rate in enumerate((ladder.unloaded_rate, *ladder.rates)):
+            requests = trace_requests(seed, step, rate, ladder.step_seconds)
+            outcome = asyncio.run(drive_trace(url, requests, TRACE.max_tokens, TRACE_TIMEOUT))
+            found = step_figures(outcome, rate, TRACE_TIMEOUT)
+            say(f"[routing]   {strategy:<18} {rate:>5g}/s {_trace_line(found)}")
+            if step == 0:
+                ran["unloaded"] = found
+                continue
+            ran["steps"].append(found)
+            if past_knee(found, ran["unloaded"]["ttft_p90"]):
+                break
+    unloaded = common_unloaded({s: r["unloaded"]["ttft_p90"] for s, r in strategies.items()})
+    knees = {s: knee(r["steps"], unloaded) for s, r in strategies.items()}
+    for strategy, found in knees.items():
+        say(f"[routing]   knee {strategy:<18} {_knee_text(found)} requests/s")
+    return {
+        "title": TRACE.title, "seed": seed, "cache_ram_mib": TRACE.cache_ram_mib, "timeout": TRACE_TIMEOUT,
+        **asdict(ladder), "unloaded_p90": unloaded, "knee_factor": KNEE_FACTOR, "strategies": strategies,
+        "knees": knees,
+    }  # fmt: skip
+
+
+def _trace_line(f: dict[str, Any]) -> str:
+    return (
+        f"{f['requests']:>4} requests  TTFT p50 {_fmt(f['ttft_p50'], '.2f')}s p90 {_fmt(f['ttft_p90'], '.2f')}s  "
+        f"cached {_fmt(f['cached_ratio'], '.2f')}  {_fmt(f['requests_per_second'], '.2f')} answered/s  "
+        f"failed {f['failed']}"
+    )
+
+
+def _knee_text(found: dict[str, Any]) -> str:
+    if found.get("knee") is None:
+        return "below the ladder"
+    return f"{'>= ' if found.get('censored') else ''}{found['knee']:g}"
+
+
+def run_once(
+    log_dir: Path,
+    runs: int = 3,
+    say: Callable[[str], None] = print,
+    workloads: Iterable[str] = ROUTING_WORKLOADS,
+    ladder: Ladder = Ladder(),
+) -> dict[str, Any]:
+    """Every chosen workload and strategy: (a)-(d) `runs` times each over the same prompts per run, the trace once
+    up its ladder; cold engines for each strategy."""
+    chosen = set(workloads)
+    selected = [w for w in WORKLOADS if w.name in chosen]
     results: dict[str, Any] = {
         "replicas": REPLICAS, "slots": SLOTS, "context": CONTEXT, "runs": runs,
         "kv_bytes_per_token": KV_BYTES_PER_TOKEN, "cache_margin": CACHE_MARGIN,
-        "workloads": [{**asdict(w), "cache_ram_mib": w.cache_ram_mib} for w in WORKLOADS],
+        "workloads": [{**asdict(w), "cache_ram_mib": w.cache_ram_mib} for w in selected],
         "strategies": list(STRATEGIES), "figures": {}, "per_run": {},
     }  # fmt: skip
     with model_node("routing", MODEL, log_dir) as node:
         cluster = node.cluster
-        for workload in WORKLOADS:
+        for workload in selected:
             say(f"[routing] {workload.title}: {REPLICAS} replicas, --cache-ram {workload.cache_ram_mib} MiB, "
                 f"{workload.in_flight} in flight, {runs} runs")  # fmt: skip
             serve(cluster, node.uri, node.endpoint_url, workload)
@@ -545,8 +822,10 @@ def run_once(log_dir: Path, runs: int = 3, say: Callable[[str], None] = print) -
             results["figures"][workload.name] = {s: median_figures(f) for s, f in per_run.items()}
             for strategy, found in results["figures"][workload.name].items():
                 say(f"[routing]   median  {strategy:<18} {_line(found)}")
+        if TRACE.name in chosen:
+            results["trace"] = run_trace(node, ladder, say=say)
         cluster.kubectl("delete", "playground", MODEL, "-n", "default", "--wait=true")
-    results["goals"] = goals(results["figures"])
+    results["goals"] = goals(results["figures"], results.get("trace"))
     return results
 
 
@@ -565,8 +844,9 @@ def _line(f: dict[str, Any]) -> str:
 # Goals
 
 
-def goals(figures_: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The issue's goals, each with what was measured and PASS or FAIL (None when a figure is missing)."""
+def goals(figures_: dict[str, dict[str, dict[str, Any]]], trace: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The goals, each with what was measured and PASS or FAIL (None when a figure is missing); `trace`: the
+    trace workload's ladders and knees (`run_trace`)."""
 
     def get(workload: str, strategy: str, key: str) -> float | None:
         value = figures_.get(workload, {}).get(strategy, {}).get(key)
@@ -601,6 +881,10 @@ def goals(figures_: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]
     failed = sum(get(w.name, s, "failed") or 0 for w in WORKLOADS for s in STRATEGIES)
     found = [{"goal": goal, "measured": value, "pass": None if value is None else passes(value)}
              for goal, value, passes in rows]  # fmt: skip
+    knees = (trace or {}).get("knees", {})
+    measured, verdict = knee_goal(knees.get("prefix-aware"), knees.get(TRACE_BASELINE))
+    found.append({"goal": f"(e) trace workload, knee, prefix-aware / {TRACE_BASELINE} >= 2", "measured": measured,
+                  "pass": verdict})  # fmt: skip
     found.append({"goal": "failed requests, every strategy and workload = 0", "measured": failed, "pass": failed == 0})
     return found
 
@@ -629,6 +913,7 @@ def report(result: dict[str, Any]) -> str:
             ]  # fmt: skip
             lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += _trace_report(result.get("trace"))
     lines += ["| goal | measured | result |", "|---|---|---|"]
     for row in result.get("goals", []):
         verdict = "n/a" if row["pass"] is None else ("PASS" if row["pass"] else "FAIL")
@@ -636,12 +921,47 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _trace_report(trace: dict[str, Any] | None) -> list[str]:
+    """The trace's ladder per strategy (its unloaded step first) and each strategy's knee."""
+    if not trace:
+        return []
+    lines = [
+        f"**{trace['title']}** (`--cache-ram {trace['cache_ram_mib']}`, {trace['step_seconds']:g} s of open-loop "
+        f"arrivals per step; a failed request counts as the timeout in TTFT)",
+        "",
+        "| strategy | offered requests/s | requests | TTFT p50 | TTFT p90 | cached-token ratio | answered/s | failed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for strategy, ran in trace["strategies"].items():
+        rows = [(f"{ran['unloaded']['rate']:g} (unloaded)", ran["unloaded"])] if ran.get("unloaded") else []
+        rows += [(f"{step['rate']:g}", step) for step in ran["steps"]]
+        for rate, f in rows:
+            cells = [
+                rate, str(f["requests"]), _fmt(f["ttft_p50"], ".2f", " s"), _fmt(f["ttft_p90"], ".2f", " s"),
+                _fmt(f["cached_ratio"], ".2f"), _fmt(f["requests_per_second"], ".2f"), str(f["failed"]),
+            ]  # fmt: skip
+            lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Knee: the highest offered rate whose TTFT p90 is at most {KNEE_FACTOR:g} x the lowest unloaded TTFT p90 "
+        f"of the strategies ({_fmt(trace.get('unloaded_p90'), '.2f', ' s')}), a step of the ladder, not interpolated.",
+        "",
+        "| strategy | knee (requests/s) | bound (TTFT p90) | first rate over |",
+        "|---|---|---|---|",
+    ]
+    for strategy, found in trace["knees"].items():
+        lines.append(f"| {strategy} | {_knee_text(found)} | {_fmt(found.get('bound'), '.2f', ' s')} | "
+                     f"{_fmt(found.get('first_over'), 'g')} |")  # fmt: skip
+    return [*lines, ""]
+
+
 def _fmt(value: Any, spec: str, unit: str = "") -> str:
     return "-" if value is None else f"{format(value, spec)}{unit}"
 
 
 def plot(result: dict[str, Any], out: Path) -> list[Path]:
-    """A figure per workload: cached-token ratio and TTFT p50/p90 per strategy, side by side."""
+    """A figure per workload: cached-token ratio and TTFT p50/p90 per strategy, side by side; for the trace,
+    TTFT p90 against the offered rate per strategy with the knee's bound."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -667,6 +987,21 @@ def plot(result: dict[str, Any], out: Path) -> list[Path]:
         fig.suptitle(workload["title"])
         fig.tight_layout()
         path = out / f"routing_{workload['name']}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    trace = result.get("trace")
+    if trace:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for strategy, ran in trace["strategies"].items():
+            steps = [s for s in ([ran["unloaded"]] if ran.get("unloaded") else []) + ran["steps"] if s["ttft_p90"]]
+            ax.plot([s["rate"] for s in steps], [s["ttft_p90"] for s in steps], "o-", label=strategy)
+        if trace.get("unloaded_p90"):
+            ax.axhline(trace["knee_factor"] * trace["unloaded_p90"], color="grey", linestyle="--", label="knee bound")
+        ax.set(xlabel="offered requests/s", ylabel="TTFT p90 (s)", yscale="log", title=trace["title"][:60])
+        ax.legend()
+        fig.tight_layout()
+        path = out / "routing_trace.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         paths.append(path)

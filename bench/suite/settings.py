@@ -17,6 +17,8 @@ ALL_SCENARIOS = (
     "controllers", "runtime", "admission", "limit", "loader", "serving", "routing", "memory", "gateway", "growth",
     "picker", "autoscale",
 )  # fmt: skip
+# Scenario 12's workloads, in the order they run (suite/routing_bench.py: WORKLOADS, then the trace).
+ROUTING_WORKLOADS = ("shared-prefix", "multi-turn", "unique", "saturation", "trace")
 
 
 def _cache_dir() -> Path:
@@ -33,6 +35,31 @@ def _int(name: str, default: int) -> int:
 
 def _float(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
+
+
+def _floats(name: str, default: str) -> tuple[float, ...]:
+    return tuple(float(v) for v in os.environ.get(name, default).replace(",", " ").split())
+
+
+def _names(name: str, choices: tuple[str, ...]) -> tuple[str, ...]:
+    chosen = tuple(os.environ.get(name, " ".join(choices)).replace(",", " ").split())
+    unknown = sorted(set(chosen) - set(choices))
+    if unknown:
+        raise SystemExit(f"unknown {name} {unknown}; choose from {choices}")
+    return tuple(c for c in choices if c in chosen)
+
+
+def _ladder(unloaded: float, rates: tuple[float, ...], seconds: float) -> tuple[float, tuple[float, ...], float]:
+    if unloaded <= 0:
+        raise SystemExit(f"BENCH_TRACE_UNLOADED_RATE must be above 0 requests/s, got {unloaded:g}")
+    if not rates or any(b <= a for a, b in zip((unloaded, *rates), rates, strict=False)):
+        raise SystemExit(
+            f"BENCH_TRACE_RATES must rise step by step above BENCH_TRACE_UNLOADED_RATE ({unloaded:g}), got "
+            f"{' '.join(f'{r:g}' for r in rates) or 'none'}: list them in increasing order, e.g. `2 3 4 6 8 11 16`"
+        )
+    if seconds <= 0:
+        raise SystemExit(f"BENCH_TRACE_STEP_SECONDS must be above 0, got {seconds:g}")
+    return unloaded, rates, seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +138,15 @@ class Settings:
     manager_args: tuple[str, ...]
     """BENCH_MANAGER_ARGS: extra flags for our manager in scenarios 1 and 9, e.g. `--kube-api-qps 0` (default:
     none, the defaults users get)."""
+    serving_workloads: tuple[str, ...]
+    """BENCH_SERVING_WORKLOADS: scenario 12's workloads, a subset of shared-prefix, multi-turn, unique, saturation,
+    trace (default: all)."""
+    trace_unloaded_rate: float
+    """BENCH_TRACE_UNLOADED_RATE: requests/s of the trace workload's unloaded step (1)."""
+    trace_rates: tuple[float, ...]
+    """BENCH_TRACE_RATES: the trace workload's ladder of offered requests/s, increasing (2 3 4 6 8 11 16)."""
+    trace_step_seconds: float
+    """BENCH_TRACE_STEP_SECONDS: seconds of arrivals per rate step of the trace workload (full: 40; quick: 20)."""
     max_concurrent_reconciles: int
     """BENCH_MCR: --max-concurrent-reconciles for our manager (the Go manager has no flag: 1 worker)."""
     results_dir: Path
@@ -123,6 +159,11 @@ class Settings:
         unknown = set(scenarios) - set(ALL_SCENARIOS)
         if unknown:
             raise SystemExit(f"unknown BENCH_SCENARIOS {sorted(unknown)}; choose from {ALL_SCENARIOS}")
+        unloaded, rates, step_seconds = _ladder(
+            _float("BENCH_TRACE_UNLOADED_RATE", 1.0),
+            _floats("BENCH_TRACE_RATES", "2 3 4 6 8 11 16"),
+            _float("BENCH_TRACE_STEP_SECONDS", 20 if quick else 40),
+        )
         return cls(
             quick=quick,
             sizes=_ints("BENCH_SIZES", "20 100" if quick else "100 1000"),
@@ -157,6 +198,10 @@ class Settings:
             autoscale_step_seconds=_float("BENCH_AUTOSCALE_STEP_SECONDS", 60 if quick else 120),
             autoscale_idle_seconds=_float("BENCH_AUTOSCALE_IDLE_SECONDS", 180),
             manager_args=tuple(shlex.split(os.environ.get("BENCH_MANAGER_ARGS", ""))),
+            serving_workloads=_names("BENCH_SERVING_WORKLOADS", ROUTING_WORKLOADS),
+            trace_unloaded_rate=unloaded,
+            trace_rates=rates,
+            trace_step_seconds=step_seconds,
             max_concurrent_reconciles=_int("BENCH_MCR", 1),
             results_dir=Path(os.environ.get("BENCH_RESULTS", BENCH_DIR / "results")),
             cache_dir=_cache_dir(),

@@ -1,8 +1,11 @@
 """The routing benchmark's pure parts: the ceiling any router could reach, the median over runs, the caches'
-sizes, the same prompts for every strategy, and the goals it reports."""
+sizes, the same prompts for every strategy, the trace workload's arrivals and knee, and the goals it reports."""
 
 from __future__ import annotations
 
+import itertools
+import random
+import statistics
 from typing import Any
 
 import pytest
@@ -10,16 +13,30 @@ from suite.routing_bench import (
     KV_BYTES_PER_TOKEN,
     MIB,
     STRATEGIES,
+    TRACE,
+    TRACE_BASELINE,
+    TRACE_CHAT_SHARE,
+    TRACE_DOCUMENTS,
+    TRACE_LIVE_CHATS,
+    TRACE_TURNS,
     WORKLOADS,
     Outcome,
     Sample,
+    arrivals,
+    common_unloaded,
     figures,
     goals,
+    knee,
     median_figures,
+    past_knee,
     report,
     reusable_tokens,
     sessions,
+    step_figures,
+    trace_documents,
+    trace_requests,
 )
+from suite.settings import ROUTING_WORKLOADS, Settings
 
 
 @pytest.mark.parametrize(
@@ -77,7 +94,7 @@ def test_every_strategy_of_a_run_gets_the_same_prompts_and_another_run_other_one
 
 
 def test_each_host_cache_holds_its_prefixes_with_the_margin_and_no_more_than_one_more() -> None:
-    for workload in WORKLOADS:
+    for workload in (*WORKLOADS, TRACE):
         state = workload.prefix_tokens * KV_BYTES_PER_TOKEN
         held = workload.cache_ram_mib * MIB / state
         assert workload.held_prefixes * 1.25 <= held < workload.held_prefixes + 1 + 0.5, workload.name
@@ -119,3 +136,171 @@ def test_the_report_shows_the_ceiling_and_the_efficiency_beside_the_ratio() -> N
     text = report(result)
     assert "medians of 3 runs" in text
     assert "| prefix-aware | 0.61 | 0.861 | 0.71 | 26000 |" in text
+
+
+# The trace workload (e) and its knee
+
+
+def test_a_trace_step_is_a_function_of_the_seed_the_step_and_its_rate_alone() -> None:
+    first = trace_requests(0, 1, 4.0, 40.0)
+    assert first == trace_requests(0, 1, 4.0, 40.0)
+    assert first != trace_requests(1, 1, 4.0, 40.0)
+    assert first != trace_requests(0, 2, 4.0, 40.0)
+
+
+def test_every_step_of_a_seed_asks_about_the_same_shared_documents_with_new_questions() -> None:
+    documents = set(trace_documents(0))
+    assert len(documents) == TRACE_DOCUMENTS
+    steps = [trace_requests(0, step, rate, 40.0) for step, rate in enumerate((1.0, 4.0, 8.0))]
+    for requests in steps:
+        asked = {r.messages[0]["content"] for r in requests if r.kind == "document"}
+        assert asked <= documents
+        assert len(asked) > TRACE_DOCUMENTS // 2  # many prefixes, each asked several times
+    questions = [r.messages[-1]["content"] for requests in steps for r in requests if r.kind == "document"]
+    assert len(set(questions)) == len(questions)
+    assert not documents & set(trace_documents(1))
+
+
+def test_a_chat_resends_its_whole_history_and_grows_by_one_answer_and_one_question_per_turn() -> None:
+    requests = trace_requests(0, 3, 8.0, 40.0)
+    by_chat: dict[str, list[list[dict[str, str]]]] = {}
+    for r in requests:
+        if r.kind == "chat":
+            by_chat.setdefault(r.session, []).append(r.messages)
+    assert len(by_chat) > TRACE_LIVE_CHATS
+    assert max(len(turns) for turns in by_chat.values()) == TRACE_TURNS
+    for turns in by_chat.values():
+        for earlier, later in itertools.pairwise(turns):
+            assert later[: len(earlier)] == earlier
+            assert [m["role"] for m in later[len(earlier) :]] == ["assistant", "user"]
+    systems = [turns[0][0]["content"] for turns in by_chat.values()]
+    assert len(set(systems)) == len(systems)  # each chat its own system prompt
+    share = sum(r.kind == "chat" for r in requests) / len(requests)
+    assert abs(share - TRACE_CHAT_SHARE) < 0.1
+
+
+def test_arrivals_are_poisson_at_the_rate_within_the_step_and_seeded() -> None:
+    times = arrivals(random.Random(7), 10.0, 1000.0)
+    assert times == arrivals(random.Random(7), 10.0, 1000.0)
+    assert times == sorted(times)
+    assert times[0] >= 0
+    assert times[-1] < 1000.0
+    assert abs(len(times) - 10_000) < 400  # 4 standard deviations of a Poisson count
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert statistics.mean(gaps) == pytest.approx(0.1, rel=0.05)
+    assert statistics.stdev(gaps) == pytest.approx(0.1, rel=0.05)  # exponential: the deviation is the mean
+    requests = trace_requests(0, 1, 4.0, 40.0)
+    assert [r.at for r in requests] == sorted(r.at for r in requests)
+    assert requests[-1].at < 40.0
+
+
+def test_a_failed_request_counts_as_the_timeout_in_a_steps_ttft() -> None:
+    samples = [Sample(ok=True, prompt_tokens=100, cached_tokens=50, ttft=0.2) for _ in range(8)]
+    samples += [Sample(ok=False, error="TimeoutError"), Sample(ok=False, error="HTTP 503")]
+    found = step_figures(Outcome(samples, 10.0), rate=2.0, timeout=30.0)
+    assert found["rate"] == 2.0
+    assert found["failed"] == 2
+    assert found["ttft_p50"] == pytest.approx(0.2)
+    assert found["ttft_p90"] == 30.0
+    assert found["cached_ratio"] == pytest.approx(0.5)
+
+
+def _steps(*p90s: float | None) -> list[dict[str, Any]]:
+    return [{"rate": float(rate), "ttft_p90": p90} for rate, p90 in zip((2, 4, 8, 16), p90s, strict=False)]
+
+
+@pytest.mark.parametrize(
+    ("p90s", "knee_", "first_over"),
+    [
+        ((0.5, 0.7, 0.9, 1.5), 8.0, 16.0),  # the last step within twice the unloaded p90
+        ((0.5, 1.0), 4.0, None),  # exactly twice stays within; every step passed
+        ((1.5, 0.9), None, 2.0),  # never within: past the knee at the first step
+        ((0.5, 1.2, 0.8), 2.0, 4.0),  # non-monotone: the first step over ends it, a later one within does not count
+        ((0.5, None), 2.0, 4.0),  # a step with no answer at all is over
+    ],
+)
+def test_the_knee_is_the_highest_rate_before_the_first_step_over_twice_the_unloaded_ttft_p90(
+    p90s: tuple[float | None, ...], knee_: float | None, first_over: float | None
+) -> None:
+    found = knee(_steps(*p90s), unloaded_p90=0.5)
+    assert (found["knee"], found["first_over"], found["bound"]) == (knee_, first_over, 1.0)
+    assert found["censored"] is (first_over is None)
+
+
+def test_the_knee_of_a_strategy_with_no_unloaded_figure_is_unknown() -> None:
+    assert knee(_steps(0.5), unloaded_p90=None)["knee"] is None
+
+
+def test_the_unloaded_figure_is_the_lowest_of_the_strategies_so_none_gets_a_looser_bound() -> None:
+    assert common_unloaded({"kube-proxy": 0.9, "least-outstanding": 0.6, "prefix-aware": None}) == 0.6
+    assert common_unloaded({"kube-proxy": None}) is None
+
+
+def test_the_ladder_stops_after_a_step_over_twice_the_strategys_own_unloaded_p90() -> None:
+    assert not past_knee({"ttft_p90": 1.0}, own_unloaded_p90=0.5)
+    assert past_knee({"ttft_p90": 1.01}, own_unloaded_p90=0.5)
+    assert past_knee({"ttft_p90": None}, own_unloaded_p90=0.5)
+    assert past_knee({"ttft_p90": 0.1}, own_unloaded_p90=None)  # nothing to climb from
+
+
+def _knee(value: float | None, censored: bool = False) -> dict[str, Any]:
+    return {"knee": value, "censored": censored}
+
+
+@pytest.mark.parametrize(
+    ("prefix_aware", "baseline", "measured", "verdict"),
+    [
+        (_knee(8.0), _knee(4.0), 2.0, True),
+        (_knee(6.0), _knee(4.0), 1.5, False),
+        (_knee(None), _knee(4.0), 0.0, False),  # prefix-aware never within
+        (_knee(8.0), _knee(None), None, None),  # the baseline never within: the ladder starts too high to say
+        (_knee(16.0, censored=True), _knee(11.0), 16 / 11, None),  # prefix-aware's knee is above the ladder
+        (_knee(16.0, censored=True), _knee(6.0), 16 / 6, True),
+    ],
+)
+def test_the_trace_goal_passes_when_prefix_awares_knee_is_at_least_twice_the_baselines(
+    prefix_aware: dict[str, Any], baseline: dict[str, Any], measured: float | None, verdict: bool | None
+) -> None:
+    trace = {"knees": {"prefix-aware": prefix_aware, TRACE_BASELINE: baseline}}
+    (row,) = [r for r in goals(_figures(), trace) if r["goal"].startswith("(e)")]
+    assert row["measured"] == (None if measured is None else pytest.approx(measured))
+    assert row["pass"] is verdict
+
+
+def test_without_a_trace_run_its_goal_is_not_judged() -> None:
+    (row,) = [r for r in goals(_figures()) if r["goal"].startswith("(e)")]
+    assert row["pass"] is None
+
+
+def test_the_report_shows_each_strategys_ladder_and_its_knee() -> None:
+    step = {"rate": 4.0, "requests": 160, "failed": 1, "cached_ratio": 0.7, "ttft_p50": 0.3, "ttft_p90": 0.9,
+            "requests_per_second": 3.9}  # fmt: skip
+    result = {
+        "slots": 2, "runs": 3, "workloads": [], "figures": {}, "goals": [],
+        "trace": {
+            "title": "(e) trace", "cache_ram_mib": 4, "step_seconds": 40.0, "unloaded_p90": 0.45,
+            "strategies": {"prefix-aware": {"unloaded": {**step, "rate": 1.0}, "steps": [step]}},
+            "knees": {"prefix-aware": {"knee": 4.0, "bound": 0.9, "first_over": None, "censored": True}},
+        },
+    }  # fmt: skip
+    text = report(result)
+    assert "| prefix-aware | 4 | 160 | 0.30 s | 0.90 s | 0.70 | 3.90 | 1 |" in text
+    assert "| prefix-aware | 1 (unloaded) |" in text
+    assert "| prefix-aware | >= 4 | 0.90 s |" in text
+
+
+def test_the_workloads_scenario_12_can_select_are_the_ones_it_runs() -> None:
+    assert (*(w.name for w in WORKLOADS), TRACE.name) == ROUTING_WORKLOADS
+
+
+def test_an_unknown_workload_or_a_falling_ladder_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BENCH_SERVING_WORKLOADS", "trace traces")
+    with pytest.raises(SystemExit, match=r"BENCH_SERVING_WORKLOADS \['traces'\]"):
+        Settings.from_env()
+    monkeypatch.setenv("BENCH_SERVING_WORKLOADS", "trace, unique")
+    assert Settings.from_env().serving_workloads == ("unique", "trace")
+    monkeypatch.setenv("BENCH_TRACE_RATES", "2 8 4")
+    with pytest.raises(SystemExit, match="BENCH_TRACE_RATES must rise"):
+        Settings.from_env()
