@@ -3,12 +3,16 @@ sizes, the same prompts for every strategy, the trace workload's arrivals and kn
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import random
 import statistics
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from suite.routing_bench import (
     KV_BYTES_PER_TOKEN,
     MIB,
@@ -22,8 +26,10 @@ from suite.routing_bench import (
     WORKLOADS,
     Outcome,
     Sample,
+    TraceRequest,
     arrivals,
     common_unloaded,
+    drive_trace,
     figures,
     goals,
     knee,
@@ -304,3 +310,65 @@ def test_an_unknown_workload_or_a_falling_ladder_is_refused_naming_the_variable(
     monkeypatch.setenv("BENCH_TRACE_RATES", "2 8 4")
     with pytest.raises(SystemExit, match="BENCH_TRACE_RATES must rise"):
         Settings.from_env()
+
+
+class _Engine:
+    """A stand-in engine streaming a one-token answer with its usage; it answers nothing until `hold` requests
+    are in, and never answers a prompt containing `never`."""
+
+    def __init__(self, hold: int) -> None:
+        self.hold, self.received, self.all_in = hold, 0, asyncio.Event()
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.received += 1
+        if self.received >= self.hold:
+            self.all_in.set()
+        if "never" in body["messages"][-1]["content"]:
+            await asyncio.Event().wait()
+        await self.all_in.wait()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        usage = {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 4}}
+        for chunk in ({"choices": [{"delta": {"content": "x"}}]}, {"choices": [], "usage": usage}):
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
+async def _serve(engine: _Engine) -> TestServer:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", engine.chat)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server
+
+
+def _request(at: float, text: str) -> TraceRequest:
+    return TraceRequest(at, "document", "document-0", [{"role": "user", "content": text}])
+
+
+async def test_the_trace_sends_each_request_at_its_time_whatever_is_still_in_flight() -> None:
+    engine = _Engine(hold=3)  # answers none until all three are in: a client waiting on answers would time out
+    server = await _serve(engine)
+    try:
+        url = str(server.make_url("")).rstrip("/")
+        requests = [_request(at, "q") for at in (0.0, 0.01, 0.02)]
+        outcome = await drive_trace(url, requests, max_tokens=1, request_seconds=10.0)
+    finally:
+        await server.close()
+    assert [(s.ok, s.prompt_tokens, s.cached_tokens) for s in outcome.samples] == [(True, 10, 4)] * 3
+    assert all(s.ttft > 0 for s in outcome.samples)
+
+
+async def test_a_trace_request_unanswered_in_its_time_fails_and_counts_as_that_time() -> None:
+    engine = _Engine(hold=1)
+    server = await _serve(engine)
+    try:
+        url = str(server.make_url("")).rstrip("/")
+        outcome = await drive_trace(url, [_request(0.0, "q"), _request(0.0, "never")], 1, request_seconds=0.5)
+    finally:
+        await server.close()
+    assert [s.ok for s in outcome.samples] == [True, False]
+    assert outcome.samples[1].error
+    assert step_figures(outcome, rate=2.0, timeout=0.5)["ttft_p90"] == 0.5
