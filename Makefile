@@ -290,7 +290,7 @@ bench-growth: install $(BENCH_STAMP) cluster-bins ## Cost per Playground at N = 
 	BENCH_SCENARIOS=growth $(PY) bench/run.py
 
 .PHONY: bench-serving
-bench-serving: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Routing strategies side by side on the real node: cached tokens against the ceiling, prefill, TTFT (~15 min).
+bench-serving: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Routing strategies side by side on the real node: cached tokens against the ceiling, prefill, TTFT, the trace's knees (~30 min).
 	BENCH_SCENARIOS=routing $(PY) bench/run.py
 
 .PHONY: bench-autoscale
