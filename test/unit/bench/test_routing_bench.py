@@ -295,6 +295,14 @@ def test_the_report_shows_each_strategys_ladder_and_its_knee() -> None:
     assert "| prefix-aware | >= 4 | 0.90 s |" in text
 
 
+def test_a_trace_that_failed_is_reported_with_its_error_and_its_goal_is_not_judged() -> None:
+    result: dict[str, Any] = {"workloads": [], "figures": {}, "goals": goals({})}
+    result["trace_error"] = "TimeoutError: 4 ready endpoints not reached"
+    text = report(result)
+    assert "failed, TimeoutError: 4 ready endpoints not reached" in text
+    assert "| (e) trace workload, knee, prefix-aware / kube-proxy >= 2 | - | n/a |" in text
+
+
 def test_the_workloads_scenario_12_can_select_are_the_ones_it_runs() -> None:
     assert (*(w.name for w in WORKLOADS), TRACE.name) == ROUTING_WORKLOADS
 
