@@ -22,6 +22,9 @@ Invariants:
   endpoints already tried excluded; it is between the scheduler's `pre_request` (counted in flight, recorded by
   the scheduler's plugins) and `post_response` (released, with the prompt's usage when the engine reported it),
   however it ends (`try`/`finally`).
+- To an engine that reuses a cached prompt serially (`engines.PromptReuse.SERIAL`: llama.cpp), a request whose
+  pick is serving another attempt of its prefix first waits for that attempt to end, at most what recomputing
+  the prompt costs (`Scheduler.hold`, `routing.holds`), and is then scheduled again; once per request.
 - A streamed request to an engine whose rule says so (`engines.Engine.close_after_stream`: llama.cpp, and an
   engine not known) goes on a connection of its own, closed at its end (`Connection: close`): llama.cpp closes a
   connection after a stream while its headers still say keep-alive, so a pooled one would lose the next request.
@@ -262,7 +265,14 @@ class Proxy:
         tried: set[Endpoint] = set()
         failure: errors.OpenAIError | None = None
         attempt = routed
+        held = False
         while len(tried) < attempts and (endpoint := self._pick(scheduler, attempt, len(tried) + 1)) is not None:
+            if not held and engine_of is not None and engine_of(endpoint).prompt_reuse is engines.PromptReuse.SERIAL:
+                held = True  # once per request: behind another attempt of its prefix there, then scheduled again
+                if await scheduler.hold(attempt, endpoint):
+                    endpoint = self._pick(scheduler, attempt, len(tried) + 1)
+                    if endpoint is None:
+                        break
             tried.add(endpoint)
             last = len(tried) == attempts or len(tried) == len(set(routed.candidates))
             exchange.endpoint, exchange.attempts = endpoint, len(tried)

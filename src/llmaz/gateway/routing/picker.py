@@ -63,6 +63,7 @@ from typing import Any, Final
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights, routing_override
 from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.filters import DEFAULT_LOAD_FACTOR, HoldsAdapter, Untried, WithinBound
+from llmaz.gateway.routing.holds import PrefixHolds
 from llmaz.gateway.routing.homes import PrefixHomes
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import AdapterSignals, LoadSignals
@@ -282,7 +283,8 @@ class PrefixAware(Scheduler):
 
         filters:  HoldsAdapter, Untried, WithinBound(load_factor)
         order:    the prefix's home, then the ring of the candidates (`Rings`) from the request's ring key
-        hooks:    PrefixHomes (records a new prefix's home)
+        hooks:    PrefixHomes (records a new prefix's home), PrefixHolds (attempts in flight per prefix)
+        holds:    PrefixHolds (`Scheduler.hold`: for engines that reuse a prompt serially)
         scorers:  Queue x queue weight, FreeCapacity x utilisation weight, PrefixMatch x prefix weight
         picker:   MaxScore (ties: ring order; keyless, at random)
 
@@ -302,16 +304,18 @@ class PrefixAware(Scheduler):
         adapters: AdapterSignals | None = None,
         prefix_match: PrefixMatch | None = None,
         homes: PrefixHomes | None = None,
+        prefix_holds: PrefixHolds | None = None,
         corrected: Callable[[str], None] | None = None,
     ) -> None:
-        """`index`, `rings`, `homes` and `prefix_match` may be shared by schedulers of different weights: they learn
-        from the same traffic. `corrected(model)` is called each time the engine's usage corrects the index
-        (`scorers.PrefixMatch`)."""
+        """`index`, `rings`, `homes`, `prefix_holds` and `prefix_match` may be shared by schedulers of different
+        weights: they learn from the same traffic. `corrected(model)` is called each time the engine's usage
+        corrects the index (`scorers.PrefixMatch`)."""
         self.weights = weights or RoutingWeights()
         self.load_factor = load_factor
         self.index = index or PrefixIndex()
         self.rings = rings or Rings(self.index)
         self.homes = PrefixHomes(self.rings) if homes is None else homes
+        self.prefix_holds = PrefixHolds() if prefix_holds is None else prefix_holds
         self.prefix_match = prefix_match or PrefixMatch(self.index, corrected, self._found)
         self._rng = rng or random.Random()
         self._adapters = adapters
@@ -327,7 +331,8 @@ class PrefixAware(Scheduler):
             picker=MaxScore(self._rng),
             signals=signals,
             order=self.homes,
-            hooks=[self.homes],
+            hooks=[self.homes, self.prefix_holds],
+            holds=self.prefix_holds,
         )
 
     def _found(self, request: Request, endpoint: Endpoint) -> None:
@@ -347,6 +352,7 @@ class PrefixAware(Scheduler):
             adapters=self._adapters,
             prefix_match=self.prefix_match,
             homes=self.homes,
+            prefix_holds=self.prefix_holds,
         )
 
 

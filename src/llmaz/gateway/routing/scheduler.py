@@ -3,6 +3,8 @@
     Request -> filters -> [ring order] -> scorers x weights -> picker -> Decision (the pick, then fallbacks)
     pre_request(request, endpoint)          before each attempt: counted in flight, plugins record it
     post_response(request, endpoint, usage) after each attempt, however it ended: released, plugins hear how it went
+    hold(request, endpoint)                 before an attempt to an engine that reuses prompts serially: waits
+                                            while that endpoint serves the request's prefix (`holds`)
 
 The strategies (`llmaz.apis.routing`) are configurations of this one Scheduler, lists of plugins and weights:
 `balancer.LeastOutstanding` and `picker.PrefixAware`. The plugins are `filters` (narrow the candidates) and
@@ -163,6 +165,12 @@ class Scorer(Plugin):
         raise NotImplementedError
 
 
+class Holds(Protocol):
+    """What holds a request behind another attempt of its prefix (`holds.PrefixHolds`)."""
+
+    async def wait(self, request: Request, endpoint: Endpoint) -> bool: ...
+
+
 class Picker(Protocol):
     def rank(self, positions: list[int], totals: list[float], ordered: bool) -> list[int]:
         """`positions` best first by `totals`; `ordered`: ties go to the earlier (else as the picker breaks them)."""
@@ -208,9 +216,11 @@ class Scheduler:
         signals: LoadSignals | None = None,
         order: Order | None = None,
         hooks: Sequence[Plugin] = (),
+        holds: Holds | None = None,
     ) -> None:
         """`scorers` are (scorer, weight) pairs, summed in this order; `order`: the order keyed requests' candidates
-        are scored in; `hooks`: other plugins told of every attempt (after the filters and scorers)."""
+        are scored in; `hooks`: other plugins told of every attempt (after the filters and scorers); `holds`: what
+        `hold` waits on."""
         self.strategy = strategy
         self.in_flight = in_flight
         self.signals: LoadSignals = signals or NoSignals()
@@ -218,6 +228,7 @@ class Scheduler:
         self.scorers = tuple(scorers)
         self.picker = picker
         self.order = order
+        self.holds = holds
         self.needs_key = order is not None or any(scorer.needs_key for scorer, _ in self.scorers)
         self._plugins: tuple[Plugin, ...] = (*self.filters, *(scorer for scorer, _ in self.scorers), *hooks)
 
@@ -242,6 +253,12 @@ class Scheduler:
                 totals[k] += weight * value
         ranked = self.picker.rank(positions, totals, ordered)
         return Decision(tuple(request.candidates[i] for i in ranked))
+
+    async def hold(self, request: Request, endpoint: Endpoint) -> bool:
+        """Wait while `endpoint` serves another attempt of the request's prefix, for an engine that reuses a cached
+        prompt serially (the caller knows the engine), at most what recomputing costs: whether it waited, and the
+        request should be scheduled again. Nothing to wait on without `holds`."""
+        return False if self.holds is None else await self.holds.wait(request, endpoint)
 
     def pre_request(self, request: Request, endpoint: Endpoint) -> None:
         """Before an attempt to `endpoint`: it counts in flight, and the plugins record it."""

@@ -1,0 +1,158 @@
+"""Holding a request briefly behind another of its prefix, for engines that reuse a cached prompt serially.
+
+llama.cpp keeps a prompt in the slot that computed it, or restores it from its host cache into one slot, moving it
+out of the cache: a second request of the same prefix sent while the first runs finds no copy and prefills the
+whole prompt again, wherever it goes, and where it goes it pushes another prefix out of the cache. Waiting for the
+first to end costs its remaining time; recomputing costs the prompt's whole prefill. So, for an engine whose reuse
+is serial (`engines.PromptReuse.SERIAL`), a request whose pick is already serving an attempt of the request's
+prefix waits until that attempt ends, at most the hold deadline, and is then scheduled again.
+
+The deadline is what recomputing costs, learned from the engines' own answers: per model, the mean time of an
+attempt that found little of its prompt cached, less that of one that found most of it (exponentially weighted,
+ALPHA), clamped to [MIN_HOLD, MAX_HOLD]; DEFAULT_HOLD until both are known. Waiting longer than that is worse than
+recomputing at once.
+
+A prefix is the request's ring key (`prefix.RoutingKey.ring`): a system prompt's requests, a conversation's turns.
+Waiters of one (endpoint, prefix) are released one per ended attempt, oldest first. A request is held at most once.
+Memory: at most TRACKED_ATTEMPTS attempts followed (the oldest let go past that), one future per waiting request,
+one pair of means per model (at most MAX_MODELS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from llmaz.gateway.routing.routes import Endpoint
+from llmaz.gateway.routing.scheduler import Plugin, PromptUsage, Request
+
+DEFAULT_HOLD: Final = 1.0
+MIN_HOLD: Final = 0.05
+MAX_HOLD: Final = 10.0
+ALPHA: Final = 0.2
+# "Little" and "most" of a prompt cached: the attempts whose times tell what a recompute costs.
+MISS_SHARE: Final = 0.25
+HIT_SHARE: Final = 0.75
+MAX_MODELS: Final = 1024
+# Attempts followed at once: the gateway's default bound on client connections.
+TRACKED_ATTEMPTS: Final = 4096
+
+
+@dataclass(slots=True)
+class _Means:
+    miss: float | None = None
+    hit: float | None = None
+
+    def add(self, hit: bool, seconds: float) -> None:
+        old = self.hit if hit else self.miss
+        new = seconds if old is None else old + ALPHA * (seconds - old)
+        if hit:
+            self.hit = new
+        else:
+            self.miss = new
+
+
+class PrefixHolds(Plugin):
+    """Attempts in flight per (endpoint, prefix), and the requests waiting behind them (see the module docstring)."""
+
+    name = "prefix-holds"
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._busy: dict[tuple[Endpoint, int], int] = {}
+        self._waiting: dict[tuple[Endpoint, int], deque[asyncio.Future[None]]] = {}
+        # Attempts in flight, oldest first: their (endpoint, prefix) and when they were sent.
+        self._open: OrderedDict[tuple[int, Endpoint], tuple[tuple[Endpoint, int], float]] = OrderedDict()
+        self._means: OrderedDict[str, _Means] = OrderedDict()
+
+    def busy(self, request: Request, endpoint: Endpoint) -> bool:
+        """Whether `endpoint` is serving an attempt of the request's prefix."""
+        return request.key is not None and (endpoint, request.key.ring) in self._busy
+
+    def deadline(self, model: str) -> float:
+        """How long a request of `model` may wait behind its prefix: what recomputing costs (module docstring)."""
+        means = self._means.get(model)
+        if means is None or means.miss is None or means.hit is None:
+            return DEFAULT_HOLD
+        return min(MAX_HOLD, max(MIN_HOLD, means.miss - means.hit))
+
+    async def wait(self, request: Request, endpoint: Endpoint) -> bool:
+        """Wait while `endpoint` serves an attempt of the request's prefix, until one ends or the deadline passes:
+        whether it waited at all (False at once when none is in flight)."""
+        if request.key is None or not self.busy(request, endpoint):
+            return False
+        slot = (endpoint, request.key.ring)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._waiting.setdefault(slot, deque())
+        queue.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), self.deadline(request.model))
+        except TimeoutError:
+            pass
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+            if waiter in queue:
+                queue.remove(waiter)
+            if not queue and self._waiting.get(slot) is queue:
+                del self._waiting[slot]
+        return True
+
+    def waiting(self) -> int:
+        """Requests waiting behind a prefix, over every endpoint."""
+        return sum(len(queue) for queue in self._waiting.values())
+
+    def pre_request(self, request: Request, endpoint: Endpoint) -> None:
+        if request.key is None:
+            return
+        slot = (endpoint, request.key.ring)
+        attempt = (id(request), endpoint)
+        self._end(attempt)
+        self._busy[slot] = self._busy.get(slot, 0) + 1
+        self._open[attempt] = (slot, self._clock())
+        while len(self._open) > TRACKED_ATTEMPTS:  # attempts that never end (`Scheduler.pick`) are let go
+            self._end(next(iter(self._open)))
+
+    def post_response(self, request: Request, endpoint: Endpoint, usage: PromptUsage | None) -> None:
+        ended = self._end((id(request), endpoint))
+        if ended is not None and usage is not None:
+            self._learn(request.model, usage, self._clock() - ended)
+
+    def _end(self, attempt: tuple[int, Endpoint]) -> float | None:
+        """The attempt no longer counts, and the oldest request waiting behind its prefix goes; when it was sent."""
+        found = self._open.pop(attempt, None)
+        if found is None:
+            return None
+        slot, started = found
+        left = self._busy[slot] - 1
+        if left:
+            self._busy[slot] = left
+        else:
+            del self._busy[slot]
+        queue = self._waiting.get(slot)
+        while queue:
+            waiter = queue.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+        return started
+
+    def _learn(self, model: str, usage: PromptUsage, seconds: float) -> None:
+        prompt, cached = usage.prompt_tokens, usage.cached_tokens
+        if not isinstance(prompt, int) or not isinstance(cached, int) or prompt <= 0 or not 0 <= cached <= prompt:
+            return
+        share = cached / prompt
+        if MISS_SHARE < share < HIT_SHARE:
+            return
+        means = self._means.get(model)
+        if means is None:
+            means = self._means[model] = _Means()
+            while len(self._means) > MAX_MODELS:
+                self._means.popitem(last=False)
+        else:
+            self._means.move_to_end(model)
+        means.add(share >= HIT_SHARE, seconds)
