@@ -22,6 +22,7 @@ from .serving import (
     credentials,
     gateway_events,
     gateway_url,
+    lb_url,
     paced,
     routable,
     served,
@@ -43,12 +44,16 @@ def serve(e2e: Environment, namespace: str, name: str, model: str, store: Object
     routable(e2e, model)
 
 
+@pytest.mark.parametrize("target", ["gateway", "lb"], ids=["through-the-gateway", "straight-to-the-lb-service"])
 def test_a_model_asked_every_3_seconds_never_sleeps_with_a_20_second_idle_time(
-    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore, target: str
 ) -> None:
+    """Through the gateway, or straight to the model's `-lb` Service, which the gateway never sees: the engines'
+    own work keeps the model awake either way."""
     model = models.new("steady")
     serve(e2e, namespace, "steady", model, object_store, idle="20s")
-    with paced(gateway_url(e2e), model, period=3.0) as client:
+    url = gateway_url(e2e) if target == "gateway" else lb_url(e2e, namespace, "steady")
+    with paced(url, model, period=3.0) as client:
         eventually(lambda: len(client.answers) >= 21, within=120, what="a minute of requests every 3 s")
     print(f"\n{len(client.answers)} requests, one every 3 s:\n{client.timeline()}")
     assert [a.status for a in client.answers] == [200] * len(client.answers), client.timeline()
