@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from llmaz.apis.routing import PREFIX_AWARE, RoutingWeights
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.inflight import InFlight
-from llmaz.gateway.routing.picker import PrefixAware, PrefixIndex, RoutingOptions
+from llmaz.gateway.routing.picker import MIN_CAPACITY_BLOCKS, PrefixAware, PrefixIndex, RoutingOptions
 from llmaz.gateway.routing.prefix import MAX_BLOCKS, RoutingKey
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import PromptUsage, Request
@@ -126,6 +126,47 @@ def test_a_prompt_the_key_may_not_cover_is_corrected_only_when_nothing_was_cache
         traffic.send(A, long)
         traffic.send(A, long, PromptUsage(50_000, cached))
         assert traffic.corrected == corrections
+
+
+# The index bounded by what the engine holds
+
+
+def test_after_a_correction_an_endpoint_keeps_no_more_than_its_engine_showed_it_holds() -> None:
+    index = PrefixIndex(blocks=1000)
+    prompts = [tuple(range(n * 100, n * 100 + 50)) for n in range(6)]  # 6 prompts of 50 blocks
+    for prompt in prompts[:4]:
+        index.record(A, prompt)
+    assert index.capacity(A) == 1000
+    # The engine lost the first two: what is left (100 blocks) is about what it holds.
+    assert index.forget_through(A, index.recorded_at(A, prompts[1][0]) or 0) == 100
+    assert index.capacity(A) == 100
+    for prompt in prompts[4:]:
+        index.record(A, prompt)
+    assert [index.match(A, prompt) for prompt in prompts] == [0, 0, 0, 0, 50, 50]  # the oldest go first now
+    assert index.capacity(B) == 1000  # another endpoint keeps its own
+
+
+def test_a_capacity_never_falls_below_one_prompts_worth_and_grows_back_as_answers_show_more_cached() -> None:
+    index = PrefixIndex(blocks=1000)
+    index.record(A, tuple(range(10)))
+    index.record(A, tuple(range(100, 110)))
+    index.forget_through(A, index.recorded_at(A, 0) or 0)
+    assert index.capacity(A) == MIN_CAPACITY_BLOCKS
+    index.grow(A, 100)
+    assert index.capacity(A) == MIN_CAPACITY_BLOCKS + 100
+    index.grow(A, 10_000)
+    assert index.capacity(A) == 1000
+
+
+def test_an_answer_with_more_cached_than_predicted_raises_the_endpoints_capacity() -> None:
+    traffic = settled()
+    index = traffic.scheduler.index
+    traffic.send(A, NEW, usage(len(NEW), 0))  # a correction: A's capacity falls to what is left
+    lowered = index.capacity(A)
+    assert lowered < index.max_blocks
+    other = tuple(range(201, 209))
+    traffic.send(A, other, usage(len(other), len(other)))  # all of it cached, though none was predicted
+    assert index.capacity(A) == lowered + len(other)
 
 
 def test_a_correction_that_fails_does_not_fail_the_attempt() -> None:

@@ -77,6 +77,8 @@ RING_POINTS: Final = 256
 # An endpoint's index: 8,192 blocks of 64 characters, about 130,000 tokens, the order of an engine's KV cache.
 PREFIX_BLOCKS: Final = 8192
 PREFIX_ENDPOINTS: Final = 128
+# The least an endpoint's entry keeps after a correction: ~1,000 tokens, one prompt in one slot.
+MIN_CAPACITY_BLOCKS: Final = 64
 # Points of the rings kept built, over every candidate set (models, adapter holder sets, a model's set while its
 # endpoints change): 12 bytes each, ~6 MiB, 2,048 endpoints' worth (e.g. 256 models of 8 endpoints).
 CACHED_RING_POINTS: Final = 2048 * RING_POINTS
@@ -96,13 +98,34 @@ class PrefixIndex:
     Each entry keeps when it was recorded (`recorded_at`, a count of `record` calls that only grows), so an
     endpoint's entries are in the order of their stamps, oldest first. `forget_through` drops an endpoint's oldest
     entries, up to a stamp: the same cut the LRU makes when it is full, so the invariant above holds after it.
+
+    An endpoint's entry is bounded by what its engine can hold, learned: a correction (`forget_through`) shows the
+    engine keeps about what is left, so the entry keeps no more than that from then on (at least
+    MIN_CAPACITY_BLOCKS); an answer with more cached than predicted (`grow`) raises it again, up to `blocks`.
+    Otherwise the index would keep routing to prompts the engine evicted long ago, one miss at a time.
     """
 
     def __init__(self, blocks: int = PREFIX_BLOCKS, endpoints: int = PREFIX_ENDPOINTS) -> None:
         self.max_blocks = blocks
         self.max_endpoints = endpoints
         self._held: OrderedDict[Endpoint, OrderedDict[int, int]] = OrderedDict()
+        self._capacity: dict[Endpoint, int] = {}
         self._stamp = 0
+
+    def capacity(self, endpoint: Endpoint) -> int:
+        """The blocks the endpoint's entry keeps at most: `max_blocks` until a correction showed the engine holds
+        fewer (`forget_through`), growing back as answers show it holds more (`grow`)."""
+        return self._capacity.get(endpoint, self.max_blocks)
+
+    def grow(self, endpoint: Endpoint, blocks: int) -> None:
+        """The engine showed `blocks` more cached than the entry predicted: it holds more than its capacity says."""
+        capacity = self._capacity.get(endpoint)
+        if capacity is None or blocks <= 0:
+            return
+        if capacity + blocks >= self.max_blocks:
+            del self._capacity[endpoint]
+        else:
+            self._capacity[endpoint] = capacity + blocks
 
     def match(self, endpoint: Endpoint, blocks: Sequence[int]) -> int:
         """How many of `blocks`, from the first, the endpoint holds."""
@@ -131,7 +154,8 @@ class PrefixIndex:
         for block in reversed(blocks[: self.max_blocks]):
             held[block] = stamp
             held.move_to_end(block)
-        while len(held) > self.max_blocks:
+        capacity = self._capacity.get(endpoint, self.max_blocks)
+        while len(held) > capacity:
             held.popitem(last=False)
 
     @property
@@ -154,15 +178,20 @@ class PrefixIndex:
                 break
             del held[block]
             forgotten += 1
+        if forgotten and held is not None:  # the engine holds what is left, not more: keep no more than that
+            self._capacity[endpoint] = min(self.max_blocks, max(MIN_CAPACITY_BLOCKS, len(held)))
         return forgotten
 
     def forget(self, endpoint: Endpoint) -> None:
         self._held.pop(endpoint, None)
+        self._capacity.pop(endpoint, None)
 
     def retain(self, endpoints: Collection[Endpoint]) -> None:
         """Drop every endpoint not in `endpoints` (those that left)."""
         for endpoint in [e for e in self._held if e not in endpoints]:
             del self._held[endpoint]
+        for endpoint in [e for e in self._capacity if e not in endpoints]:
+            del self._capacity[endpoint]
 
     def endpoints(self) -> list[Endpoint]:
         return list(self._held)

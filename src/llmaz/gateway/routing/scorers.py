@@ -31,7 +31,8 @@ The attempt's own blocks stay: they were recorded again before it, and the engin
 - The other way round: an answer with clearly more cached than predicted (by CORRECTION_MIN_BLOCKS and by
   CORRECTION_SHARE of the prompt's blocks), at least half of the prompt, shows that the engine holds a prefix this
   replica did not send there (another gateway replica did). `found` is told, so the prefix's home can move there
-  (`homes.PrefixHomes.adopt`).
+  (`homes.PrefixHomes.adopt`). Any surplus of CORRECTION_MIN_BLOCKS or more raises the endpoint's learned capacity
+  in the index (`PrefixIndex.grow`), which a correction lowered to what was left.
 - A correction never raises: it runs on the data path. At most TRACKED_ATTEMPTS attempts are followed; the
   oldest are dropped (never corrected) past that, e.g. attempts of `Scheduler.pick` that never end.
 
@@ -109,6 +110,8 @@ class BlockIndex(Protocol):
     def recorded_at(self, endpoint: Endpoint, block: int) -> int | None: ...
 
     def forget_through(self, endpoint: Endpoint, stamp: int) -> int: ...
+
+    def grow(self, endpoint: Endpoint, blocks: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +224,8 @@ class PrefixMatch(Scorer):
         if confirmed is None:
             return
         surplus = confirmed - sent.predicted
+        if surplus >= CORRECTION_MIN_BLOCKS:  # the engine holds more than the index keeps for it
+            self.index.grow(endpoint, surplus)
         if (
             self.found is not None
             and 2 * confirmed >= blocks
