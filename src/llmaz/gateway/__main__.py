@@ -449,8 +449,18 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
     if autoscaling is not None:
         engine_load: LoadSignals = signals or NoSignals()
         metrics_of_autoscaler = AutoscalerMetrics(metrics.registry)
+        held = None if gateway.flow is None else gateway.flow.held  # what flow control holds is load too
         manager.add(
-            Autoscaler(catalog, manager.client, recorder, engine_load, in_flight, autoscaling, metrics_of_autoscaler)
+            Autoscaler(
+                catalog,
+                manager.client,
+                recorder,
+                engine_load,
+                in_flight,
+                autoscaling,
+                metrics_of_autoscaler,
+                held=held,
+            )
         )
     if args.metrics_bind_address != "0":
         manager.add(MetricsServer(args.metrics_bind_address, secure=False, registry=metrics.registry))

@@ -122,7 +122,7 @@ class Setup:
         self.metrics = AutoscalerMetrics(self.registry)  # shared by this setup's replicas, for the test to read
         self.scale = PlaygroundScale(cast(Client, self.api), cast(EventRecorder, self.events))
 
-    def autoscaler(self, identity: str = "a", **options: Any) -> Autoscaler:
+    def autoscaler(self, identity: str = "a", held: Callable[[str], int] | None = None, **options: Any) -> Autoscaler:
         return Autoscaler(
             self.catalog,
             cast(Client, self.api),
@@ -132,6 +132,7 @@ class Setup:
             AutoscalerOptions(lease_namespace="gw", identity=identity, **options),
             self.metrics,
             clock=self.clock,
+            held=held,
         )
 
     def gauge(self, name: str, **labels: str) -> float | None:
@@ -372,3 +373,45 @@ async def test_it_decides_every_interval(interval: float) -> None:
     async with started(autoscaler):
         await eventually(s.clock.stepping(lambda: len(ticks) >= 4), WAIT, "four decisions")
     assert [round(b - a, 6) for a, b in itertools.pairwise(ticks)][:3] == [interval] * 3
+
+
+async def test_requests_flow_control_holds_for_the_model_count_as_load() -> None:
+    # The engines report 20 (10 each, the target): flow control holds 25 more in this gateway, which the engines
+    # do not see. 45 requests want 5 replicas.
+    s = Setup(autoscaled(replicas=2))
+    s.signals.loads = {E1: load(8, 2), E2: load(8, 2)}
+    held = {"m": 25}
+    autoscaler = s.autoscaler(held=lambda model: held.get(model, 0))
+    assert autoscaler.load(f"{NAMESPACE}/p", autoscaled()) == (45, 2)
+    await autoscaler.tick(s.scale)
+    assert s.api.scaled == [("p", 5)]
+    assert s.events.recorded[0][2:] == (
+        "ScaledUp",
+        "Scaled from 2 to 5 replicas: load 45 over the panic window, target 10 per replica",
+    )
+
+
+async def test_held_requests_are_load_while_no_replica_is_ready_yet() -> None:
+    # One replica starting, none ready: 30 requests held in the flow queue meanwhile want 3 replicas at once.
+    s = Setup(autoscaled(replicas=1), endpoints=())
+    autoscaler = s.autoscaler(held=lambda model: 30 if model == "m" else 0)
+    assert autoscaler.load(f"{NAMESPACE}/p", autoscaled()) == (30, 0)
+    await autoscaler.tick(s.scale)
+    assert s.api.scaled == [("p", 3)]
+    assert s.gauge("signal_missing", playground=f"{NAMESPACE}/p") == 0
+
+
+async def test_held_requests_are_shared_evenly_between_the_playgrounds_serving_the_model() -> None:
+    s = Setup(autoscaled("p", replicas=1), autoscaled("q", replicas=1), endpoints=(E1,))
+    s.signals.loads = {E1: load(0)}
+    autoscaler = s.autoscaler(held=lambda model: 30 if model == "m" else 0)
+    assert autoscaler.load(f"{NAMESPACE}/p", autoscaled("p")) == (15, 1)
+    assert autoscaler.load(f"{NAMESPACE}/q", autoscaled("q")) == (15, 1)
+
+
+async def test_nothing_held_leaves_the_load_as_the_engines_say_and_unknown_without_them() -> None:
+    s = Setup(autoscaled(replicas=3), endpoints=())
+    autoscaler = s.autoscaler(held=lambda model: 0)
+    assert autoscaler.load(f"{NAMESPACE}/p", autoscaled()) == (None, 0)
+    await autoscaler.tick(s.scale)
+    assert s.api.scaled == []

@@ -236,3 +236,48 @@ async def test_a_waiter_given_its_turn_and_gone_before_it_was_sent_passes_the_tu
     await asyncio.gather(first, return_exceptions=True)
     ticket = await asyncio.wait_for(second, 5)
     assert ticket.queued
+
+
+async def test_a_model_without_endpoints_holds_its_waiters_until_they_come_then_dispatches_by_band() -> None:
+    s = Setup(ttl=30)
+    s.endpoints = []
+    low = asyncio.create_task(s.flow.wait("m", 1, "a", 10, ttl=300))
+    await queued(s.flow, "m", 1)
+    high = asyncio.create_task(s.flow.wait("m", 8, "b", 10, ttl=300))
+    await queued(s.flow, "m", 2)
+    assert s.flow.held("m") == 2
+    s.clock.step(100)  # past the queue's TTL, within their own
+    s.flow.pump("m")
+    assert [w.band for w in s.flow.queued("m")] == [8, 1]
+    s.endpoints = [A]
+    s.signals.loads[A] = EngineLoad(running=8, waiting=3, observed_at=s.clock.now())  # room for one
+    s.flow.pump("m")
+    first = await high
+    assert (first.band, first.waited) == (8, 100)
+    assert not low.done()
+    assert s.flow.held("m") == 2  # one given its turn, not yet sent, and one queued
+    first.sent()
+    assert s.flow.held("m") == 1
+    low.cancel()
+    await asyncio.gather(low, return_exceptions=True)
+    assert s.flow.held("m") == 0
+
+
+async def test_a_waiter_with_its_own_ttl_expires_then_and_not_at_the_queues() -> None:
+    s = Setup(ttl=30)
+    s.endpoints = []
+    waking = asyncio.create_task(s.flow.wait("m", 5, "a", 10, ttl=120))
+    await queued(s.flow, "m", 1)
+    s.clock.step(60)
+    s.flow.pump("m")
+    assert not waking.done()
+    s.clock.step(60)
+    s.flow.pump("m")
+    with pytest.raises(ShedError) as shed:
+        await waking
+    assert (shed.value.reason, shed.value.waited) == (NO_ENDPOINT, 120)
+
+
+async def test_a_wait_with_a_ttl_that_is_not_positive_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="ttl must be a positive number of seconds, got 0"):
+        await Setup().flow.wait("m", 5, "a", 10, ttl=0)

@@ -166,3 +166,35 @@ def test_the_priority_header_is_a_small_integer_lowered_to_the_keys_priority() -
 def test_a_priority_that_is_not_an_integer_from_0_to_9_is_refused_saying_the_range(value: str) -> None:
     with pytest.raises(PriorityError, match="an integer from 0 to 9"):
         parse_priority(value)
+
+
+def test_a_waiter_with_its_own_ttl_expires_at_its_own_deadline_not_the_queues() -> None:
+    queue = FlowQueue(max_size=10, ttl=30)
+    waking = Waiter(5, "a", 100, 0.0, ttl=300)
+    plain = waiter(tenant="a", at=10)
+    queue.push(waking)
+    queue.push(plain)
+    assert queue.next_deadline() == 40
+    assert queue.expire(40) == [plain]
+    assert queue.next_deadline() == 300
+    assert queue.expire(299.9) == []
+    assert queue.expire(300) == [waking]
+    assert len(queue) == 0
+    assert queue.next_deadline() is None
+
+
+def test_a_waiter_gone_before_its_deadline_is_neither_expired_nor_a_deadline() -> None:
+    queue = FlowQueue(max_size=10, ttl=30)
+    gone, taken, stays = waiter(tenant="a", at=0), waiter(tenant="b", at=1), waiter(tenant="c", at=2)
+    for w in (gone, taken, stays):
+        queue.push(w)
+    assert queue.remove(gone)
+    assert queue.pop() is taken
+    assert queue.next_deadline() == 32
+    assert queue.expire(100) == [stays]
+
+
+@pytest.mark.parametrize("ttl", [0.0, -1.0])
+def test_a_waiters_own_ttl_must_be_positive(ttl: float) -> None:
+    with pytest.raises(ValueError, match="a waiter's ttl must be a positive number of seconds"):
+        FlowQueue(max_size=10, ttl=30).push(Waiter(5, "a", 1, 0.0, ttl=ttl))

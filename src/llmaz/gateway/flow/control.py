@@ -2,7 +2,11 @@
 the model has room (`saturation`), by band, then fairly between tenants.
 
     try_admit(model, ...) -> Ticket | None    at once, when the model's queue is empty and it has room
-    await wait(model, ...) -> Ticket          queued; ShedError when shed (queue full) or expired (TTL)
+    await wait(model, ...) -> Ticket          queued; ShedError when shed (queue full) or expired (TTL); a
+                                              request held while its model gets a replica waits here too,
+                                              with its own TTL (`ttl`)
+    held(model) -> int                        requests of the model waiting here or given their turn and not
+                                              yet sent: load the engines do not see yet (the autoscaler's)
     ticket.sent()                             the request was sent to an engine (counted in flight there)
     ticket.finish(tokens)                     it ended: its tenant's count settled, the next waiters dispatched
     refresh()                                 new engine signals: every queue's waiters dispatched as room allows
@@ -18,6 +22,9 @@ Invariants:
   engine signals), and when a waiter's TTL ends (a timer per model, at the oldest waiter's deadline).
 - Nothing is lost: every queued request ends dispatched, shed (queue full: 429), expired (TTL: 429 while the model
   has endpoints, 503 when it has none), or removed when its client goes away (its task cancelled).
+- A model with no endpoint has no room: its waiters (requests held while it wakes from zero or its replicas start)
+  wait until it has endpoints, then leave in the queue's order like any others; whoever sees the endpoints come
+  calls `pump` (the gateway does, on routing's event).
 - Memory: a model's state exists only while it has waiters or pending grants.
 """
 
@@ -49,8 +56,8 @@ NO_ENDPOINT: Final = "no_endpoint"
 @dataclass(frozen=True, slots=True)
 class FlowOptions:
     enabled: bool = False
-    """Queue the requests of saturated models. Off by default: the request autoscaler does not count what it holds
-    as load yet."""
+    """Queue the requests of saturated models (and hold those of models getting a replica in the same queues). Off
+    by default until a tenancy benchmark on a real node has measured it."""
     saturation: SaturationOptions = field(default_factory=SaturationOptions)
     """When an endpoint is full (`saturation`)."""
     queue_size: int = DEFAULT_QUEUE_SIZE
@@ -176,11 +183,18 @@ class FlowControl:
         self._metrics.flow_waited(model, band, 0.0)
         return Ticket(self, model, band, tenant, cost)
 
-    async def wait(self, model: str, band: int, tenant: str, cost: int) -> Ticket:
-        """Queue the request and wait for its turn; ShedError when it is shed or expires. A cancelled wait (the client
-        went away) leaves the queue."""
+    def held(self, model: str) -> int:
+        """Requests of `model` held here: waiting in its queue, or given their turn and not yet sent."""
+        state = self._models.get(model)
+        return 0 if state is None else len(state.queue) + max(0, state.pending)
+
+    async def wait(self, model: str, band: int, tenant: str, cost: int, ttl: float | None = None) -> Ticket:
+        """Queue the request and wait for its turn; ShedError when it is shed or expires, after `ttl` seconds (the
+        queue's TTL when None). A cancelled wait (the client went away) leaves the queue."""
+        if ttl is not None and not ttl > 0:
+            raise ValueError(f"ttl must be a positive number of seconds, got {ttl}")
         state = self._state(model)
-        waiter = Waiter(band, tenant, cost, self._clock())
+        waiter = Waiter(band, tenant, cost, self._clock(), ttl)
         shed = state.queue.push(waiter)
         if shed is waiter:
             self._metrics.flow_shed(model, band, tenant, QUEUE_FULL)

@@ -12,12 +12,16 @@
 - **Bounded.** At most `max_size` waiters. A push onto a full queue sheds the newest waiter of the lowest band
   present, the arrival included: a higher band never loses its place to a lower one, and within the lowest band
   those already waiting keep theirs.
-- **TTL.** A waiter that has waited `ttl` seconds is taken out by `expire`; `pop` never hands one out.
-- Memory: the waiters, and one count per tenant with waiters in a band; a band's counts go with its last waiter.
+- **TTL.** A waiter that has waited its TTL is taken out by `expire`; `pop` never hands one out. The TTL is the
+  queue's `ttl`, or the waiter's own when it has one (a request held while its model wakes waits longer).
+- Memory: the waiters, one count per tenant with waiters in a band (a band's counts go with its last waiter), and
+  a heap of deadlines whose entries of waiters gone before their deadline are dropped once they outnumber the
+  waiters.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import deque
 from collections.abc import Iterator
@@ -26,14 +30,20 @@ from dataclasses import dataclass, field
 
 @dataclass(eq=False, slots=True)
 class Waiter:
-    """One request waiting: its band, its tenant ("" without API keys), its cost in tokens, when it arrived."""
+    """One request waiting: its band, its tenant ("" without API keys), its cost in tokens, when it arrived, and
+    its own TTL (None: the queue's)."""
 
     band: int
     tenant: str
     cost: int
     arrived: float
+    ttl: float | None = None
     seq: int = field(default=-1, init=False)
     """Its place in arrival order, set by `push`."""
+    deadline: float = field(default=0.0, init=False)
+    """When its TTL ends, set by `push`."""
+    queued: bool = field(default=False, init=False)
+    """Whether it is in the queue now."""
 
 
 @dataclass(slots=True)
@@ -74,6 +84,8 @@ class FlowQueue:
         self._bands: dict[int, _Band] = {}
         self._size = 0
         self._order = itertools.count()
+        self._deadlines: list[tuple[float, int, Waiter]] = []
+        """(deadline, seq, waiter) of every queued waiter, and of some gone since (skipped, then compacted)."""
 
     def __len__(self) -> int:
         return self._size
@@ -87,6 +99,8 @@ class FlowQueue:
     def push(self, waiter: Waiter) -> Waiter | None:
         """Queue `waiter`; when the queue was full, the waiter shed to make room (possibly `waiter` itself, which is
         then not queued), else None."""
+        if waiter.ttl is not None and not waiter.ttl > 0:
+            raise ValueError(f"a waiter's ttl must be a positive number of seconds, got {waiter.ttl}")
         waiter.seq = next(self._order)
         shed = None
         if self._size >= self.max_size:
@@ -97,6 +111,9 @@ class FlowQueue:
             self.remove(shed)
         self._bands.setdefault(waiter.band, _Band()).add(waiter)
         self._size += 1
+        waiter.queued = True
+        waiter.deadline = waiter.arrived + (self.ttl if waiter.ttl is None else waiter.ttl)
+        heapq.heappush(self._deadlines, (waiter.deadline, waiter.seq, waiter))
         return shed
 
     def pop(self) -> Waiter | None:
@@ -109,7 +126,7 @@ class FlowQueue:
         tenant = band.next_tenant()
         waiter = band.waiting[tenant].popleft()
         band.served[tenant] += waiter.cost
-        self._taken(number, band, tenant)
+        self._taken(number, band, tenant, waiter)
         return waiter
 
     def remove(self, waiter: Waiter) -> bool:
@@ -119,27 +136,27 @@ class FlowQueue:
         if band is None or queue is None or waiter not in queue:
             return False
         queue.remove(waiter)
-        self._taken(waiter.band, band, waiter.tenant)
+        self._taken(waiter.band, band, waiter.tenant, waiter)
         return True
 
     def expire(self, now: float) -> list[Waiter]:
-        """Take out and return every waiter that has waited `ttl` seconds or more at `now`, oldest first."""
+        """Take out and return every waiter whose TTL has ended at `now`, oldest first."""
         expired: list[Waiter] = []
-        for number, band in list(self._bands.items()):
-            for tenant, queue in list(band.waiting.items()):
-                while queue and now - queue[0].arrived >= self.ttl:
-                    expired.append(queue.popleft())
-                    self._size -= 1
-                band.drop_if_empty(tenant)
-            if not band.waiting:
-                del self._bands[number]
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, waiter = heapq.heappop(self._deadlines)
+            if waiter.queued:
+                band = self._bands[waiter.band]
+                band.waiting[waiter.tenant].remove(waiter)
+                self._taken(waiter.band, band, waiter.tenant, waiter)
+                expired.append(waiter)
         expired.sort(key=lambda w: w.seq)
         return expired
 
     def next_deadline(self) -> float | None:
-        """When the oldest waiter's TTL ends, None when nothing waits."""
-        heads = [queue[0].arrived for band in self._bands.values() for queue in band.waiting.values()]
-        return min(heads) + self.ttl if heads else None
+        """When the first waiter's TTL ends, None when nothing waits."""
+        while self._deadlines and not self._deadlines[0][2].queued:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
 
     def settle(self, band: int, tenant: str, correction: float) -> None:
         """Correct `tenant`'s count in `band` by what a dispatched request really cost beyond its estimate (negative
@@ -148,8 +165,12 @@ class FlowQueue:
         if found is not None and tenant in found.served:
             found.served[tenant] += correction
 
-    def _taken(self, number: int, band: _Band, tenant: str) -> None:
+    def _taken(self, number: int, band: _Band, tenant: str, waiter: Waiter) -> None:
         self._size -= 1
+        waiter.queued = False
         band.drop_if_empty(tenant)
         if not band.waiting:
             del self._bands[number]
+        if len(self._deadlines) > 2 * self._size + 16:  # mostly waiters gone before their deadline
+            self._deadlines = [entry for entry in self._deadlines if entry[2].queued]
+            heapq.heapify(self._deadlines)

@@ -42,6 +42,9 @@ Invariants:
   `wake_timeout` for a model scaling up from zero (504), up to `hold_timeout` for replicas starting (503
   `model_not_ready`); when none is coming (no Playground, no replica, or replicas that cannot become ready) it is
   answered 503 `model_not_ready` at once.
+  Under flow control it waits meanwhile in the model's flow queue (its band, its tenant) instead, bounded by the
+  longer of that bound and the queue's TTL, and leaves it in the queue's order once endpoints come; a request
+  whose endpoint does not come in time is answered as without flow control.
 - Flow control (`llmaz.gateway.flow`, unless off): once it has endpoints, a request for a saturated model waits in
   the model's queue, higher bands first, then fairly between tenants, and is routed when its turn comes (on the
   endpoints the model has then); past the queue's size or TTL it is answered 429 (503 when the model has no
@@ -368,39 +371,48 @@ class Gateway:
         may_wake = caller is None or caller.may_wake
         with self.in_flight.request(model):
             endpoints = self.catalog.endpoints(model)
-            if not endpoints:
-                # Held while a replica comes: scaling says how (and scales a sleeping model up), then routing is
-                # waited on for its endpoint, up to the bound of that case.
-                with self._step("hold", name) as span:
-                    started = asyncio.get_running_loop().time()
-                    coming = await self._replica_coming(model, name, started + self.options.wake_timeout, may_wake)
-                    span.set_attribute("llmaz.hold.reason", "waking" if coming is Coming.WAKING else "starting")
-                    bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
-                    endpoints = await self._held(model, started + bound, holding)
-                    span.set_attribute("llmaz.hold.endpoints", len(endpoints))
-                if not endpoints and not self.catalog.serves(model):
-                    raise errors.model_not_found(name, self.catalog.served_names())
-                if not endpoints and coming is Coming.WAKING:
-                    raise errors.wake_timeout(name, bound)
-                if not endpoints:
-                    raise errors.not_ready_in_time(name, bound)
-            elif holding is not None and not (endpoints := holding(endpoints)):
-                # Ready replicas, none holding the adapter yet: the new ones of a rollout that adds it are coming.
-                with self._step("hold", name) as span:
-                    span.set_attribute("llmaz.hold.reason", "adapter")
-                    bound = self.options.hold_timeout
-                    deadline = asyncio.get_running_loop().time() + bound
-                    endpoints = await self._held(model, deadline, holding)
-                    span.set_attribute("llmaz.hold.endpoints", len(endpoints))
-                if not endpoints:
-                    raise errors.not_ready_in_time(name, bound)
-            ticket = await self._turn(model, name, band, inference)
+            ticket: Ticket | None = None
             try:
-                if ticket is not None and ticket.queued:  # the endpoints may have changed while it waited
-                    endpoints = self.catalog.endpoints(model)
-                    endpoints = endpoints if holding is None else holding(endpoints)
+                if not endpoints:
+                    # Held while a replica comes: scaling says how (and scales a sleeping model up), then routing
+                    # is waited on for its endpoint, up to the bound of that case; under flow control the request
+                    # waits in the model's queue meanwhile, and leaves it in the queue's order.
+                    with self._step("hold", name) as span:
+                        started = asyncio.get_running_loop().time()
+                        coming = await self._replica_coming(model, name, started + self.options.wake_timeout, may_wake)
+                        span.set_attribute("llmaz.hold.reason", "waking" if coming is Coming.WAKING else "starting")
+                        bound = self.options.wake_timeout if coming is Coming.WAKING else self.options.hold_timeout
+                        if self.flow is None:
+                            endpoints = await self._held(model, started + bound, holding)
+                        else:
+                            bound = max(bound, self.flow.options.queue_ttl)
+                            ticket = await self._queued_while_coming(model, name, band, inference, started + bound)
+                            endpoints = self._endpoints_now(model, holding)
+                            if not endpoints and holding is not None:  # its turn came, its adapter did not yet
+                                endpoints = await self._held(model, started + bound, holding)
+                        span.set_attribute("llmaz.hold.endpoints", len(endpoints))
+                    if not endpoints and not self.catalog.serves(model):
+                        raise errors.model_not_found(name, self.catalog.served_names())
+                    if not endpoints and coming is Coming.WAKING:
+                        raise errors.wake_timeout(name, bound)
                     if not endpoints:
-                        raise errors.no_ready_endpoint(name)
+                        raise errors.not_ready_in_time(name, bound)
+                elif holding is not None and not (endpoints := holding(endpoints)):
+                    # Ready replicas, none holding the adapter yet: the new ones of a rollout that adds it are coming.
+                    with self._step("hold", name) as span:
+                        span.set_attribute("llmaz.hold.reason", "adapter")
+                        bound = self.options.hold_timeout
+                        deadline = asyncio.get_running_loop().time() + bound
+                        endpoints = await self._held(model, deadline, holding)
+                        span.set_attribute("llmaz.hold.endpoints", len(endpoints))
+                    if not endpoints:
+                        raise errors.not_ready_in_time(name, bound)
+                if ticket is None:
+                    ticket = await self._turn(model, name, band, inference)
+                    if ticket is not None and ticket.queued:  # the endpoints may have changed while it waited
+                        endpoints = self._endpoints_now(model, holding)
+                        if not endpoints:
+                            raise errors.no_ready_endpoint(name)
                 return await self._send(
                     capability, request, inference, exchange, adapter, model, name, endpoints, ticket
                 )
@@ -409,14 +421,67 @@ class Gateway:
                     usage = exchange.usage
                     ticket.finish(None if usage is None else usage.prompt_tokens + usage.completion_tokens)
 
+    def _endpoints_now(self, model: str, holding: Callable[[list[Endpoint]], list[Endpoint]] | None) -> list[Endpoint]:
+        endpoints = self.catalog.endpoints(model)
+        return endpoints if holding is None or not endpoints else holding(endpoints)
+
+    def _flow_identity(self, inference: body.InferenceRequest) -> tuple[str, int]:
+        """The request's tenant ("" without API keys) and estimated cost in tokens, for flow control."""
+        caller = _CALLER.get()
+        tenant = "" if caller is None else caller.tenant
+        return tenant, reservation_of(inference.body, inference.document, self.options.default_max_tokens_reservation)
+
+    async def _queued_while_coming(
+        self, model: str, name: str, band: int, inference: body.InferenceRequest, deadline: float
+    ) -> Ticket | None:
+        """Under flow control, a request for a model that has no endpoint yet (one is coming) waits in the model's
+        queue until `deadline` (the event loop's clock), counted as held meanwhile: its ticket, or None when no
+        endpoint came in time or the model stopped being served (the caller answers as without flow control).
+        Routing is watched for the model's endpoints: when they come, the queue is pumped (its waiters leave in its
+        order, as room allows)."""
+        assert self.flow is not None
+        flow = self.flow
+        loop = asyncio.get_running_loop()
+        tenant, cost = self._flow_identity(inference)
+        ttl = max(deadline - loop.time(), 1e-3)
+        with self.metrics.held_of(model).track_inprogress():
+            waiting = asyncio.ensure_future(flow.wait(model, band, tenant, cost, ttl))
+            watching = asyncio.ensure_future(self.catalog.await_endpoints(model, deadline))
+            try:
+                done, _ = await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+                if waiting not in done:
+                    if watching.result():
+                        flow.pump(model)
+                    elif not self.catalog.serves(model):
+                        return None  # nothing is coming for it any more
+                return await waiting
+            except ShedError as shed:
+                if shed.reason == NO_ENDPOINT:
+                    _EXCHANGE.get().rejection = shed.reason
+                    return None
+                raise self._refused(shed, name, ttl) from None
+            finally:
+                for task in (waiting, watching):
+                    task.cancel()
+                await asyncio.gather(waiting, watching, return_exceptions=True)
+
+    def _refused(self, shed: ShedError, name: str, ttl: float) -> errors.OpenAIError:
+        """The answer to a request flow control refused, after waiting up to `ttl` seconds."""
+        _EXCHANGE.get().rejection = shed.reason
+        if shed.reason == NO_ENDPOINT:
+            return errors.no_ready_endpoint(name)
+        if shed.reason == QUEUE_FULL:
+            why = "its queue is full, and this request was the newest of the lowest priority waiting"
+        else:
+            why = f"no room freed within {ttl:g} s"
+        return errors.model_saturated(name, why, shed.retry_after, shed.reason)
+
     async def _turn(self, model: str, name: str, band: int, inference: body.InferenceRequest) -> Ticket | None:
         """The request's turn under flow control (None when it is off): at once when `model` is not saturated and
         nothing of it is queued, else once its queue dispatches it; a refusal when it is shed or waits too long."""
         if self.flow is None:
             return None
-        caller = _CALLER.get()
-        tenant = "" if caller is None else caller.tenant
-        cost = reservation_of(inference.body, inference.document, self.options.default_max_tokens_reservation)
+        tenant, cost = self._flow_identity(inference)
         ticket = self.flow.try_admit(model, band, tenant, cost)
         if ticket is not None:
             return ticket
@@ -425,14 +490,7 @@ class Gateway:
             try:
                 return await self.flow.wait(model, band, tenant, cost)
             except ShedError as shed:
-                _EXCHANGE.get().rejection = shed.reason
-                if shed.reason == NO_ENDPOINT:
-                    raise errors.no_ready_endpoint(name) from None
-                if shed.reason == QUEUE_FULL:
-                    why = "its queue is full, and this request was the newest of the lowest priority waiting"
-                else:
-                    why = f"no room freed within {self.flow.options.queue_ttl:g} s"
-                raise errors.model_saturated(name, why, shed.retry_after, shed.reason) from None
+                raise self._refused(shed, name, self.flow.options.queue_ttl) from None
 
     async def _send(
         self,

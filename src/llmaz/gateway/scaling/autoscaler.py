@@ -11,8 +11,11 @@ While leading, every `interval` seconds, for each such Playground (`llmaz.apis.v
 policy; a stored policy admission would deny is skipped, with one Warning Event `InvalidAutoscaling` per value):
 - the load is the sum, over the ready endpoints of its `-lb` Service, of the requests each engine holds (running
   plus waiting, `LoadSignals`), where an engine's signal is not known this gateway's own requests in flight to it
-  (`InFlight.outstanding`); when no endpoint's signal is known (or there is no ready endpoint) the load is not
-  known, which is logged once when it starts and once when it ends, and shown by a gauge;
+  (`InFlight.outstanding`), plus the requests for its model that flow control holds in this gateway replica
+  (`held`: queued while the model is saturated, or while it wakes or its replicas start; shared evenly between
+  the Playgrounds its model is routed to), which the engines do not see; when no endpoint's signal is known and
+  nothing is held (or there is no ready endpoint and nothing is held) the load is not known, which is logged once
+  when it starts and once when it ends, and shown by a gauge;
 - `autoscale.Scaler` decides (see there for the windows, panic, the delay and the bounds), panic counting only the
   ready endpoints as capacity (replicas still starting or loading carry no load yet);
 - when the count changes, it is written through the scale subresource, only if it is still the count read
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +38,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from llmaz.apis.resources import PLAYGROUNDS
 from llmaz.apis.scaletozero import idle_after
-from llmaz.apis.serving import lb_service_name
+from llmaz.apis.serving import lb_service_name, main_model
 from llmaz.apis.validation.autoscale import AutoscalePolicy, autoscale_policy
 from llmaz.gateway.routing import routes
 from llmaz.gateway.routing.catalog import Catalog
@@ -164,8 +167,13 @@ class Autoscaler:
         options: AutoscalerOptions,
         metrics: AutoscalerMetrics,
         clock: Clock = REAL_CLOCK,
+        *,
+        held: Callable[[str], int] | None = None,
     ) -> None:
+        """`held(model)`: the requests for `model` that flow control holds in this replica (None: flow control off,
+        nothing is held)."""
         self._catalog = catalog
+        self._held = held
         self._client = client
         self._recorder = recorder
         self._signals = signals
@@ -244,11 +252,13 @@ class Autoscaler:
             self._forget(key)
 
     def load(self, key: str, playground: Mapping[str, Any]) -> tuple[float | None, int]:
-        """Requests the Playground's ready engines hold (None when not one of them says, see the module docstring),
-        and how many ready endpoints it has: the replicas that count as capacity."""
+        """Requests the Playground's ready engines hold plus its share of those flow control holds for its model
+        (None when not one engine says and nothing is held, see the module docstring), and how many ready endpoints
+        it has: the replicas that count as capacity."""
         meta = playground["metadata"]
         slices = self._catalog.slices_of(meta["namespace"], lb_service_name(meta["name"]))
-        total, known = 0.0, False
+        held = self.held_share(key, playground)
+        total, known = held, held > 0
         ready = routes.ready_endpoints(slices)
         for endpoint in ready:
             signal = self._signals.load(endpoint)
@@ -256,6 +266,18 @@ class Autoscaler:
             total += signal.requests if signal is not None else self._in_flight.outstanding(endpoint)
         self._note_signal(key, known)
         return (total if known else None), len(ready)
+
+    def held_share(self, key: str, playground: Mapping[str, Any]) -> float:
+        """The Playground's share of the requests flow control holds for its model: an even share between the
+        Playgrounds the model is routed to, none when it is not one of them."""
+        model = main_model(playground)
+        if self._held is None or model is None:
+            return 0.0
+        held = self._held(model)
+        if held <= 0:
+            return 0.0
+        serving = [object_key(pg) for pg in self._catalog.playgrounds_serving(model)]
+        return held / len(serving) if key in serving else 0.0
 
     def _note_signal(self, key: str, known: bool) -> None:
         if known and key in self._missing:
