@@ -297,6 +297,10 @@ bench-serving: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Rout
 bench-autoscale: install $(BENCH_STAMP) cluster-bins node-bins image-build ## The gateway's autoscaler on the real node: a staircase of 1, 8, 0 streams; scale-up and scale-down times (~10 min).
 	BENCH_SCENARIOS=autoscale $(PY) bench/run.py
 
+.PHONY: bench-tenancy
+bench-tenancy: install $(BENCH_STAMP) cluster-bins node-bins image-build ## Flow control on the real node: priority under a batch load, fairness at 4:1, a token budget's overshoot (~10 min).
+	BENCH_SCENARIOS=tenancy $(PY) bench/run.py
+
 .PHONY: bench-gateway
 bench-gateway: install $(BENCH_STAMP) ## Gateway: latency added to a fast fake engine at 1/50/200 in flight, memory per stream, 200 paced streams.
 	BENCH_SCENARIOS=gateway $(PY) bench/run.py

@@ -41,6 +41,7 @@ from suite import (
     routing_bench,
     runtime_bench,
     serving_bench,
+    tenancy_bench,
 )
 from suite.settings import Settings
 from suite.subjects import GO_CERT_DIR
@@ -189,6 +190,21 @@ def autoscale(suite: Suite) -> None:
     suite.record("autoscale", {"subject": "python"}, partial(autoscale_bench.run_once, staircase, suite.log_dir))
 
 
+def tenancy(suite: Suite) -> None:
+    s = suite.settings
+    if len(s.tenancy_fair_streams) != 2:
+        raise SystemExit(f"BENCH_TENANCY_FAIR_STREAMS must be two stream counts, got {s.tenancy_fair_streams}")
+    plan = tenancy_bench.Plan(
+        seconds=s.tenancy_seconds,
+        rate=s.tenancy_rate,
+        batch_streams=s.tenancy_batch_streams,
+        fair_streams=(s.tenancy_fair_streams[0], s.tenancy_fair_streams[1]),
+        warmup=min(10.0, s.tenancy_seconds / 4),
+        tpm=s.tenancy_tpm,
+    )
+    suite.record("tenancy", {"subject": "python"}, partial(tenancy_bench.run_once, plan, suite.log_dir))
+
+
 def memory(suite: Suite) -> None:
     s = suite.settings
     for rep in range(s.repeats):
@@ -277,6 +293,8 @@ def main() -> None:
             picker(suite)
         if "autoscale" in settings.scenarios:
             autoscale(suite)
+        if "tenancy" in settings.scenarios:
+            tenancy(suite)
     finally:
         suite.save()
         if created_cert_dir:

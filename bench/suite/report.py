@@ -155,6 +155,17 @@ def autoscale_section(results: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def tenancy_section(results: dict[str, Any]) -> list[str]:
+    from suite import tenancy_bench
+
+    return [
+        line
+        for r in runs(results, "tenancy")
+        for line in ("", "### Tenancy on the real node: priority, fairness and budgets under flow control", "",
+                     tenancy_bench.report(r))
+    ]  # fmt: skip
+
+
 def memory_section(results: dict[str, Any]) -> list[str]:
     rs = runs(results, "memory")
     if not rs:
@@ -327,7 +338,7 @@ def write(results: dict[str, Any], out: Path) -> str:
     body = [*controllers_section(results), *runtime_section(results), *admission_section(results),
             *limit_section(results), *loader_section(results), *serving_section(results), *routing_section(results),
             *memory_section(results), *gateway_section(results), *growth_section(results), *picker_section(results),
-            *autoscale_section(results), *targets.section(results),
+            *autoscale_section(results), *tenancy_section(results), *targets.section(results),
             *failures_section(results)]  # fmt: skip
     text = "\n".join([*header, *body]) + "\n"
     (out / "summary.md").write_text(text)

@@ -15,7 +15,7 @@ BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO = BENCH_DIR.parent
 ALL_SCENARIOS = (
     "controllers", "runtime", "admission", "limit", "loader", "serving", "routing", "memory", "gateway", "growth",
-    "picker", "autoscale",
+    "picker", "autoscale", "tenancy",
 )  # fmt: skip
 # Scenario 12's workloads, in the order they run (suite/routing_bench.py: WORKLOADS, then the trace).
 ROUTING_WORKLOADS = ("shared-prefix", "multi-turn", "unique", "saturation", "trace")
@@ -81,8 +81,8 @@ class Settings:
     """BENCH_TIMEOUT: seconds a phase may take before the run is recorded as timed out (full: 900)."""
     scenarios: tuple[str, ...]
     """BENCH_SCENARIOS: subset of controllers, runtime, admission, limit, loader, serving, routing, memory, gateway,
-    growth, picker, autoscale (default: all; serving, routing and autoscale need root and the node tier's binaries
-    and images)."""
+    growth, picker, autoscale, tenancy (default: all; serving, routing, autoscale and tenancy need root and the node
+    tier's binaries and images)."""
     subjects: tuple[str, ...]
     """BENCH_SUBJECTS: subset of python, go (default: both)."""
     loader_megabytes: int
@@ -135,6 +135,16 @@ class Settings:
     """BENCH_AUTOSCALE_STEP_SECONDS: seconds the step's streams are held (full: 120; quick: 60)."""
     autoscale_idle_seconds: float
     """BENCH_AUTOSCALE_IDLE_SECONDS: longest wait after the step for minReplicas again (180)."""
+    tenancy_seconds: float
+    """BENCH_TENANCY_SECONDS: seconds of load of each tenancy part (full: 60; quick: 30)."""
+    tenancy_batch_streams: int
+    """BENCH_TENANCY_BATCH_STREAMS: the batch tenant's streams beside the interactive one (32)."""
+    tenancy_rate: float
+    """BENCH_TENANCY_RATE: the interactive tenant's requests per second (1)."""
+    tenancy_fair_streams: tuple[int, ...]
+    """BENCH_TENANCY_FAIR_STREAMS: the two equal tenants' streams (16 4: offered load 4:1)."""
+    tenancy_tpm: int
+    """BENCH_TENANCY_TPM: the budgeted key's tokens per minute (1200)."""
     manager_args: tuple[str, ...]
     """BENCH_MANAGER_ARGS: extra flags for our manager in scenarios 1 and 9, e.g. `--kube-api-qps 0` (default:
     none, the defaults users get)."""
@@ -197,6 +207,11 @@ class Settings:
             autoscale_warm_seconds=_float("BENCH_AUTOSCALE_WARM_SECONDS", 20 if quick else 60),
             autoscale_step_seconds=_float("BENCH_AUTOSCALE_STEP_SECONDS", 60 if quick else 120),
             autoscale_idle_seconds=_float("BENCH_AUTOSCALE_IDLE_SECONDS", 180),
+            tenancy_seconds=_float("BENCH_TENANCY_SECONDS", 30 if quick else 60),
+            tenancy_batch_streams=_int("BENCH_TENANCY_BATCH_STREAMS", 32),
+            tenancy_rate=_float("BENCH_TENANCY_RATE", 1),
+            tenancy_fair_streams=_ints("BENCH_TENANCY_FAIR_STREAMS", "16 4"),
+            tenancy_tpm=_int("BENCH_TENANCY_TPM", 1200),
             manager_args=tuple(shlex.split(os.environ.get("BENCH_MANAGER_ARGS", ""))),
             serving_workloads=_names("BENCH_SERVING_WORKLOADS", ROUTING_WORKLOADS),
             trace_unloaded_rate=unloaded,
