@@ -119,3 +119,22 @@ async def test_requests_that_wake_a_model_wait_in_its_flow_queue_and_are_all_ans
             assert api.scaled == [("p", 1)]
             assert gw.sample(WAITED, model="m", band="5") == 10
             assert gw.sample("llmaz_gateway_flow_wait_seconds_sum", model="m", band="5") > 0
+
+
+async def test_a_request_waiting_for_a_replica_whose_client_goes_away_leaves_the_queue_and_is_never_sent() -> None:
+    async with engines(1) as (engine,):
+        cluster = starting_cluster()
+        options = GatewayOptions(hold_timeout=WAIT, flow=FlowOptions(enabled=True))
+        async with running_gateway(cluster, options) as gw:
+            gone = asyncio.create_task(gw.post(CHAT, tagged("gone")))
+            await eventually_queued(gw, 1)
+            gone.cancel()
+            await asyncio.gather(gone, return_exceptions=True)
+            await eventually(lambda: queued(gw) == 0, WAIT, "the request left the queue")
+            await eventually(lambda: gw.gateway.in_flight.of_model("m") == 0, WAIT, "the request ended")
+            assert gw.sample(DEPTH, model="m", band="5", tenant="") == 0
+            assert gw.sample("llmaz_gateway_requests_held", model="m") == 0
+            cluster.slices.add(ready_slice(engine))
+            status, _ = await gw.post(CHAT, tagged("next"))
+            assert status == 200
+            assert tags(engine) == ["next"]

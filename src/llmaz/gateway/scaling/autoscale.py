@@ -1,9 +1,9 @@
 """The autoscaler's decisions for one Playground, pure: load samples in, a replica count out.
 
-The load is the requests the Playground's ready endpoints hold, running plus waiting, summed (see `autoscaler`
-for how it is read). Each tick gives `Scaler.decide` the time, the current replica count, how many of them are
-ready (serve requests), the load (None when it is not known), and the policy (`AutoscalePolicy`). The rules, as
-Knative's KPA has them:
+The load is the requests the Playground's ready endpoints hold, running plus waiting, summed, plus those flow
+control holds for its model (see `autoscaler` for how it is read). Each tick gives `Scaler.decide` the time, the
+current replica count, how many of them are ready (serve requests), the load (None when it is not known), and the
+policy (`AutoscalePolicy`). The rules, as Knative's KPA has them:
 - Two averages of the load: over the last `stableWindow` and over the last `panicWindow` seconds (over what has
   been seen, while less has). The wanted count of each is ceil(average / targetPerReplica).
 - Panic: when the panic average reaches `panicThreshold` x the current capacity (ready replicas x target: as
