@@ -55,6 +55,41 @@ async def test_a_request_waits_while_its_prefix_is_served_there_and_goes_when_th
     assert holds.waiting() == 0
 
 
+async def test_a_request_scheduled_away_from_its_home_waits_while_the_home_serves_its_prefix() -> None:
+    holds = PrefixHolds(home_of=lambda key: HOME)
+    running = request()
+    holds.pre_request(running, HOME)
+    assert holds.behind(request(), OTHER) == HOME
+    waiting = asyncio.create_task(holds.wait(request(), OTHER))
+    await eventually(lambda: holds.waiting() == 1)
+    holds.post_response(running, HOME, None)
+    assert await waiting is True
+    assert holds.behind(request(), OTHER) is None  # nothing left to wait behind: it goes where it is scheduled
+
+
+def test_a_home_that_is_not_a_candidate_is_not_waited_behind() -> None:
+    holds = PrefixHolds(home_of=lambda key: HOME)
+    holds.pre_request(request(), HOME)
+    assert holds.behind(Request("m", [OTHER], KEY), OTHER) is None
+
+
+async def test_a_prefix_aware_scheduler_holds_a_request_its_bound_moved_off_a_busy_home() -> None:
+    aware = PrefixAware(InFlight())
+    first, second = request(), request()
+    home = aware.schedule(first).endpoint
+    assert home is not None
+    aware.pre_request(first, home)
+    aware.pre_request(Request("m", [HOME, OTHER], RoutingKey((9,), ring=9)), home)  # another prefix there too
+    moved = aware.schedule(second).endpoint
+    assert moved is not None
+    assert moved != home  # the request bound moved it on
+    waiting = asyncio.create_task(aware.hold(second, moved))
+    await eventually(lambda: aware.prefix_holds.waiting() == 1)
+    aware.post_response(first, home)
+    assert await waiting is True
+    assert aware.schedule(second).endpoint == home  # scheduled again: home, where its prompt is
+
+
 @pytest.mark.parametrize(
     ("key", "endpoint"),
     [(KEY, OTHER), (RoutingKey((1, 2, 3), ring=8), HOME), (None, HOME)],

@@ -5,7 +5,10 @@ out of the cache: a second request of the same prefix sent while the first runs 
 whole prompt again, wherever it goes, and where it goes it pushes another prefix out of the cache. Waiting for the
 first to end costs its remaining time; recomputing costs the prompt's whole prefill. So, for an engine whose reuse
 is serial (`engines.PromptReuse.SERIAL`), a request whose pick is already serving an attempt of the request's
-prefix waits until that attempt ends, at most the hold deadline, and is then scheduled again.
+prefix waits until that attempt ends, at most the hold deadline, and is then scheduled again. So does a request
+scheduled away from its prefix's home (`homes.PrefixHomes`; the home was over the request bound) while the home
+serves its prefix: once that attempt ends, the home has room again, and the request finds its prompt there
+instead of prefilling it elsewhere.
 
 The deadline is what recomputing costs, learned from the engines' own answers: per model, the mean time of an
 attempt that found little of its prompt cached, less that of one that found most of it (exponentially weighted,
@@ -27,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from llmaz.gateway.routing.prefix import RoutingKey
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import Plugin, PromptUsage, Request
 
@@ -61,8 +65,14 @@ class PrefixHolds(Plugin):
 
     name = "prefix-holds"
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        home_of: Callable[[RoutingKey], Endpoint | None] | None = None,
+    ) -> None:
+        """`home_of(key)`: the home of a request's prefix (`homes.PrefixHomes.home_of`), if it has one."""
         self._clock = clock
+        self._home_of = home_of
         self._busy: dict[tuple[Endpoint, int], int] = {}
         self._waiting: dict[tuple[Endpoint, int], deque[asyncio.Future[None]]] = {}
         # Attempts in flight, oldest first: their (endpoint, prefix) and when they were sent.
@@ -80,12 +90,26 @@ class PrefixHolds(Plugin):
             return DEFAULT_HOLD
         return min(MAX_HOLD, max(MIN_HOLD, means.miss - means.hit))
 
+    def behind(self, request: Request, endpoint: Endpoint) -> Endpoint | None:
+        """Where the request would wait: `endpoint` while it serves the request's prefix; else the prefix's home,
+        when the request was scheduled elsewhere (its home over the request bound) while the home serves it."""
+        if request.key is None:
+            return None
+        if self.busy(request, endpoint):
+            return endpoint
+        home = None if self._home_of is None else self._home_of(request.key)
+        if home is not None and home != endpoint and home in request.candidates and self.busy(request, home):
+            return home
+        return None
+
     async def wait(self, request: Request, endpoint: Endpoint) -> bool:
-        """Wait while `endpoint` serves an attempt of the request's prefix, until one ends or the deadline passes:
-        whether it waited at all (False at once when none is in flight)."""
-        if request.key is None or not self.busy(request, endpoint):
+        """Wait while the request's pick (`endpoint`) or its prefix's home serves an attempt of its prefix (`behind`),
+        until one ends there or the deadline passes: whether it waited at all (False at once when there is nothing
+        to wait behind)."""
+        busy = self.behind(request, endpoint)
+        if busy is None or request.key is None:
             return False
-        slot = (endpoint, request.key.ring)
+        slot = (busy, request.key.ring)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue = self._waiting.setdefault(slot, deque())
         queue.append(waiter)

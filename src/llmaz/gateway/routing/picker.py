@@ -344,7 +344,7 @@ class PrefixAware(Scheduler):
         self.index = index or PrefixIndex()
         self.rings = rings or Rings(self.index)
         self.homes = PrefixHomes(self.rings) if homes is None else homes
-        self.prefix_holds = PrefixHolds() if prefix_holds is None else prefix_holds
+        self.prefix_holds = PrefixHolds(home_of=self.homes.home_of) if prefix_holds is None else prefix_holds
         self.prefix_match = prefix_match or PrefixMatch(self.index, corrected, self._found)
         self._rng = rng or random.Random()
         self._adapters = adapters
