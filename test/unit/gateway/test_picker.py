@@ -123,6 +123,26 @@ def test_a_hot_prefix_stays_home_within_the_bound_then_spills_to_the_next_endpoi
     assert picker.pick(ENDPOINTS, key=hot) == order[0]  # back home once it has room
 
 
+@pytest.mark.parametrize(
+    ("running", "slots", "stays"),
+    [(1, 2, True), (2, 2, False), (1, None, False), (3, 4, True)],
+    ids=["a-free-slot", "every-slot-busy", "slots-not-known", "one-of-four-free"],
+)
+def test_a_prefix_stays_on_its_engine_while_the_engine_has_a_free_slot_past_the_average_bound(
+    running: int, slots: int | None, stays: bool
+) -> None:
+    four = ENDPOINTS[:4]
+    signals = Signals({e: EngineLoad(0, 0, 0.0, slots=slots) for e in four})
+    picker = PrefixAware(InFlight(), signals)
+    key = chat_key("You summarise legal contracts for a small firm. " * 16, "What is clause 4 about?")
+    home = picker.pick(four, key=key)
+    assert home is not None
+    # The home runs `running` requests, the others none: CHWBL's bound, ceil(1.25 x (running + 1) / 4), is below
+    # running + 1 in every case here.
+    signals.loads[home] = EngineLoad(running, 0, running / (slots or 4), slots=slots)
+    assert (picker.pick(four, key=key) == home) is stays
+
+
 def test_a_larger_load_factor_keeps_more_of_a_hot_prefix_at_home() -> None:
     in_flight = InFlight()
     for endpoint in ENDPOINTS:
@@ -244,9 +264,13 @@ def test_a_prefix_held_on_one_engine_draws_requests_from_their_own_idle_home_unt
         in_flight.acquire(holder)
     assert picker.pick(ENDPOINTS, key=other) == holder  # 2 of bound 3: ~2.7 + 0.67 + 0.67 > 4
     in_flight.acquire(holder)
-    assert picker.pick(ENDPOINTS, key=other) == home  # 3 of bound 4: ~2.7 + 0.5 + 0.5 < 4, ties go to the ring
+    # 3 of bound 4: 3 + 0.5 + 0.5 = 4 (its prompt is all there now), a tie with the idle ones: the prefix's home wins.
+    assert picker.pick(ENDPOINTS, key=other) == holder
+    in_flight.acquire(holder)
+    assert picker.pick(ENDPOINTS, key=other) == home  # 4 of bound 5: 3 + 0.4 + 0.4 < 4, then the ring's order
     fresh = chat_key("A different application entirely. " * 16, "Hello")
-    assert picker.pick(ENDPOINTS, key=fresh) == next(Ring(ENDPOINTS).walk(fresh.ring))  # held nowhere: its home
+    # Held nowhere: its home, the first endpoint of its ring walk without an active prefix (the holder has two).
+    assert picker.pick(ENDPOINTS, key=fresh) == next(e for e in Ring(ENDPOINTS).walk(fresh.ring) if e != holder)
 
 
 # Scorers and weights

@@ -3,7 +3,8 @@ one Scheduler: a recorded sequence of 1,000 requests each (keyed and keyless, re
 endpoint set, engine loads fresh, stale and missing, requests held and ending) replays to the same picks.
 
 The picks were recorded from the strategies' own classes before the Scheduler existed, and the prefix-aware ones
-again when prefix homes (`homes.PrefixHomes`) replaced the ring's first endpoint within the bound
+again when prefix homes (`homes.PrefixHomes`) replaced the ring's first endpoint within the bound and an engine
+with a free slot stayed within it
 (`fixtures/scheduler_picks.json`); the scenario is rebuilt here from its seeds, so only the picks are stored.
 """
 

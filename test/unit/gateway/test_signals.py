@@ -161,6 +161,7 @@ async def test_every_routed_endpoint_is_read_and_unrouted_ones_are_not() -> None
         await signals.scrape()
         assert signals.load(llama.endpoint) == EngineLoad(1, 0, 0.25)
         assert signals.load(vllm.endpoint) == EngineLoad(2, 3, 0.6)
+        assert [load.slots for load in map(signals.load, (llama.endpoint, vllm.endpoint)) if load] == [4, None]
         assert (signals.engine(llama.endpoint), signals.engine(vllm.endpoint)) == ("llamacpp", "vllm")
         assert signals.load(unrouted.endpoint) is None
         assert paths(unrouted) == []

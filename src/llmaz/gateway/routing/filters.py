@@ -4,8 +4,10 @@
   not known (`load.AdapterSignals`; every replica starts with its model's adapters).
 - `Untried`: an endpoint the request already tried (a retry) is never picked again.
 - `WithinBound`: CHWBL's bound. An endpoint is within it while load + 1 <= ceil(load_factor x (total load + 1) /
-  endpoints), over the candidates it is given; when none is, every one stays (the least bad is still picked).
-  It leaves the bound in the cycle for the scorers that score load against it.
+  endpoints), over the candidates it is given, or while its engine has a free slot (load + 1 <= the slots it
+  says it has, `scheduler.Load.room`): a request there is served at once, so a prefix stays on its engine until
+  the engine is full, not until it carries more than the average. When none is within, every one stays (the least
+  bad is still picked). It leaves the bound in the cycle for the scorers that score load against it.
 
 A filter keeps the candidates' order and changes no state.
 """
@@ -68,4 +70,4 @@ class WithinBound(Filter):
     def filter(self, cycle: Cycle, positions: list[int]) -> list[int]:
         total = sum(cycle.load(i).requests for i in positions)
         bound = cycle.bound = math.ceil(self.load_factor * (total + 1) / len(positions))
-        return [i for i in positions if cycle.load(i).requests + 1 <= bound] or positions
+        return [i for i in positions if cycle.load(i).requests + 1 <= cycle.load(i).room(bound)] or positions

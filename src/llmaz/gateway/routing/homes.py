@@ -107,8 +107,7 @@ class PrefixHomes(Plugin):
             found.sent_at = now
             self._homes.move_to_end(key.ring)
             return
-        position = self._assign(request.candidates, key, exclude=None)
-        self._set(key.ring, endpoint if position is None else request.candidates[position], now)
+        self._set(key.ring, endpoint, now)  # where its prompt is now cached, even if the bound moved it on
 
     def adopt(self, key: RoutingKey, endpoint: Endpoint) -> None:
         """`endpoint` holds `key`'s prefix though this replica did not send it there: make it the prefix's home."""

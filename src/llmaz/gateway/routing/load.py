@@ -34,6 +34,9 @@ class EngineLoad:
     observed_at: float | None = field(default=None, compare=False)
     """When the engine was asked (monotonic seconds), None when not known: requests that ended here after that may
     still be in these counts (`InFlight.released_since`). Not part of equality: a load is its counts."""
+    slots: int | None = field(default=None, compare=False)
+    """How many requests the engine serves at once, when it says (llama.cpp's slots, `GET /props`): past that,
+    requests queue inside it. Not part of equality."""
     work: float | None = field(default=None, compare=False)
     """The sum of the engine's activity counters (prompt and generated tokens, `engines.MetricNames.activity`) when
     it exports them: it moving between two reads means the engine worked meanwhile. Not part of equality."""

@@ -98,6 +98,13 @@ class Load:
     own requests in flight to the endpoint."""
     utilisation: float | None
     """The engine's own, 0 to 1, when it says and nothing ended here since; else None."""
+    slots: int | None = None
+    """How many requests the engine serves at once, when it says (`load.EngineLoad.slots`)."""
+
+    def room(self, bound: int) -> int:
+        """The load the endpoint may carry: the CHWBL `bound`, or its engine's slots when that is more (an engine
+        with a free slot serves a request at once, so a prefix stays on its engine until that is full)."""
+        return bound if self.slots is None else max(bound, self.slots)
 
 
 class Cycle:
@@ -131,7 +138,7 @@ class Cycle:
             return Load(own, None)
         # The engine was asked a moment ago: what ended here since may still be in its counts.
         ended = 0 if engine.observed_at is None else self.in_flight.released_since(endpoint, engine.observed_at)
-        return Load(max(engine.requests - ended, own), engine.utilisation if not ended else None)
+        return Load(max(engine.requests - ended, own), engine.utilisation if not ended else None, engine.slots)
 
 
 class Plugin:

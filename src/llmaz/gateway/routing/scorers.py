@@ -2,9 +2,9 @@
 
 - `FewestInFlight` (balance): 1 / (1 + this replica's requests in flight to the endpoint); the fewest score highest
   and equal counts score equal. The least-outstanding strategy's one scorer.
-- `Queue` (balance): 1 - load / bound, at least 0; load is the engine's running + waiting or this replica's own,
+- `Queue` (balance): 1 - load / room, at least 0; load is the engine's running + waiting or this replica's own,
   the larger (`scheduler.Load`), against the cycle's CHWBL bound (`filters.WithinBound`; without one, the largest
-  load + 1). Scored against the bound, not the least loaded, one request more moves a score by a fraction.
+  load + 1), or the engine's slots when it says it has more (`scheduler.Load.room`). Scored against the bound, not the least loaded, one request more moves a score by a fraction.
 - `FreeCapacity` (balance): 1 - the engine's utilisation (KV-cache use, busy slots), clamped to [0, 1]; an engine
   that does not say counts load / bound.
 - `PrefixMatch` (affinity): the longest chain of the request's blocks the endpoint was sent (`PrefixIndex`), over
@@ -80,7 +80,7 @@ class Queue(Scorer):
 
     def score(self, cycle: Cycle, positions: list[int]) -> list[float]:
         bound = _bound(cycle, positions)
-        return [max(0.0, 1.0 - cycle.load(i).requests / bound) for i in positions]
+        return [max(0.0, 1.0 - cycle.load(i).requests / cycle.load(i).room(bound)) for i in positions]
 
 
 class FreeCapacity(Scorer):

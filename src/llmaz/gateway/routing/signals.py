@@ -481,7 +481,8 @@ class EngineSignals:
             if known.slots is None and self._clock.now() >= known.props_due:
                 known.slots = await self._read_slots(endpoint, base_url, known)
             if known.slots is not None:
-                load = dataclasses.replace(load, utilisation=min(1.0, load.running / known.slots))
+                utilisation = min(1.0, load.running / known.slots)
+                load = dataclasses.replace(load, utilisation=utilisation, slots=known.slots)
         return engine, load
 
     async def _read_slots(self, endpoint: Endpoint, base_url: str, known: _Known) -> int | None:
