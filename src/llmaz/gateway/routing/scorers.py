@@ -4,7 +4,8 @@
   and equal counts score equal. The least-outstanding strategy's one scorer.
 - `Queue` (balance): 1 - load / room, at least 0; load is the engine's running + waiting or this replica's own,
   the larger (`scheduler.Load`), against the cycle's CHWBL bound (`filters.WithinBound`; without one, the largest
-  load + 1), or the engine's slots when it says it has more (`scheduler.Load.room`). Scored against the bound, not the least loaded, one request more moves a score by a fraction.
+  load + 1), or the engine's slots when it says it has more (`scheduler.Load.room`). Scored against the bound,
+  not the least loaded, one request more moves a score by a fraction.
 - `FreeCapacity` (balance): 1 - the engine's utilisation (KV-cache use, busy slots), clamped to [0, 1]; an engine
   that does not say counts load / bound.
 - `PrefixMatch` (affinity): the longest chain of the request's blocks the endpoint was sent (`PrefixIndex`), over
