@@ -59,8 +59,17 @@ RULES: dict[str, tuple[str, ...]] = {
         "llmaz.gateway.scaling",
         "llmaz.gateway.flow",
     ),
-    # The Endpoint Picker is the proxy's sibling: the same routing behind another gateway, never the proxy itself.
-    "llmaz.gateway.epp": ("llmaz.apis", "llmaz.runtime", "llmaz.gateway.routing", "llmaz.gateway.scaling"),
+    # The Endpoint Picker is the proxy's sibling: the same routing, holding and keys behind another gateway, with the
+    # proxy's refusals, key check and held-requests gauge, never the proxy's server.
+    "llmaz.gateway.epp": (
+        "llmaz.apis",
+        "llmaz.runtime",
+        "llmaz.gateway.routing",
+        "llmaz.gateway.scaling",
+        "llmaz.gateway.proxy.auth",
+        "llmaz.gateway.proxy.errors",
+        "llmaz.gateway.proxy.metrics",
+    ),
     "llmaz.schedext": ("llmaz.apis", "llmaz.runtime"),
     "llmaz.manager": ("llmaz",),
     # Development tooling: anything of llmaz, and itself.

@@ -340,6 +340,8 @@ def epp_options(args: argparse.Namespace) -> EppOptions:
         max_body_bytes=args.max_request_bytes,
         drain_timeout=args.drain_timeout,
         fallbacks=args.epp_fallbacks,
+        hold_timeout=args.hold_timeout,
+        wake_timeout=args.wake_timeout,
     )
 
 
@@ -443,8 +445,18 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
     manager.add(gateway)
     manager.add_readyz_check("gateway", gateway.serving)
     if args.epp_port:
-        # Beside the proxy, on its catalog and schedulers: a request routes the same through either.
-        manager.add(EndpointPicker(catalog, gateway.pickers, epp_options(args)))
+        # Beside the proxy, on its catalog, schedulers, in-flight count, waker and keys: a request routes, is held,
+        # wakes its model, counts as load and is authenticated the same through either.
+        picker = EndpointPicker(
+            catalog,
+            gateway.pickers,
+            epp_options(args),
+            in_flight=in_flight,
+            waker=waker,
+            api_keys=authenticator,
+            metrics=metrics,
+        )
+        manager.add(picker)
     autoscaling = autoscaler_options(args)
     if autoscaling is not None:
         engine_load: LoadSignals = signals or NoSignals()

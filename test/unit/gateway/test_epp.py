@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,14 +18,25 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from test.unit.gateway.support import WAIT, Cluster
+from structlog.testing import capture_logs
+from test.unit.gateway.support import WAIT, Cluster, endpoint_slice, open_model, playground, secret
+from test.unit.gateway.test_waker import asleep, engine_starts
+from test.unit.gateway.test_waker import setup as scaling_setup
 
 from llmaz.gateway.epp.processor import DESTINATION_HEADER, LB_NAMESPACE, SUBSET_KEY, SUBSET_NAMESPACE, usage_of
 from llmaz.gateway.epp.server import EndpointPicker, EppOptions
+from llmaz.gateway.proxy import errors
+from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
+from llmaz.gateway.proxy.keys import SecretKeys
+from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import Pickers
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import PromptUsage
+from llmaz.gateway.scaling.outlook import Coming
+from llmaz.gateway.scaling.waker import Waker
+from llmaz_dev.testing.informer import FakeInformer
+from llmaz_dev.testing.waiting import eventually
 
 Mode = processing_mode_pb2.ProcessingMode
 A = Endpoint("127.0.0.1", 8001)
@@ -66,13 +78,29 @@ class Epp:
 
 
 @contextlib.asynccontextmanager
-async def running_epp(cluster: Cluster, max_body_bytes: int = 1 << 20, fallbacks: int = 0) -> AsyncIterator[Epp]:
+async def running_epp(
+    cluster: Cluster,
+    max_body_bytes: int = 1 << 20,
+    fallbacks: int = 0,
+    *,
+    hold_timeout: float = WAIT,
+    wake_timeout: float = WAIT,
+    catalog: Catalog | None = None,
+    waker: Waker | None = None,
+    api_keys: Authenticator | None = None,
+) -> AsyncIterator[Epp]:
+    """An EPP on loopback over `cluster` (or `catalog`, one of its catalogs)."""
     in_flight = CountingInFlight()
-    picker = EndpointPicker(
-        cluster.catalog(),
-        Pickers(in_flight),
-        EppOptions(host="127.0.0.1", port=0, max_body_bytes=max_body_bytes, drain_timeout=1.0, fallbacks=fallbacks),
+    options = EppOptions(
+        host="127.0.0.1",
+        port=0,
+        max_body_bytes=max_body_bytes,
+        drain_timeout=1.0,
+        fallbacks=fallbacks,
+        hold_timeout=hold_timeout,
+        wake_timeout=wake_timeout,
     )
+    picker = EndpointPicker(catalog or cluster.catalog(), Pickers(in_flight), options, waker=waker, api_keys=api_keys)
     stopping = asyncio.Event()
     task = asyncio.create_task(picker.run(stopping))
     await asyncio.wait_for(picker.wait_started(), WAIT)
@@ -202,11 +230,119 @@ async def test_a_buffered_body_larger_than_grpcs_default_message_bound_is_routed
     assert destination(answer, "request_body") == (str(A), str(A))
 
 
-async def test_a_model_without_a_ready_endpoint_gets_503() -> None:
-    async with running_epp(served()) as epp:
+def ready_slice(endpoint: Endpoint, model: str = "m") -> dict[str, Any]:
+    return endpoint_slice(f"pg-{model}-lb-new", f"pg-{model}-lb", endpoint.port, (endpoint.address, True, False))
+
+
+async def held(epp: Epp, model: str = "m") -> None:
+    """Wait until a request for `model` is routed and held: counted in flight for its model, with no endpoint."""
+    await eventually(lambda: epp.in_flight.of_model(model) > 0, WAIT, "the request held")
+
+
+async def test_a_request_for_a_model_whose_replicas_start_is_held_and_routed_once_one_is_ready() -> None:
+    cluster = served()  # a Playground with a replica that is not ready yet
+    async with running_epp(cluster) as epp:
+        routing = asyncio.create_task(epp.exchange(headers(), body(chat()), answers=2))
+        await held(epp)
+        assert not routing.done()
+        assert epp.in_flight.busy() == {}  # held: counted for its model, on no endpoint yet
+        cluster.slices.add(ready_slice(A))
+        _, answer = await asyncio.wait_for(routing, WAIT)
+        assert destination(answer, "request_body") == (str(A), str(A))
+        await asyncio.wait_for(epp.in_flight.changed.wait(), WAIT)  # the stream closed: the attempt ended
+        assert (epp.in_flight.of_model("m"), epp.in_flight.released) == (0, [A])
+
+
+async def test_a_request_held_past_the_bound_gets_the_proxys_503_model_not_ready() -> None:
+    async with running_epp(served(), hold_timeout=0.05) as epp:
+        _, answer = await epp.exchange(headers(), body(chat()), answers=2)
+        await eventually(lambda: epp.in_flight.of_model("m") == 0, WAIT, "the refused request to stop counting")
+    status, error = refusal(answer)
+    proxys = errors.not_ready_in_time("m", 0.05)
+    assert (status, error) == (proxys.status, proxys.body()["error"])
+    assert ("retry-after", "5") in response_headers(answer)
+
+
+async def test_a_held_request_whose_model_stops_being_served_gets_404_at_once() -> None:
+    cluster = served()
+    async with running_epp(cluster) as epp:
+        routing = asyncio.create_task(epp.exchange(headers(), body(chat()), answers=2))
+        await held(epp)
+        (found,) = cluster.playgrounds.store.list()
+        cluster.playgrounds.delete(found)
+        _, answer = await asyncio.wait_for(routing, WAIT)
+    status, error = refusal(answer)
+    assert (status, error["code"]) == (404, "model_not_found")
+
+
+async def test_a_model_no_replica_is_coming_for_gets_503_at_once() -> None:
+    cluster = Cluster().synced()
+    cluster.open_models.add(open_model("m"))
+    stopped = playground("pg-m", "m")
+    stopped["spec"]["replicas"] = 0  # not opted in to scale to zero: nothing wakes it
+    cluster.playgrounds.add(stopped)
+    async with running_epp(cluster) as epp:  # held for WAIT if it were held at all
+        _, answer = await asyncio.wait_for(epp.exchange(headers(), body(chat()), answers=2), WAIT / 2)
+    status, error = refusal(answer)
+    assert (status, error["code"]) == (503, "model_not_ready")
+    assert "none is coming" in error["message"]
+
+
+async def test_a_request_for_a_sleeping_model_scales_it_from_zero_and_is_routed_once_it_is_ready() -> None:
+    cluster = Cluster().synced()
+    cluster.open_models.add(open_model("m"))
+    cluster.playgrounds.add(asleep("p", "m"))
+    scaling, api, events, catalog = scaling_setup(cluster)
+    api.on_scaled.append(engine_starts(cluster, A))
+    async with running_epp(cluster, catalog=catalog, waker=scaling.waker) as epp:
+        _, answer = await epp.exchange(headers(), body(chat()), answers=2)
+    assert destination(answer, "request_body") == (str(A), str(A))
+    assert api.scaled == [("p", 1)]
+    assert [e[2] for e in events.recorded] == ["ScaledFromZero"]
+
+
+async def test_a_sleeping_model_that_does_not_wake_within_the_bound_gets_504() -> None:
+    cluster = Cluster().synced()
+    cluster.open_models.add(open_model("m"))
+    cluster.playgrounds.add(asleep("p", "m"))
+    scaling, api, _, catalog = scaling_setup(cluster)
+    async with running_epp(cluster, catalog=catalog, waker=scaling.waker, wake_timeout=0.05) as epp:
         _, answer = await epp.exchange(headers(), body(chat()), answers=2)
     status, error = refusal(answer)
-    assert (status, error["code"], error["type"]) == (503, "model_not_ready", "server_error")
+    assert (status, error["code"]) == (504, "model_wake_timeout")
+    assert api.scaled == [("p", 1)]
+
+
+async def test_the_gateway_cancelling_a_held_request_stops_it_counting_and_the_epp_keeps_serving() -> None:
+    cluster = served()
+    async with running_epp(cluster) as epp:
+        call = epp.stub.Process()
+        await call.write(headers())
+        await call.write(body(chat()))
+        await call.read()
+        await held(epp)
+        call.cancel()
+        await eventually(lambda: epp.in_flight.of_model("m") == 0, WAIT, "the cancelled request to stop counting")
+        cluster.slices.add(ready_slice(A))
+        _, answer = await epp.exchange(headers(), body(chat()), answers=2)
+        assert destination(answer, "request_body") == (str(A), str(A))
+    assert epp.in_flight.released == [A]  # only the second request was ever routed
+
+
+async def test_a_held_request_is_never_routed_outside_the_gateways_subset() -> None:
+    cluster = served()
+    async with running_epp(cluster) as epp:
+        routing = asyncio.create_task(epp.exchange(headers(subset=[str(B)]), body(chat()), answers=2))
+        await held(epp)
+        cluster.slices.add(ready_slice(A))  # ready, but not in the pool the gateway named
+        _, answer = await asyncio.wait_for(routing, WAIT)
+    status, error = refusal(answer)
+    assert (status, error["code"]) == (503, "no_eligible_endpoint")
+    assert epp.in_flight.busy() == {}
+
+
+def response_headers(answer: ext.ProcessingResponse) -> set[tuple[str, str]]:
+    return {(o.header.key, o.header.raw_value.decode()) for o in answer.immediate_response.headers.set_headers}
 
 
 async def test_the_subset_hint_narrows_the_candidates() -> None:
@@ -332,3 +468,95 @@ async def test_readiness_waits_for_the_catalog_and_liveness_does_not() -> None:
 )
 def test_the_usage_is_read_from_the_end_of_the_answer(tail: bytes, usage: PromptUsage | None) -> None:
     assert usage_of(tail) == usage
+
+
+KEY = "sk-epp-secret-key"
+
+
+def keys_file(tmp_path: Path) -> Authenticator:
+    path = tmp_path / "keys"
+    path.write_text(f"{KEY} tenant=team-a\n")
+    keys = ApiKeys(path)
+    keys.load()
+    return Authenticator(keys)
+
+
+@pytest.mark.parametrize(
+    ("authorization", "model", "code"),
+    [
+        pytest.param(None, "m", "missing_api_key", id="no key"),
+        pytest.param("Basic abc", "m", "missing_api_key", id="not a bearer key"),
+        pytest.param("Bearer sk-wrong", "m", "invalid_api_key", id="a wrong key"),
+        pytest.param(None, "nope", "missing_api_key", id="no key for an unknown model: nothing about models"),
+    ],
+)
+async def test_with_api_keys_a_request_without_a_valid_key_gets_the_proxys_401_on_its_headers(
+    tmp_path: Path, authorization: str | None, model: str, code: str
+) -> None:
+    extra = {"authorization": authorization} if authorization else {}
+    async with running_epp(served(A), api_keys=keys_file(tmp_path)) as epp:
+        (answer,) = await epp.exchange(headers(extra=extra), answers=1)
+        _, routed = await epp.exchange(headers(extra={"authorization": f"Bearer {KEY}"}), body(chat()), answers=2)
+    status, error = refusal(answer)
+    assert (status, error["code"], error["type"]) == (401, code, "invalid_request_error")
+    assert ("www-authenticate", "Bearer") in response_headers(answer)
+    assert destination(routed, "request_body") == (str(A), str(A))  # the EPP keeps serving
+
+
+async def test_with_api_keys_a_valid_key_is_routed_and_taken_off_the_request_the_engine_gets(tmp_path: Path) -> None:
+    async with running_epp(served(A), api_keys=keys_file(tmp_path)) as epp:
+        authorization = {"authorization": f"Bearer {KEY}"}
+        _, buffered = await epp.exchange(headers(extra=authorization), body(chat()), answers=2)
+        (bodiless,) = await epp.exchange(
+            headers(end_of_stream=True, extra={**authorization, "x-ai-eg-model": "m"}), answers=1
+        )
+    assert destination(buffered, "request_body") == (str(A), str(A))
+    assert list(buffered.request_body.response.header_mutation.remove_headers) == ["authorization"]
+    assert list(bodiless.request_headers.response.header_mutation.remove_headers) == ["authorization"]
+
+
+async def test_without_api_keys_the_authorization_header_is_left_to_the_engine() -> None:
+    async with running_epp(served(A)) as epp:
+        _, answer = await epp.exchange(headers(extra={"authorization": "Bearer engine-key"}), body(chat()), answers=2)
+    assert list(answer.request_body.response.header_mutation.remove_headers) == []
+
+
+async def test_a_key_that_may_not_wake_gets_503_for_a_sleeping_model_and_nothing_is_scaled() -> None:
+    secrets = FakeInformer()
+    secrets.add(secret("viewer", key="sk-viewer", tenant="viewers", may_wake="false"))
+    secrets.add(secret("owner", key="sk-owner", tenant="owners"))
+    secrets.mark_synced()
+    cluster = Cluster().synced()
+    cluster.open_models.add(open_model("m"))
+    cluster.playgrounds.add(asleep("p", "m"))
+    scaling, api, _, catalog = scaling_setup(cluster)
+    api.on_scaled.append(engine_starts(cluster, A))
+    auth = Authenticator(None, SecretKeys(secrets))
+    async with running_epp(cluster, catalog=catalog, waker=scaling.waker, api_keys=auth) as epp:
+        _, refused = await epp.exchange(headers(extra={"authorization": "Bearer sk-viewer"}), body(chat()), answers=2)
+        assert api.scaled == []
+        _, routed = await epp.exchange(headers(extra={"authorization": "Bearer sk-owner"}), body(chat()), answers=2)
+    status, error = refusal(refused)
+    assert (status, error["code"]) == (503, "model_sleeping")
+    assert destination(routed, "request_body") == (str(A), str(A))
+    assert api.scaled == [("p", 1)]
+
+
+class FailingWaker(Waker):
+    async def wake(self, model: str, *, may_wake: bool = True) -> Coming:
+        raise RuntimeError("the waker failed")
+
+
+async def test_the_authorization_header_is_never_logged(tmp_path: Path) -> None:
+    cluster = served()
+    with capture_logs() as logs:
+        async with running_epp(
+            cluster, api_keys=keys_file(tmp_path), waker=FailingWaker(cluster.catalog(), None)
+        ) as epp:
+            authorization = {"authorization": f"Bearer {KEY}"}
+            (wrong,) = await epp.exchange(headers(extra={"authorization": f"Bearer {KEY}x"}), answers=1)
+            _, failed = await epp.exchange(headers(extra=authorization), body(chat()), answers=2)
+    assert refusal(wrong)[0] == 401
+    assert refusal(failed)[0] == 500
+    assert any(line["event"] == "processing failed" for line in logs)  # the failure was logged, without the key
+    assert KEY not in repr(logs)

@@ -2,36 +2,55 @@
 
 The conversation (`Conversation`, one per gRPC stream; Envoy opens one per HTTP request):
 
-    request headers     -> the subset hint read from the filter metadata; then, when a body follows:
+    request headers     -> with API keys, the `authorization` header checked first (the proxy's `Authenticator`:
+                           its statuses and refusals; the header is never kept nor logged, and is taken off the
+                           request the gateway sends on); the subset hint read from the filter metadata; then, when
+                           a body follows:
                            request body BUFFERED:             answered at once (continue), the body comes whole;
                            request body FULL_DUPLEX_STREAMED: not answered yet, body chunks come until the last;
-    the body, complete  -> parsed (at most `max_body_bytes`), its model found, the scheduler asked; the answer is
-                           the header `x-gateway-destination-endpoint: ip:port[,ip:port...]` (the pick, then up to
+    the body, complete  -> parsed (at most `max_body_bytes`), its model found, held while it has no ready endpoint
+                           (below), the scheduler asked; the answer is the header
+                           `x-gateway-destination-endpoint: ip:port[,ip:port...]` (the pick, then up to
                            `fallbacks` of its fallbacks, best first) and the same value in dynamic metadata
                            `envoy.lb`; in full duplex it goes on the delayed headers answer, followed by every body
                            chunk sent back unchanged;
     response headers,
     body and trailers   -> passed through (echoed in full duplex); the endpoint that served is read from metadata
                            `envoy.lb` / `x-gateway-destination-endpoint-served`; the usage from the body's end;
-    the stream closes   -> the attempt ends: `post_response`, once, however the stream ended.
+    the stream closes   -> the attempt ends: `post_response`, once, however the stream ended; the request stops
+                           counting in flight.
+
+Holding, as the proxy holds (`Serving` carries the proxy's waker, in-flight count and bounds): a request counts in
+flight for its model from routing (held included) to the stream's end, as a proxied one does, so idle detection
+and the request autoscaler see it. A model with no ready endpoint asks scaling whether one is coming
+(`Waker.wake`, which scales a sleeping model from zero, unless the caller's key may not wake it); when one is, the
+conversation awaits routing (`Catalog.await_endpoints`) up to `wake_timeout` (scaling from zero, then 504
+`model_wake_timeout`) or `hold_timeout` (replicas starting, then 503 `model_not_ready`), and is answered with the
+route once an endpoint is ready; a model that stops being served meanwhile is 404 at once; when none is coming,
+503 `model_not_ready` at once. An adapter no ready replica holds yet is held up to `hold_timeout` the same way.
+The subset hint narrows the endpoints after the hold: a request is never routed outside it (503
+`no_eligible_endpoint`).
 
 Fallbacks are off by default: Envoy's ORIGINAL_DST cluster, which GIE's reference configuration routes with,
 connects to the one address its header names and answers 503 (no healthy upstream) to a list.
 
 The body modes come from the filter's `protocol_config`, which Envoy sends on a stream's first message; without
 it, the request body is taken to be BUFFERED. A request whose headers end the stream (no body) is routed by the
-model the header `x-ai-eg-model` names. Refusals are ImmediateResponses with OpenAI's error JSON: 400 for a body
-that is not a JSON object naming a model, and for a message out of order or with nothing in it; 404
-(`model_not_found`) for a model no Playground serves; 413 for a body over the bound; 503 when the model has no
-ready endpoint, when none of the gateway's subset is one, or when the catalog has not synced yet. After one, the
+model the header `x-ai-eg-model` names. Refusals are ImmediateResponses with OpenAI's error JSON (the proxy's own,
+`llmaz.gateway.proxy.errors`, where the proxy makes the same refusal, with its headers: `Retry-After`,
+`WWW-Authenticate`): 401 for a missing or refused key; 400 for a body that is not a JSON object naming a model,
+and for a message out of order or with nothing in it; 404 (`model_not_found`) for a model no Playground serves;
+413 for a body over the bound; 503/504 as above, and 503 when the catalog has not synced yet. After one, the
 stream ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -41,11 +60,27 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
+from llmaz.gateway.proxy.auth import Authenticator, Caller
+from llmaz.gateway.proxy.errors import (
+    OpenAIError,
+    Unready,
+    model_not_found,
+    no_ready_endpoint,
+    not_ready_in_time,
+    wake_failed,
+    wake_not_allowed,
+    wake_timeout,
+)
+from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.routing.adapters import Adapter
 from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import Pickers
 from llmaz.gateway.routing.prefix import SESSION_HEADER, routing_key, session_of
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import PromptUsage, Request, Scheduler
+from llmaz.gateway.scaling.outlook import Coming
+from llmaz.gateway.scaling.waker import NotComingError, ScaleUpError, WakeNotAllowedError, Waker
 from llmaz.runtime.log import get_logger
 
 DESTINATION_HEADER: Final = "x-gateway-destination-endpoint"
@@ -53,6 +88,7 @@ LB_NAMESPACE: Final = "envoy.lb"
 SERVED_KEY: Final = "x-gateway-destination-endpoint-served"
 SUBSET_NAMESPACE: Final = "envoy.lb.subset_hint"
 SUBSET_KEY: Final = "x-gateway-destination-endpoint-subset"
+AUTHORIZATION: Final = "authorization"
 MODEL_HEADER: Final = "x-ai-eg-model"
 """The header naming the model of a request without a body (as Envoy AI Gateway sets it)."""
 MAX_MODEL_CHARS: Final = 253
@@ -79,7 +115,14 @@ class RefusalError(Exception):
     """An answer the EPP makes itself: an HTTP status and OpenAI's error object."""
 
     def __init__(
-        self, status: int, message: str, code: str, *, type: str = "invalid_request_error", param: str | None = None
+        self,
+        status: int,
+        message: str,
+        code: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -87,21 +130,30 @@ class RefusalError(Exception):
         self.code = code
         self.type = type
         self.param = param
+        self.headers = dict(headers or {})
+
+    @classmethod
+    def of(cls, error: OpenAIError) -> RefusalError:
+        """The proxy's answer `error` (the same status, error object and headers), as the EPP sends it."""
+        return cls(
+            error.status, error.message, error.code or "", type=error.type, param=error.param, headers=error.headers
+        )
 
     def body(self) -> bytes:
-        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code or None}
         return orjson.dumps({"error": error})
 
     def response(self) -> ext.ProcessingResponse:
-        content_type = core.HeaderValueOption(
-            header=core.HeaderValue(key="content-type", raw_value=b"application/json")
-        )
+        headers = {"content-type": "application/json", **{k.lower(): v for k, v in self.headers.items()}}
+        options = [
+            core.HeaderValueOption(header=core.HeaderValue(key=k, raw_value=v.encode())) for k, v in headers.items()
+        ]
         return ext.ProcessingResponse(
             immediate_response=ext.ImmediateResponse(
                 status=http_status_pb2.HttpStatus(code=self.status),
-                headers=ext.HeaderMutation(set_headers=[content_type]),
+                headers=ext.HeaderMutation(set_headers=options),
                 body=self.body(),
-                details=self.code,
+                details=self.code or "refused",
             )
         )
 
@@ -182,24 +234,56 @@ def _prompt_usage(usage: Any) -> PromptUsage | None:
     return PromptUsage(prompt if isinstance(prompt, int) else None, cached if isinstance(cached, int) else None)
 
 
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What every stream shares: routing's catalog and schedulers, the one in-flight count, scaling's waker and the
+    bounds of a hold, as the proxy has them."""
+
+    catalog: Catalog
+    pickers: Pickers
+    in_flight: InFlight = field(default_factory=InFlight)
+    """The replica's requests in flight: a request counts for its model from routing (held included) to its end, as
+    a proxied one does (idle detection, the autoscaler; the schedulers count its endpoint)."""
+    waker: Waker | None = None
+    """Scaling's answer to a model with no ready endpoint (and its scale from zero); None: one that never scales."""
+    api_keys: Authenticator | None = None
+    """The gateway's API keys; None: requests are not authenticated."""
+    metrics: GatewayMetrics | None = None
+    """The gateway's metrics, for the held-requests gauge; None: not recorded."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    fallbacks: int = 0
+    """How many of the decision's fallbacks follow the pick in the answer."""
+    hold_timeout: float = 30.0
+    """Seconds a request is held while its model's replicas start (503 `model_not_ready` after)."""
+    wake_timeout: float = 300.0
+    """Seconds a request is held while its model scales up from zero (504 `model_wake_timeout` after)."""
+
+    def __post_init__(self) -> None:
+        if self.waker is None:
+            object.__setattr__(self, "waker", Waker(self.catalog, None))
+
+
 class Conversation:
     """One stream's state (see the module docstring). `handle` answers each message; `finish` ends the attempt."""
 
-    def __init__(
-        self, catalog: Catalog, pickers: Pickers, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, fallbacks: int = 0
-    ) -> None:
-        """`fallbacks`: how many of the decision's fallbacks follow the pick in the answer."""
-        self.catalog = catalog
-        self.pickers = pickers
-        self.max_body_bytes = max_body_bytes
-        self.fallbacks = fallbacks
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
+        self.catalog = serving.catalog
+        self.pickers = serving.pickers
+        self.max_body_bytes = serving.max_body_bytes
+        self.fallbacks = serving.fallbacks
         self.phase = Phase.HEADERS
         self.request_mode: int = BUFFERED
         self.response_mode: int = NONE
         self.headers: dict[str, str] = {}
+        """The request's headers, but its credentials (never kept)."""
+        self.caller: Caller | None = None
+        """Who sent the request, when the gateway runs with API keys."""
         self.subset: frozenset[str] | None = None
         self.chunks: list[bytes] = []
         self.size = 0
+        self.counted: str | None = None
+        """The model the request counts in flight for, from routing to `finish`."""
         self.attempt: Attempt | None = None
         self.destination: str | None = None
         """The value sent: the pick, then its fallbacks."""
@@ -210,23 +294,28 @@ class Conversation:
         self._first = True
         self._finished = False
 
-    def handle(self, message: ext.ProcessingRequest) -> tuple[list[ext.ProcessingResponse], bool]:
-        """The answers to `message`, and whether the stream is over (an ImmediateResponse was sent)."""
+    async def handle(self, message: ext.ProcessingRequest) -> tuple[list[ext.ProcessingResponse], bool]:
+        """The answers to `message`, and whether the stream is over (an ImmediateResponse was sent). A request
+        held for an endpoint is answered once it has one (or past its bound)."""
         try:
-            return self._handle(message), False
+            return await self._handle(message), False
         except RefusalError as refusal:
             return [refusal.response()], True
+        except OpenAIError as error:
+            return [RefusalError.of(error).response()], True
 
     def finish(self) -> None:
-        """The stream ended: the attempt (if one was made) ends, once."""
+        """The stream ended: the attempt (if one was made) ends, and the request stops counting, once."""
         if self._finished:
             return
         self._finished = True
         if self.attempt is not None:
             attempt = self.attempt
             attempt.scheduler.post_response(attempt.request, attempt.endpoint, self.usage)
+        if self.counted is not None:
+            self.serving.in_flight.finished(self.counted)
 
-    def _handle(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+    async def _handle(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
         if self._first:
             self._first = False
             if message.HasField("protocol_config"):
@@ -238,9 +327,9 @@ class Conversation:
         handler = self._handlers().get(kind)
         if handler is None:
             raise bad_message(f"a message it does not handle ({kind})")
-        return handler(message)
+        return await handler(message)
 
-    def _handlers(self) -> dict[str, Callable[[ext.ProcessingRequest], list[ext.ProcessingResponse]]]:
+    def _handlers(self) -> dict[str, Callable[[ext.ProcessingRequest], Awaitable[list[ext.ProcessingResponse]]]]:
         return {
             "request_headers": self._request_headers,
             "request_body": self._request_body,
@@ -254,30 +343,44 @@ class Conversation:
         if self.phase is not phase:
             raise bad_message(f"{what} while {self.phase.value}")
 
+    def _mutation(self, value: str) -> ext.HeaderMutation:
+        """The route's header; with API keys, the client's key is taken off the request (the engine never sees it)."""
+        mutation = _header_mutation(value)
+        if self.serving.api_keys is not None:
+            mutation.remove_headers.append(AUTHORIZATION)
+        return mutation
+
     # The request
 
-    def _request_headers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+    async def _request_headers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
         self._expect(Phase.HEADERS, "request headers")
+        self.phase = Phase.BODY  # another headers message is out of order, whatever this one's fate
         headers = message.request_headers
+        authorization: str | None = None
         for header in headers.headers.headers:
             value = header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value
-            self.headers[header.key.lower()] = value
+            key = header.key.lower()
+            if key == AUTHORIZATION:
+                authorization = value
+            else:
+                self.headers[key] = value
+        if self.serving.api_keys is not None:
+            # First, as in the proxy: nothing about models is revealed without a key.
+            self.caller = self.serving.api_keys.check(authorization)
         self.subset = self._subset_hint(message)
         if headers.end_of_stream or self.request_mode == NONE:
-            value = self._route(None)
+            value = await self._route(None)
             return [
                 ext.ProcessingResponse(
                     request_headers=ext.HeadersResponse(
-                        response=ext.CommonResponse(header_mutation=_header_mutation(value))
+                        response=ext.CommonResponse(header_mutation=self._mutation(value))
                     ),
                     dynamic_metadata=_destination_metadata(value),
                 )
             ]
         if self.request_mode in (BUFFERED, BUFFERED_PARTIAL):
-            self.phase = Phase.BODY
             return [ext.ProcessingResponse(request_headers=ext.HeadersResponse())]
         if self.request_mode == FULL_DUPLEX_STREAMED:
-            self.phase = Phase.BODY
             return []  # answered with the route, once the body is read
         mode = _Mode.BodySendMode.Name(self.request_mode)
         raise RefusalError(
@@ -304,7 +407,7 @@ class Conversation:
             raise bad_message(f"a subset hint ({SUBSET_KEY}) that is neither a list of endpoints nor a string")
         return frozenset(e for e in entries if e)
 
-    def _request_body(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+    async def _request_body(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
         self._expect(Phase.BODY, "a request body")
         body = message.request_body
         self.size += len(body.body)
@@ -316,27 +419,25 @@ class Conversation:
         if self.request_mode == FULL_DUPLEX_STREAMED:
             if not body.end_of_stream:
                 return []
-            return self._route_streamed()
+            return await self._route_streamed()
         if not body.end_of_stream and self.request_mode == BUFFERED_PARTIAL:
             # Envoy sends a partial body when its buffer is full: the request is larger than the gateway takes.
             raise RefusalError(413, "The request body is larger than the gateway buffers.", "request_too_large")
-        value = self._route(b"".join(self.chunks))
+        value = await self._route(b"".join(self.chunks))
         self.chunks.clear()
         return [
             ext.ProcessingResponse(
-                request_body=ext.BodyResponse(response=ext.CommonResponse(header_mutation=_header_mutation(value))),
+                request_body=ext.BodyResponse(response=ext.CommonResponse(header_mutation=self._mutation(value))),
                 dynamic_metadata=_destination_metadata(value),
             )
         ]
 
-    def _route_streamed(self) -> list[ext.ProcessingResponse]:
+    async def _route_streamed(self) -> list[ext.ProcessingResponse]:
         """Full duplex: the delayed headers answer with the route, then the body as it came, chunk by chunk."""
-        value = self._route(b"".join(self.chunks))
+        value = await self._route(b"".join(self.chunks))
         answers = [
             ext.ProcessingResponse(
-                request_headers=ext.HeadersResponse(
-                    response=ext.CommonResponse(header_mutation=_header_mutation(value))
-                ),
+                request_headers=ext.HeadersResponse(response=ext.CommonResponse(header_mutation=self._mutation(value))),
                 dynamic_metadata=_destination_metadata(value),
             )
         ]
@@ -348,20 +449,20 @@ class Conversation:
         self.chunks.clear()
         return answers
 
-    def _request_trailers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+    async def _request_trailers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
         if self.phase is Phase.HEADERS:
             raise bad_message("request trailers before the request headers")
         answers: list[ext.ProcessingResponse] = []
         if self.phase is Phase.BODY:  # the trailers end the body
             if self.request_mode == FULL_DUPLEX_STREAMED:
-                answers = self._route_streamed()
+                answers = await self._route_streamed()
             else:
-                value = self._route(b"".join(self.chunks))
+                value = await self._route(b"".join(self.chunks))
                 self.chunks.clear()
                 answers = [
                     ext.ProcessingResponse(
                         request_headers=ext.HeadersResponse(
-                            response=ext.CommonResponse(header_mutation=_header_mutation(value))
+                            response=ext.CommonResponse(header_mutation=self._mutation(value))
                         ),
                         dynamic_metadata=_destination_metadata(value),
                     )
@@ -371,14 +472,14 @@ class Conversation:
 
     # The response
 
-    def _response_headers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+    async def _response_headers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
         self._expect(Phase.ROUTED, "response headers")
         lb = message.metadata_context.filter_metadata.get(LB_NAMESPACE)
         if lb is not None and SERVED_KEY in lb.fields:
             self.served = lb.fields[SERVED_KEY].string_value or None
         return [ext.ProcessingResponse(response_headers=ext.HeadersResponse())]
 
-    def _response_body(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+    async def _response_body(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
         self._expect(Phase.ROUTED, "a response body")
         body = message.response_body
         self._tail += body.body
@@ -392,14 +493,17 @@ class Conversation:
             response = ext.CommonResponse()
         return [ext.ProcessingResponse(response_body=ext.BodyResponse(response=response))]
 
-    def _response_trailers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
+    async def _response_trailers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
         self._expect(Phase.ROUTED, "response trailers")
         return [ext.ProcessingResponse(response_trailers=ext.TrailersResponse())]
 
     # Routing
 
-    def _route(self, body: bytes | None) -> str:
-        """Where the request goes (`ip:port[,ip:port...]`), counted in flight there; a RefusalError when nowhere."""
+    # Routing
+
+    async def _route(self, body: bytes | None) -> str:
+        """Where the request goes (`ip:port[,ip:port...]`), counted in flight there; a refusal when nowhere. A model
+        with no ready endpoint is held for one as the proxy holds it (`_endpoints`)."""
         document = self._document(body)
         model = document.get("model") if body else self.headers.get(MODEL_HEADER)
         if not isinstance(model, str) or not model:
@@ -418,20 +522,14 @@ class Conversation:
             raise unavailable("The gateway is starting: its caches are not synced yet.", "not_ready")
         adapter = None if self.catalog.serves(model) else self.catalog.adapter(model)
         if adapter is None and not self.catalog.serves(model):
-            names = self.catalog.served_names()
-            listed = ", ".join(names[:LISTED_MODELS]) or "none"
-            if len(names) > LISTED_MODELS:
-                listed += f" and {len(names) - LISTED_MODELS} more"
-            raise RefusalError(
-                404,
-                f"The model `{_quote(model)}` does not exist. Available models: {listed}.",
-                "model_not_found",
-                param="model",
-            )
+            raise model_not_found(model, self.catalog.served_names())
         base = model if adapter is None else adapter.model
-        endpoints = self.catalog.endpoints(base)
-        if adapter is not None:
-            endpoints = self.pickers.holds_adapter.holders(adapter, endpoints)
+        if adapter is not None and (why := self.catalog.left_out(adapter)) is not None:
+            raise no_ready_endpoint(model, why, Unready.ADAPTER_UNAVAILABLE)
+        if self.counted is None:
+            self.counted = base
+            self.serving.in_flight.started(base)
+        endpoints = await self._endpoints(base, model, adapter)
         if self.subset is not None:
             endpoints = [e for e in endpoints if _endpoint_matches(e, self.subset)]
             if not endpoints:
@@ -439,8 +537,6 @@ class Conversation:
                     f"None of the endpoints the gateway allows for model `{_quote(model)}` is ready. Retry later.",
                     "no_eligible_endpoint",
                 )
-        if not endpoints:
-            raise unavailable(f"The model `{_quote(model)}` has no ready endpoint. Retry later.", "model_not_ready")
         scheduler = self.pickers.for_playgrounds(self.catalog.playgrounds_serving(base))
         session_header = self.headers.get(SESSION_HEADER)
         key = None
@@ -450,12 +546,68 @@ class Conversation:
         decision = scheduler.schedule(request)
         if decision.endpoint is None:
             _LOG.debug("no endpoint", model=base, reason=decision.reason)
-            raise unavailable(f"The model `{_quote(model)}` has no ready endpoint. Retry later.", "model_not_ready")
+            raise no_ready_endpoint(model)
         scheduler.pre_request(request, decision.endpoint)
         self.attempt = Attempt(scheduler, request, decision.endpoint)
         self.phase = Phase.ROUTED
         self.destination = ",".join(str(e) for e in decision.endpoints[: 1 + self.fallbacks])
         return self.destination
+
+    async def _endpoints(self, base: str, name: str, adapter: Adapter | None) -> list[Endpoint]:
+        """The ready endpoints of `base` (those holding `adapter`, when the request names one), held for as the
+        proxy holds a request: scaling says whether one is coming (and wakes a sleeping model), then routing is
+        waited on up to the bound of that case; a model no longer served meanwhile is 404 at once."""
+        serving = self.serving
+        holding = None if adapter is None else functools.partial(self.pickers.holds_adapter.holders, adapter)
+        loop = asyncio.get_running_loop()
+        endpoints = self.catalog.endpoints(base)
+        if endpoints:
+            if holding is None or (endpoints := holding(endpoints)):
+                return endpoints
+            # Ready replicas, none holding the adapter yet: the new ones of a rollout that adds it are coming.
+            bound = serving.hold_timeout
+            endpoints = await self._held(base, loop.time() + bound, holding)
+            if not endpoints:
+                raise not_ready_in_time(name, bound)
+            return endpoints
+        started = loop.time()
+        coming = await self._replica_coming(base, name, started + serving.wake_timeout)
+        bound = serving.wake_timeout if coming is Coming.WAKING else serving.hold_timeout
+        endpoints = await self._held(base, started + bound, holding)
+        if not endpoints and not self.catalog.serves(base):
+            raise model_not_found(name, self.catalog.served_names())
+        if not endpoints and coming is Coming.WAKING:
+            raise wake_timeout(name, bound)
+        if not endpoints:
+            raise not_ready_in_time(name, bound)
+        return endpoints
+
+    async def _held(
+        self, model: str, deadline: float, holding: Callable[[list[Endpoint]], list[Endpoint]] | None
+    ) -> list[Endpoint]:
+        metrics = self.serving.metrics
+        if metrics is None:
+            return await self.catalog.await_endpoints(model, deadline, holding)
+        with metrics.held_of(model).track_inprogress():
+            return await self.catalog.await_endpoints(model, deadline, holding)
+
+    async def _replica_coming(self, model: str, name: str, deadline: float) -> Coming:
+        """How a replica of `model` is coming (`Waker.wake`, which scales a sleeping model up); the proxy's refusal
+        when none is, when the scale-up failed, or when the caller's key may not wake the model."""
+        waker = self.serving.waker
+        assert waker is not None, "Serving makes one"
+        may_wake = self.caller is None or self.caller.may_wake
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await waker.wake(model, may_wake=may_wake)
+        except WakeNotAllowedError:
+            raise wake_not_allowed(name) from None
+        except NotComingError as err:
+            raise no_ready_endpoint(name, str(err)) from None
+        except ScaleUpError as err:
+            raise wake_failed(name, str(err)) from None
+        except TimeoutError:
+            raise wake_timeout(name, self.serving.wake_timeout) from None
 
     def _document(self, body: bytes | None) -> dict[str, Any]:
         if not body:

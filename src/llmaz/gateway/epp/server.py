@@ -19,9 +19,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from llmaz.gateway.epp.processor import DEFAULT_MAX_BODY_BYTES, Conversation, RefusalError
+from llmaz.gateway.epp.processor import DEFAULT_MAX_BODY_BYTES, Conversation, RefusalError, Serving
+from llmaz.gateway.proxy.auth import Authenticator
+from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import Pickers
+from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime.log import get_logger
 
 DEFAULT_PORT: Final = 9002
@@ -48,6 +52,10 @@ class EppOptions:
     fallbacks: int = 0
     """How many fallbacks follow the pick, for a gateway whose load balancer takes a list (Envoy's ORIGINAL_DST
     takes one address)."""
+    hold_timeout: float = 30.0
+    """Seconds a request is held while its model's replicas start (the proxy's `hold_timeout`)."""
+    wake_timeout: float = 300.0
+    """Seconds a request is held while its model scales up from zero (the proxy's `wake_timeout`)."""
 
 
 def _internal_error() -> ext.ProcessingResponse:
@@ -59,24 +67,19 @@ def _internal_error() -> ext.ProcessingResponse:
 class Processor(ext_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """The ext_proc service: one `Conversation` per stream."""
 
-    def __init__(
-        self, catalog: Catalog, pickers: Pickers, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, fallbacks: int = 0
-    ) -> None:
-        self.catalog = catalog
-        self.pickers = pickers
-        self.max_body_bytes = max_body_bytes
-        self.fallbacks = fallbacks
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
 
     async def Process(  # noqa: N802 (the gRPC method's name)
         self,
         request_iterator: AsyncIterator[ext.ProcessingRequest],
         context: grpc.aio.ServicerContext[ext.ProcessingRequest, ext.ProcessingResponse],
     ) -> None:
-        conversation = Conversation(self.catalog, self.pickers, self.max_body_bytes, self.fallbacks)
+        conversation = Conversation(self.serving)
         try:
             async for message in request_iterator:
                 try:
-                    answers, over = conversation.handle(message)
+                    answers, over = await conversation.handle(message)
                 except Exception as exc:
                     # A fault of the picker's own: this request is answered 500, the server goes on serving.
                     _LOG.error(
@@ -99,10 +102,35 @@ class EndpointPicker:
 
     needs_leader_election = False
 
-    def __init__(self, catalog: Catalog, pickers: Pickers, options: EppOptions | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        pickers: Pickers,
+        options: EppOptions | None = None,
+        *,
+        in_flight: InFlight | None = None,
+        waker: Waker | None = None,
+        api_keys: Authenticator | None = None,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
+        """Beside the proxy, each of `in_flight`, `waker`, `api_keys` and `metrics` is the proxy's own, so a request
+        counts, wakes and is authenticated the same way through either. `in_flight` defaults to the schedulers'
+        count; without a `waker`, one that never scales; without `api_keys`, requests are not authenticated."""
         self.catalog = catalog
-        self.options = options or EppOptions()
-        self.processor = Processor(catalog, pickers, self.options.max_body_bytes, self.options.fallbacks)
+        self.options = opts = options or EppOptions()
+        serving = Serving(
+            catalog,
+            pickers,
+            in_flight if in_flight is not None else pickers.least_outstanding.in_flight,
+            waker,
+            api_keys,
+            metrics,
+            max_body_bytes=opts.max_body_bytes,
+            fallbacks=opts.fallbacks,
+            hold_timeout=opts.hold_timeout,
+            wake_timeout=opts.wake_timeout,
+        )
+        self.processor = Processor(serving)
         self.health = health.aio.HealthServicer()
         self.port: int | None = None
         self._ready = asyncio.Event()
