@@ -414,6 +414,29 @@ async def test_the_attempt_ends_once_when_the_gateway_cancels_the_stream_mid_req
     assert epp.in_flight.released == [A]
 
 
+@pytest.mark.parametrize(
+    "messages",
+    [
+        pytest.param([headers()], id="after the headers"),
+        pytest.param([headers(mode=Mode.FULL_DUPLEX_STREAMED), body(b'{"model": ', False)], id="mid-body"),
+    ],
+)
+async def test_a_stream_the_gateway_closes_mid_request_gets_400_and_the_epp_keeps_serving(
+    messages: list[ext.ProcessingRequest],
+) -> None:
+    async with running_epp(served(A)) as epp:
+        call = epp.stub.Process()
+        for message in messages:
+            await call.write(message)
+        await call.done_writing()  # the gateway's side ends before the request's body does
+        answers = [answer async for answer in call]
+        _, routed = await epp.exchange(headers(), body(chat()), answers=2)
+    status, error = refusal(answers[-1])
+    assert (status, error["code"]) == (400, "invalid_processing_request")
+    assert "before the end of the request body" in error["message"]
+    assert destination(routed, "request_body") == (str(A), str(A))
+
+
 async def test_the_attempt_ends_once_when_the_stream_closes_after_the_response() -> None:
     usage = b'data: {"choices": [], "usage": {"prompt_tokens": 7, "prompt_tokens_details": {"cached_tokens": 4}}}\n\n'
     async with running_epp(served(A)) as epp:

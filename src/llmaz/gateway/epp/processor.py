@@ -315,6 +315,13 @@ class Conversation:
         if self.counted is not None:
             self.serving.in_flight.finished(self.counted)
 
+    def ended(self) -> ext.ProcessingResponse | None:
+        """The answer to a stream the gateway closed mid-request (after the request headers, before the body's
+        end): a 400, for a gateway that still reads; None when the request was routed or had not begun."""
+        if self.phase is not Phase.BODY:
+            return None
+        return bad_message("the end of the stream before the end of the request body").response()
+
     async def _handle(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
         if self._first:
             self._first = False

@@ -92,6 +92,10 @@ class Processor(ext_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                     await context.write(answer)
                 if over:
                     return
+            # The gateway closed its side mid-request: it is told why, if it still reads.
+            ending = conversation.ended()
+            if ending is not None and not context.done():
+                await context.write(ending)
         finally:
             # The stream closed, however: the request ended (with response processing off, this is how it shows).
             conversation.finish()
