@@ -19,7 +19,18 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from structlog.testing import capture_logs
-from test.unit.gateway.support import WAIT, Cluster, endpoint_slice, open_model, playground, secret
+from test.unit.gateway.support import (
+    WAIT,
+    Cluster,
+    endpoint_slice,
+    engines,
+    inference_service,
+    open_model,
+    playground,
+    scraping,
+    secret,
+)
+from test.unit.gateway.test_adapter_routing import HUB, llamacpp, serve_with_adapters
 from test.unit.gateway.test_waker import asleep, engine_starts
 from test.unit.gateway.test_waker import setup as scaling_setup
 
@@ -28,8 +39,10 @@ from llmaz.gateway.epp.server import EndpointPicker, EppOptions
 from llmaz.gateway.proxy import errors
 from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.proxy.keys import SecretKeys
+from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.load import AdapterSignals
 from llmaz.gateway.routing.picker import Pickers
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import PromptUsage
@@ -88,6 +101,8 @@ async def running_epp(
     catalog: Catalog | None = None,
     waker: Waker | None = None,
     api_keys: Authenticator | None = None,
+    adapters: AdapterSignals | None = None,
+    metrics: GatewayMetrics | None = None,
 ) -> AsyncIterator[Epp]:
     """An EPP on loopback over `cluster` (or `catalog`, one of its catalogs)."""
     in_flight = CountingInFlight()
@@ -100,7 +115,10 @@ async def running_epp(
         hold_timeout=hold_timeout,
         wake_timeout=wake_timeout,
     )
-    picker = EndpointPicker(catalog or cluster.catalog(), Pickers(in_flight), options, waker=waker, api_keys=api_keys)
+    pickers = Pickers(in_flight, adapters=adapters)
+    picker = EndpointPicker(
+        catalog or cluster.catalog(), pickers, options, waker=waker, api_keys=api_keys, metrics=metrics
+    )
     stopping = asyncio.Event()
     task = asyncio.create_task(picker.run(stopping))
     await asyncio.wait_for(picker.wait_started(), WAIT)
@@ -253,6 +271,21 @@ async def test_a_request_for_a_model_whose_replicas_start_is_held_and_routed_onc
         assert (epp.in_flight.of_model("m"), epp.in_flight.released) == (0, [A])
 
 
+async def test_a_held_request_is_shown_by_the_proxys_held_requests_gauge_until_it_is_routed() -> None:
+    cluster = served()
+    metrics = GatewayMetrics(process_collectors=False)
+
+    def held_now() -> float:
+        return metrics.registry.get_sample_value("llmaz_gateway_requests_held", {"model": "m"}) or 0.0
+
+    async with running_epp(cluster, metrics=metrics) as epp:
+        routing = asyncio.create_task(epp.exchange(headers(), body(chat()), answers=2))
+        await eventually(lambda: held_now() == 1, WAIT, "the held request in the gauge")
+        cluster.slices.add(ready_slice(A))
+        await asyncio.wait_for(routing, WAIT)
+        assert held_now() == 0
+
+
 async def test_a_request_held_past_the_bound_gets_the_proxys_503_model_not_ready() -> None:
     async with running_epp(served(), hold_timeout=0.05) as epp:
         _, answer = await epp.exchange(headers(), body(chat()), answers=2)
@@ -339,6 +372,35 @@ async def test_a_held_request_is_never_routed_outside_the_gateways_subset() -> N
     status, error = refusal(answer)
     assert (status, error["code"]) == (503, "no_eligible_endpoint")
     assert epp.in_flight.busy() == {}
+
+
+async def test_an_adapter_no_ready_replica_holds_is_held_then_gets_the_proxys_503() -> None:
+    cluster = Cluster().synced()
+    async with engines(1) as (engine,), scraping(cluster) as signals:
+        llamacpp(engine)  # lists no adapter
+        serve_with_adapters(cluster, engine)
+        await signals.scrape()
+        async with running_epp(cluster, adapters=signals, hold_timeout=0.05) as epp:
+            _, answer = await epp.exchange(headers(), body(chat("sql")), answers=2)
+            _, base = await epp.exchange(headers(), body(chat("m")), answers=2)
+    proxys = errors.not_ready_in_time("sql", 0.05)
+    assert refusal(answer) == (proxys.status, proxys.body()["error"])
+    assert destination(base, "request_body") == (str(engine.endpoint),) * 2  # the base model keeps serving
+
+
+async def test_an_adapter_its_service_left_out_gets_503_at_once() -> None:
+    cluster = Cluster().synced()
+    async with engines(1) as (engine,), scraping(cluster) as signals:
+        llamacpp(engine)
+        serve_with_adapters(cluster, engine)
+        left_out = [{"name": "sql", "source": HUB, "reason": "ModelLoaderFailed", "message": "exited with code 3"}]
+        cluster.services.add({**inference_service("p", "m"), "status": {"unavailableAdapters": left_out}})
+        await signals.scrape()
+        async with running_epp(cluster, adapters=signals) as epp:  # held for WAIT if it were held at all
+            _, answer = await asyncio.wait_for(epp.exchange(headers(), body(chat("sql")), answers=2), WAIT / 2)
+    status, error = refusal(answer)
+    assert (status, error["code"]) == (503, "model_not_ready")
+    assert error["message"] == "The model `sql` has no ready endpoint, and none is coming (adapter unavailable)."
 
 
 def response_headers(answer: ext.ProcessingResponse) -> set[tuple[str, str]]:
