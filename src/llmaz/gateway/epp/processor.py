@@ -50,7 +50,7 @@ import asyncio
 import enum
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -241,9 +241,10 @@ class Serving:
 
     catalog: Catalog
     pickers: Pickers
-    in_flight: InFlight = field(default_factory=InFlight)
+    in_flight: InFlight | None = None
     """The replica's requests in flight: a request counts for its model from routing (held included) to its end, as
-    a proxied one does (idle detection, the autoscaler; the schedulers count its endpoint)."""
+    a proxied one does (idle detection, the autoscaler; the schedulers count its endpoint). None: the schedulers'
+    own count."""
     waker: Waker | None = None
     """Scaling's answer to a model with no ready endpoint (and its scale from zero); None: one that never scales."""
     api_keys: Authenticator | None = None
@@ -259,8 +260,16 @@ class Serving:
     """Seconds a request is held while its model scales up from zero (504 `model_wake_timeout` after)."""
 
     def __post_init__(self) -> None:
+        if self.in_flight is None:
+            object.__setattr__(self, "in_flight", self.pickers.least_outstanding.in_flight)
         if self.waker is None:
             object.__setattr__(self, "waker", Waker(self.catalog, None))
+
+    @property
+    def requests(self) -> InFlight:
+        """The in-flight count (never None once made)."""
+        assert self.in_flight is not None
+        return self.in_flight
 
 
 class Conversation:
@@ -313,7 +322,7 @@ class Conversation:
             attempt = self.attempt
             attempt.scheduler.post_response(attempt.request, attempt.endpoint, self.usage)
         if self.counted is not None:
-            self.serving.in_flight.finished(self.counted)
+            self.serving.requests.finished(self.counted)
 
     def ended(self) -> ext.ProcessingResponse | None:
         """The answer to a stream the gateway closed mid-request (after the request headers, before the body's
@@ -535,7 +544,7 @@ class Conversation:
             raise no_ready_endpoint(model, why, Unready.ADAPTER_UNAVAILABLE)
         if self.counted is None:
             self.counted = base
-            self.serving.in_flight.started(base)
+            self.serving.requests.started(base)
         endpoints = await self._endpoints(base, model, adapter)
         if self.subset is not None:
             endpoints = [e for e in endpoints if _endpoint_matches(e, self.subset)]

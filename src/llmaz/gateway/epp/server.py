@@ -4,6 +4,9 @@ Health services (`grpc.health.v1`): `liveness` SERVING while the server runs; `r
 `envoy.service.ext_proc.v3.ExternalProcessor` SERVING once the catalog has synced; all NOT_SERVING when it stops.
 On stop the server takes no new stream and gives the streams in flight (each one HTTP exchange) `drain_timeout`
 seconds. Transport security (TLS) is not supported yet.
+
+Each stream is served by its own task, so a conversation waiting for its request's endpoint (a held request) holds
+only its own stream; the gateway cancelling the stream cancels the wait, and the request stops counting.
 """
 
 from __future__ import annotations
@@ -125,7 +128,7 @@ class EndpointPicker:
         serving = Serving(
             catalog,
             pickers,
-            in_flight if in_flight is not None else pickers.least_outstanding.in_flight,
+            in_flight,
             waker,
             api_keys,
             metrics,
