@@ -403,6 +403,26 @@ async def test_an_adapter_its_service_left_out_gets_503_at_once() -> None:
     assert error["message"] == "The model `sql` has no ready endpoint, and none is coming (adapter unavailable)."
 
 
+async def test_a_path_the_models_engine_does_not_serve_gets_501_at_once_without_holding() -> None:
+    cluster = Cluster().synced()
+    cluster.serve("m", backend="llamacpp")  # no endpoint yet: a request it served would be held for WAIT
+    async with running_epp(cluster) as epp:
+        exchange = epp.exchange(headers(extra={":path": "/v1/score?x=1"}), body(chat()), answers=2)
+        _, answer = await asyncio.wait_for(exchange, WAIT / 2)
+    status, error = refusal(answer)
+    proxys = errors.unsupported_endpoint("m", "/v1/score")
+    assert (status, error) == (proxys.status, proxys.body()["error"])
+    assert epp.in_flight.of_model("m") == 0  # never counted: nothing was held
+
+
+async def test_a_path_outside_openais_api_is_left_to_the_gateway_and_routed() -> None:
+    cluster = Cluster().synced()
+    cluster.serve("m", A, backend="llamacpp")
+    async with running_epp(cluster) as epp:
+        _, answer = await epp.exchange(headers(extra={":path": "/custom/generate"}), body(chat()), answers=2)
+    assert destination(answer, "request_body") == (str(A), str(A))
+
+
 def response_headers(answer: ext.ProcessingResponse) -> set[tuple[str, str]]:
     return {(o.header.key, o.header.raw_value.decode()) for o in answer.immediate_response.headers.set_headers}
 

@@ -40,8 +40,9 @@ model the header `x-ai-eg-model` names. Refusals are ImmediateResponses with Ope
 `llmaz.gateway.proxy.errors`, where the proxy makes the same refusal, with its headers: `Retry-After`,
 `WWW-Authenticate`): 401 for a missing or refused key; 400 for a body that is not a JSON object naming a model,
 and for a message out of order or with nothing in it; 404 (`model_not_found`) for a model no Playground serves;
-413 for a body over the bound; 503/504 as above, and 503 when the catalog has not synced yet. After one, the
-stream ends.
+413 for a body over the bound; 501 (`unsupported_endpoint`) for a path of OpenAI's API (the `:path` header) the
+model's engine does not serve, before anything is woken or held; 503/504 as above, and 503 when the catalog has
+not synced yet. After one, the stream ends.
 """
 
 from __future__ import annotations
@@ -67,11 +68,13 @@ from llmaz.gateway.proxy.errors import (
     model_not_found,
     no_ready_endpoint,
     not_ready_in_time,
+    unsupported_endpoint,
     wake_failed,
     wake_not_allowed,
     wake_timeout,
 )
 from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.adapters import Adapter
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
@@ -540,6 +543,11 @@ class Conversation:
         if adapter is None and not self.catalog.serves(model):
             raise model_not_found(model, self.catalog.served_names())
         base = model if adapter is None else adapter.model
+        path = self.headers.get(":path", "").partition("?")[0]
+        capability = engines.API_PATHS.get(path)
+        if capability is not None and capability not in self.catalog.capabilities(base):
+            # Before anything is woken or held: the model's engine has no such endpoint.
+            raise unsupported_endpoint(model, path)
         if adapter is not None and (why := self.catalog.left_out(adapter)) is not None:
             raise no_ready_endpoint(model, why, Unready.ADAPTER_UNAVAILABLE)
         if self.counted is None:
