@@ -60,7 +60,7 @@ RULES: dict[str, tuple[str, ...]] = {
         "llmaz.gateway.flow",
     ),
     # The Endpoint Picker is the proxy's sibling: the same routing, holding and keys behind another gateway, with the
-    # proxy's refusals, key check and held-requests gauge, never the proxy's server.
+    # proxy's refusals, key check and limits, usage reading and held-requests gauge, never the proxy's server.
     "llmaz.gateway.epp": (
         "llmaz.apis",
         "llmaz.runtime",
@@ -68,7 +68,9 @@ RULES: dict[str, tuple[str, ...]] = {
         "llmaz.gateway.scaling",
         "llmaz.gateway.proxy.auth",
         "llmaz.gateway.proxy.errors",
+        "llmaz.gateway.proxy.limits",
         "llmaz.gateway.proxy.metrics",
+        "llmaz.gateway.proxy.usage",
     ),
     "llmaz.schedext": ("llmaz.apis", "llmaz.runtime"),
     "llmaz.manager": ("llmaz",),

@@ -340,6 +340,8 @@ def epp_options(args: argparse.Namespace) -> EppOptions:
         max_body_bytes=args.max_request_bytes,
         drain_timeout=args.drain_timeout,
         fallbacks=args.epp_fallbacks,
+        max_tokens_cap=args.max_tokens_cap,
+        default_max_tokens_reservation=args.default_max_tokens_reservation,
         hold_timeout=args.hold_timeout,
         wake_timeout=args.wake_timeout,
     )
@@ -445,8 +447,8 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
     manager.add(gateway)
     manager.add_readyz_check("gateway", gateway.serving)
     if args.epp_port:
-        # Beside the proxy, on its catalog, schedulers, in-flight count, waker and keys: a request routes, is held,
-        # wakes its model, counts as load and is authenticated the same through either.
+        # Beside the proxy, on its catalog, schedulers, in-flight count, waker, keys and limits: a request routes, is
+        # held, wakes its model, counts as load, is authenticated and spends its key's budget the same through either.
         picker = EndpointPicker(
             catalog,
             gateway.pickers,
@@ -454,6 +456,7 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
             in_flight=in_flight,
             waker=waker,
             api_keys=authenticator,
+            limits=limits,
             metrics=metrics,
         )
         manager.add(picker)

@@ -11,12 +11,16 @@ import orjson
 import pytest
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext
-from test.unit.gateway.support import WAIT, Cluster
+from test.unit.gateway.support import WAIT, Cluster, secret
 from test.unit.gateway.test_epp import A, B, body, chat, headers, ready_slice, served
 
 from llmaz.gateway.epp.processor import Conversation, Serving
+from llmaz.gateway.proxy.auth import Authenticator
+from llmaz.gateway.proxy.keys import SecretKeys
+from llmaz.gateway.proxy.limits import Limits
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import Pickers
+from llmaz_dev.testing.informer import FakeInformer
 from llmaz_dev.testing.waiting import eventually
 
 Mode = processing_mode_pb2.ProcessingMode
@@ -186,16 +190,16 @@ async def test_a_held_request_is_routed_once_its_model_has_a_ready_endpoint_and_
     conversation = Conversation(shared)
     await conversation.handle(headers())
     routing = asyncio.create_task(conversation.handle(body(chat())))
-    await eventually(lambda: shared.in_flight.of_model("m") == 1, WAIT, "the request held")
+    await eventually(lambda: shared.requests.of_model("m") == 1, WAIT, "the request held")
     assert not routing.done()
     cluster.slices.add(ready_slice(A))  # the readiness change the routing caches see
     answers, over = await asyncio.wait_for(routing, WAIT)
     assert ([a.WhichOneof("response") for a in answers], over) == (["request_body"], False)
     assert conversation.destination == str(A)
-    assert shared.in_flight.outstanding(A) == 1
+    assert shared.requests.outstanding(A) == 1
     conversation.finish()
     conversation.finish()  # once, however often the stream's end is seen
-    assert (shared.in_flight.of_model("m"), shared.in_flight.outstanding(A)) == (0, 0)
+    assert (shared.requests.of_model("m"), shared.requests.outstanding(A)) == (0, 0)
 
 
 async def test_a_conversation_ended_while_held_stops_counting_and_routes_nothing() -> None:
@@ -204,10 +208,95 @@ async def test_a_conversation_ended_while_held_stops_counting_and_routes_nothing
     conversation = Conversation(shared)
     await conversation.handle(headers())
     routing = asyncio.create_task(conversation.handle(body(chat())))
-    await eventually(lambda: shared.in_flight.of_model("m") == 1, WAIT, "the request held")
+    await eventually(lambda: shared.requests.of_model("m") == 1, WAIT, "the request held")
     routing.cancel()  # the gateway closed the stream: the server's task is cancelled, then it finishes
     with pytest.raises(asyncio.CancelledError):
         await routing
     conversation.finish()
     cluster.slices.add(ready_slice(A))
-    assert (shared.in_flight.of_model("m"), shared.in_flight.busy(), conversation.attempt) == (0, {}, None)
+    assert (shared.requests.of_model("m"), shared.requests.busy(), conversation.attempt) == (0, {}, None)
+
+
+# --- a key's limits, as the proxy keeps them ---------------------------------------------------------------------
+
+KEY = "sk-limited"
+
+
+def keyed(cluster: Cluster, hold_timeout: float = WAIT, **limits: str) -> Serving:
+    """Serving with one Secret's key, `KEY`, with `limits`, on a clock that never moves (no bucket refills), and a
+    cap of 500 tokens a request may ask for."""
+    secrets = FakeInformer()
+    secrets.add(secret("limited", key=KEY, tenant="team-a", **limits))
+    secrets.mark_synced()
+    auth = Authenticator(None, SecretKeys(secrets))
+    return serving(cluster, api_keys=auth, limits=Limits(lambda: 1000.0), max_tokens_cap=500, hold_timeout=hold_timeout)
+
+
+def asking(max_tokens: int = 10, stream: bool = False) -> list[ext.ProcessingRequest]:
+    document = {"model": "m", "messages": [], "max_tokens": max_tokens, "stream": stream}
+    return [headers(extra={"authorization": f"Bearer {KEY}"}), body(orjson.dumps(document))]
+
+
+async def routed_or_refused(shared: Serving, messages: list[ext.ProcessingRequest]) -> tuple[Conversation, Step]:
+    conversation = Conversation(shared)
+    steps = await converse(conversation, messages)
+    return conversation, steps[-1]
+
+
+async def test_a_keys_requests_per_minute_are_spent_through_the_epp_then_429_with_the_proxys_answer() -> None:
+    shared = keyed(served(A), requests_per_minute="1")
+    first, routed = await routed_or_refused(shared, asking())
+    first.finish()
+    conversation = Conversation(shared)
+    answers = [answer for message in asking() for answer in (await conversation.handle(message))[0]]
+    assert routed == Step(("request_body",))
+    refusal = answers[-1].immediate_response
+    error = orjson.loads(refusal.body)["error"]
+    assert (refusal.status.code, error["code"], error["type"]) == (429, "rate_limit_exceeded", "requests")
+    assert ("retry-after", "60") in {(o.header.key, o.header.raw_value.decode()) for o in refusal.headers.set_headers}
+
+
+async def test_a_keys_streams_are_held_until_each_stream_ends() -> None:
+    shared = keyed(served(A), max_streams="1")
+    first, routed = await routed_or_refused(shared, asking(stream=True))
+    _, refused_while_streaming = await routed_or_refused(shared, asking(stream=True))
+    _, not_a_stream = await routed_or_refused(shared, asking(stream=False))
+    first.finish()
+    _, after = await routed_or_refused(shared, asking(stream=True))
+    assert (routed, refused_while_streaming) == (Step(("request_body",)), refused(429, "rate_limit_exceeded"))
+    assert (not_a_stream, after) == (Step(("request_body",)), Step(("request_body",)))
+
+
+async def test_a_keys_tokens_are_settled_by_the_usage_the_answer_reports_and_returned_when_nothing_was_routed() -> None:
+    # Each request reserves 60 + its body's quarter (about 20) of a budget of 100: one at a time, unless settled.
+    usage = orjson.dumps({"usage": {"prompt_tokens": 5, "completion_tokens": 5}})
+    answer = [RESPONSE_HEADERS, ext.ProcessingRequest(response_body=ext.HttpBody(body=usage, end_of_stream=True))]
+
+    reported = keyed(served(A), tokens_per_minute="100")
+    first, _ = await routed_or_refused(reported, asking(60) + answer)
+    first.finish()  # 10 used: the rest of the reservation is given back
+    assert (await routed_or_refused(reported, asking(60)))[1] == Step(("request_body",))
+
+    unreported = keyed(served(A), tokens_per_minute="100")
+    first, _ = await routed_or_refused(unreported, asking(60))
+    first.finish()  # the answer's usage is not known (response processing off): the reservation stays spent
+    assert (await routed_or_refused(unreported, asking(60)))[1] == refused(429, "rate_limit_exceeded")
+
+    cluster = served()  # no endpoint: the request is held, then refused
+    unrouted = keyed(cluster, hold_timeout=0.01, tokens_per_minute="100")
+    first, step = await routed_or_refused(unrouted, asking(60))
+    first.finish()  # no engine answered: the whole reservation is given back
+    assert step == refused(503, "model_not_ready")
+    cluster.slices.add(ready_slice(A))
+    assert (await routed_or_refused(unrouted, asking(60)))[1] == Step(("request_body",))
+
+
+async def test_a_request_asking_more_tokens_than_the_cap_gets_400_naming_the_field() -> None:
+    shared = keyed(served(A))
+    conversation = Conversation(shared)
+    document = {"model": "m", "messages": [], "max_completion_tokens": 501}
+    steps = await converse(
+        conversation, [headers(extra={"authorization": f"Bearer {KEY}"}), body(orjson.dumps(document))]
+    )
+    assert steps[-1] == refused(400, "max_tokens_too_large")
+    assert shared.requests.of_model("m") == 0

@@ -38,11 +38,13 @@ The body modes come from the filter's `protocol_config`, which Envoy sends on a 
 it, the request body is taken to be BUFFERED. A request whose headers end the stream (no body) is routed by the
 model the header `x-ai-eg-model` names. Refusals are ImmediateResponses with OpenAI's error JSON (the proxy's own,
 `llmaz.gateway.proxy.errors`, where the proxy makes the same refusal, with its headers: `Retry-After`,
-`WWW-Authenticate`): 401 for a missing or refused key; 400 for a body that is not a JSON object naming a model,
-and for a message out of order or with nothing in it; 404 (`model_not_found`) for a model no Playground serves;
-413 for a body over the bound; 501 (`unsupported_endpoint`) for a path of OpenAI's API (the `:path` header) the
-model's engine does not serve, before anything is woken or held; 503/504 as above, and 503 when the catalog has
-not synced yet. After one, the stream ends.
+`WWW-Authenticate`): 401 for a missing or refused key; 429 for a key's limit reached (its requests or tokens per
+minute, its streams: held from routing to the stream's end, on the proxy's buckets); 400 for a request asking more
+tokens than the cap, for a body that is not a JSON object naming a model, and for a message out of order or with
+nothing in it; 404 (`model_not_found`) for a model no Playground serves; 413 for a body over the bound; 501
+(`unsupported_endpoint`) for a path of OpenAI's API (the `:path` header) the model's engine does not serve, before
+anything is woken or held; 503/504 as above, and 503 when the catalog has not synced yet. After one, the stream
+ends.
 """
 
 from __future__ import annotations
@@ -65,15 +67,27 @@ from llmaz.gateway.proxy.auth import Authenticator, Caller
 from llmaz.gateway.proxy.errors import (
     OpenAIError,
     Unready,
+    max_tokens_too_large,
     model_not_found,
     no_ready_endpoint,
     not_ready_in_time,
+    rate_limited,
     unsupported_endpoint,
     wake_failed,
     wake_not_allowed,
     wake_timeout,
 )
+from llmaz.gateway.proxy.limits import (
+    DEFAULT_MAX_TOKENS_RESERVATION,
+    Admission,
+    LimitReachedError,
+    Limits,
+    max_tokens_of,
+    reservation_of,
+)
 from llmaz.gateway.proxy.metrics import GatewayMetrics
+from llmaz.gateway.proxy.usage import Usage
+from llmaz.gateway.proxy.usage import usage_of as tokens_used
 from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.adapters import Adapter
 from llmaz.gateway.routing.catalog import Catalog
@@ -208,14 +222,14 @@ def _endpoint_matches(endpoint: Endpoint, allowed: frozenset[str]) -> bool:
     return str(endpoint) in allowed or endpoint.address in allowed or f"[{endpoint.address}]" in allowed
 
 
-def usage_of(tail: bytes) -> PromptUsage | None:
-    """The prompt usage an answer's end reports: a whole JSON answer's `usage`, else the last SSE event with one."""
+def _usage_document(tail: bytes) -> dict[str, Any] | None:
+    """The part of an answer's end that reports its usage: the whole JSON answer, else the last SSE event with one."""
     try:
         document = orjson.loads(tail)
     except orjson.JSONDecodeError:
         document = None
     if isinstance(document, dict):
-        return _prompt_usage(document.get("usage"))
+        return document
     for line in reversed(tail.splitlines()):
         if not line.startswith(b"data:"):
             continue
@@ -224,8 +238,14 @@ def usage_of(tail: bytes) -> PromptUsage | None:
         except orjson.JSONDecodeError:
             continue
         if isinstance(event, dict) and isinstance(event.get("usage"), dict):
-            return _prompt_usage(event["usage"])
+            return event
     return None
+
+
+def usage_of(tail: bytes) -> PromptUsage | None:
+    """The prompt usage an answer's end reports: a whole JSON answer's `usage`, else the last SSE event with one."""
+    document = _usage_document(tail)
+    return None if document is None else _prompt_usage(document.get("usage"))
 
 
 def _prompt_usage(usage: Any) -> PromptUsage | None:
@@ -257,6 +277,12 @@ class Serving:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     fallbacks: int = 0
     """How many of the decision's fallbacks follow the pick in the answer."""
+    limits: Limits | None = None
+    """The per-key limits the proxy keeps (one set of buckets for both); None: keys' limits are not applied."""
+    max_tokens_cap: int | None = None
+    """The most tokens a request may ask to generate (400 `max_tokens_too_large` above); None: no cap."""
+    default_max_tokens_reservation: int = DEFAULT_MAX_TOKENS_RESERVATION
+    """Tokens reserved against a key's tokens-per-minute for a request that does not say how many it may generate."""
     hold_timeout: float = 30.0
     """Seconds a request is held while its model's replicas start (503 `model_not_ready` after)."""
     wake_timeout: float = 300.0
@@ -296,6 +322,10 @@ class Conversation:
         self.size = 0
         self.counted: str | None = None
         """The model the request counts in flight for, from routing to `finish`."""
+        self.admission: Admission | None = None
+        """The request's hold on its key's limits, from routing to `finish`."""
+        self.spent: Usage | None = None
+        """The tokens the answer reports it used (when the response body is processed), to settle the key's."""
         self.attempt: Attempt | None = None
         self.destination: str | None = None
         """The value sent: the pick, then its fallbacks."""
@@ -326,6 +356,10 @@ class Conversation:
             attempt.scheduler.post_response(attempt.request, attempt.endpoint, self.usage)
         if self.counted is not None:
             self.serving.requests.finished(self.counted)
+        if self.admission is not None:
+            # Routed: an engine may have answered (with response processing off the EPP cannot tell), so an answer
+            # without usage keeps its reservation spent, as the proxy keeps it.
+            self.admission.finish(self.spent, answered=self.attempt is not None)
 
     def ended(self) -> ext.ProcessingResponse | None:
         """The answer to a stream the gateway closed mid-request (after the request headers, before the body's
@@ -505,7 +539,10 @@ class Conversation:
         if len(self._tail) > USAGE_TAIL_BYTES:
             del self._tail[: len(self._tail) - USAGE_TAIL_BYTES]
         if body.end_of_stream:
-            self.usage = usage_of(bytes(self._tail))
+            document = _usage_document(bytes(self._tail))
+            if document is not None:
+                self.usage = _prompt_usage(document.get("usage"))
+                self.spent = tokens_used(document)
         if self.response_mode == FULL_DUPLEX_STREAMED:
             response = _streamed(body.body, body.end_of_stream)
         else:
@@ -550,6 +587,7 @@ class Conversation:
             raise unsupported_endpoint(model, path)
         if adapter is not None and (why := self.catalog.left_out(adapter)) is not None:
             raise no_ready_endpoint(model, why, Unready.ADAPTER_UNAVAILABLE)
+        self._admit(body or b"", document)
         if self.counted is None:
             self.counted = base
             self.serving.requests.started(base)
@@ -576,6 +614,23 @@ class Conversation:
         self.phase = Phase.ROUTED
         self.destination = ",".join(str(e) for e in decision.endpoints[: 1 + self.fallbacks])
         return self.destination
+
+    def _admit(self, body: bytes, document: dict[str, Any]) -> None:
+        """The max-tokens cap, then the caller's key's limits, checked as the proxy checks them: an admitted request
+        holds its share of them until the stream ends."""
+        serving = self.serving
+        asked = max_tokens_of(document)
+        cap = serving.max_tokens_cap
+        if cap is not None and asked is not None and asked[1] > cap:
+            raise max_tokens_too_large(asked[0], asked[1], cap)
+        policy = None if self.caller is None else self.caller.policy
+        if policy is None or serving.limits is None:
+            return
+        reservation = reservation_of(body, document, serving.default_max_tokens_reservation)
+        try:
+            self.admission = serving.limits.admit(policy, reservation, document.get("stream") is True)
+        except LimitReachedError as refusal:
+            raise rate_limited(refusal.limit, refusal.retry_after, refusal.detail) from None
 
     async def _endpoints(self, base: str, name: str, adapter: Adapter | None) -> list[Endpoint]:
         """The ready endpoints of `base` (those holding `adapter`, when the request names one), held for as the

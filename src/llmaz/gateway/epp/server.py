@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from llmaz.gateway.epp.processor import DEFAULT_MAX_BODY_BYTES, Conversation, RefusalError, Serving
 from llmaz.gateway.proxy.auth import Authenticator
+from llmaz.gateway.proxy.limits import DEFAULT_MAX_TOKENS_RESERVATION, Limits
 from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
@@ -55,6 +56,10 @@ class EppOptions:
     fallbacks: int = 0
     """How many fallbacks follow the pick, for a gateway whose load balancer takes a list (Envoy's ORIGINAL_DST
     takes one address)."""
+    max_tokens_cap: int | None = None
+    """The most tokens a request may ask to generate (the proxy's `max_tokens_cap`); None: no cap."""
+    default_max_tokens_reservation: int = DEFAULT_MAX_TOKENS_RESERVATION
+    """Tokens a key's tokens-per-minute reserves for a request that does not say (the proxy's)."""
     hold_timeout: float = 30.0
     """Seconds a request is held while its model's replicas start (the proxy's `hold_timeout`)."""
     wake_timeout: float = 300.0
@@ -118,11 +123,13 @@ class EndpointPicker:
         in_flight: InFlight | None = None,
         waker: Waker | None = None,
         api_keys: Authenticator | None = None,
+        limits: Limits | None = None,
         metrics: GatewayMetrics | None = None,
     ) -> None:
-        """Beside the proxy, each of `in_flight`, `waker`, `api_keys` and `metrics` is the proxy's own, so a request
-        counts, wakes and is authenticated the same way through either. `in_flight` defaults to the schedulers'
-        count; without a `waker`, one that never scales; without `api_keys`, requests are not authenticated."""
+        """Beside the proxy, each of `in_flight`, `waker`, `api_keys`, `limits` and `metrics` is the proxy's own, so a
+        request counts, wakes, is authenticated and spends its key's budget the same way through either. `in_flight`
+        defaults to the schedulers' count; without a `waker`, one that never scales; without `api_keys`, requests
+        are not authenticated; without `limits`, keys' limits are not applied."""
         self.catalog = catalog
         self.options = opts = options or EppOptions()
         serving = Serving(
@@ -132,6 +139,9 @@ class EndpointPicker:
             waker,
             api_keys,
             metrics,
+            limits=limits,
+            max_tokens_cap=opts.max_tokens_cap,
+            default_max_tokens_reservation=opts.default_max_tokens_reservation,
             max_body_bytes=opts.max_body_bytes,
             fallbacks=opts.fallbacks,
             hold_timeout=opts.hold_timeout,
