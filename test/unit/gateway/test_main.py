@@ -124,11 +124,13 @@ def test_the_endpoint_picker_is_off_by_default_and_listens_on_the_api_host() -> 
     assert epp_options(parse_args(["--epp-port=9002"])).host == ""
 
 
-def test_the_endpoint_picker_holds_requests_as_long_as_the_proxy() -> None:
-    args = parse_args(["--epp-port=9002", "--wake-timeout=8", "--hold-timeout=9"])
-    assert (epp_options(args).wake_timeout, epp_options(args).hold_timeout) == (8.0, 9.0)
-    proxy = gateway_options(args)
-    assert (proxy.wake_timeout, proxy.hold_timeout) == (8.0, 9.0)
+def test_the_endpoint_picker_holds_and_caps_requests_as_the_proxy_does() -> None:
+    flags = ["--epp-port=9002", "--wake-timeout=8", "--hold-timeout=9", "--max-tokens-cap=100"]
+    args = parse_args([*flags, "--default-max-tokens-reservation=50"])
+    epp, proxy = epp_options(args), gateway_options(args)
+    assert (epp.wake_timeout, epp.hold_timeout) == (proxy.wake_timeout, proxy.hold_timeout) == (8.0, 9.0)
+    assert (epp.max_tokens_cap, epp.default_max_tokens_reservation) == (100, 50)
+    assert (proxy.max_tokens_cap, proxy.default_max_tokens_reservation) == (100, 50)
 
 
 def test_engine_signals_follow_their_flags_and_interval_0_turns_them_off() -> None:
