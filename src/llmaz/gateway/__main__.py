@@ -458,6 +458,7 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
             api_keys=authenticator,
             limits=limits,
             metrics=metrics,
+            recognised=signals,
         )
         manager.add(picker)
     autoscaling = autoscaler_options(args)

@@ -14,12 +14,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext
 from test.unit.gateway.support import WAIT, Cluster, secret
 from test.unit.gateway.test_epp import A, B, body, chat, headers, ready_slice, served
 
+from llmaz.apis.routing import PREFIX_AWARE
 from llmaz.gateway.epp.processor import Conversation, Serving
 from llmaz.gateway.proxy.auth import Authenticator
 from llmaz.gateway.proxy.keys import SecretKeys
 from llmaz.gateway.proxy.limits import Limits
 from llmaz.gateway.routing.inflight import InFlight
-from llmaz.gateway.routing.picker import Pickers
+from llmaz.gateway.routing.picker import Pickers, RoutingOptions
 from llmaz_dev.testing.informer import FakeInformer
 from llmaz_dev.testing.waiting import eventually
 
@@ -300,3 +301,31 @@ async def test_a_request_asking_more_tokens_than_the_cap_gets_400_naming_the_fie
     )
     assert steps[-1] == refused(400, "max_tokens_too_large")
     assert shared.requests.of_model("m") == 0
+
+
+# --- an engine that reuses a cached prompt serially ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("backend", "waits"), [("llamacpp", True), ("vllm", False)], ids=["serial", "shared"])
+async def test_a_request_waits_behind_another_of_its_prefix_on_an_engine_that_reuses_prompts_serially(
+    backend: str, waits: bool
+) -> None:
+    cluster = Cluster().synced()
+    cluster.serve("m", A, B, backend=backend)
+    in_flight = InFlight()
+    pickers = Pickers(in_flight, options=RoutingOptions(strategy=PREFIX_AWARE))
+    shared = Serving(cluster.catalog(), pickers, in_flight)
+    document = orjson.dumps({"model": "m", "messages": [{"role": "system", "content": "Answer in French. " * 40}]})
+    first = Conversation(shared)
+    await converse(first, [headers(), body(document)])
+    second = Conversation(shared)
+    await second.handle(headers())
+    routing = asyncio.create_task(second.handle(body(document)))
+    holds = pickers.prefix_aware.prefix_holds
+    if waits:
+        await eventually(lambda: holds.waiting() == 1, WAIT, "the second request waiting behind the first")
+        assert not routing.done()
+        first.finish()  # the first request's stream ends: its engine has the prompt and a free slot
+    await asyncio.wait_for(routing, WAIT)
+    assert second.destination == first.destination  # the prefix's home, either way
+    assert holds.waiting() == 0

@@ -92,6 +92,7 @@ from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.adapters import Adapter
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.load import AdapterSignals
 from llmaz.gateway.routing.picker import Pickers
 from llmaz.gateway.routing.prefix import SESSION_HEADER, routing_key, session_of
 from llmaz.gateway.routing.routes import Endpoint
@@ -287,6 +288,9 @@ class Serving:
     """Seconds a request is held while its model's replicas start (503 `model_not_ready` after)."""
     wake_timeout: float = 300.0
     """Seconds a request is held while its model scales up from zero (504 `model_wake_timeout` after)."""
+    recognised: AdapterSignals | None = None
+    """Which engine runs at each endpoint, as the engines' metrics show it (else the Playground's BackendRuntime):
+    a request to an engine that reuses a cached prompt serially waits behind another of its prefix there."""
 
     def __post_init__(self) -> None:
         if self.in_flight is None:
@@ -606,6 +610,9 @@ class Conversation:
             key = routing_key(document, session_header, model if adapter is not None else None)
         request = Request(base, endpoints, key, adapter, session_of(document, session_header))
         decision = scheduler.schedule(request)
+        serial = decision.endpoint is not None and self._reuses_serially(base, decision.endpoint)
+        if serial and decision.endpoint is not None and await scheduler.hold(request, decision.endpoint):
+            decision = scheduler.schedule(request)  # held behind its prefix, as the proxy does: once
         if decision.endpoint is None:
             _LOG.debug("no endpoint", model=base, reason=decision.reason)
             raise no_ready_endpoint(model)
@@ -614,6 +621,14 @@ class Conversation:
         self.phase = Phase.ROUTED
         self.destination = ",".join(str(e) for e in decision.endpoints[: 1 + self.fallbacks])
         return self.destination
+
+    def _reuses_serially(self, model: str, endpoint: Endpoint) -> bool:
+        """Whether the engine at `endpoint` reuses a cached prompt one request at a time (`engines.PromptReuse`)."""
+        recognised = self.serving.recognised
+        name = None if recognised is None else recognised.engine(endpoint)
+        if name is None:
+            name = self.catalog.endpoint_runtimes(model).get(endpoint)
+        return engines.engine(name).prompt_reuse is engines.PromptReuse.SERIAL
 
     def _admit(self, body: bytes, document: dict[str, Any]) -> None:
         """The max-tokens cap, then the caller's key's limits, checked as the proxy checks them: an admitted request

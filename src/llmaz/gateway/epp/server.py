@@ -28,6 +28,7 @@ from llmaz.gateway.proxy.limits import DEFAULT_MAX_TOKENS_RESERVATION, Limits
 from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
+from llmaz.gateway.routing.load import AdapterSignals
 from llmaz.gateway.routing.picker import Pickers
 from llmaz.gateway.scaling.waker import Waker
 from llmaz.runtime.log import get_logger
@@ -125,11 +126,13 @@ class EndpointPicker:
         api_keys: Authenticator | None = None,
         limits: Limits | None = None,
         metrics: GatewayMetrics | None = None,
+        recognised: AdapterSignals | None = None,
     ) -> None:
         """Beside the proxy, each of `in_flight`, `waker`, `api_keys`, `limits` and `metrics` is the proxy's own, so a
         request counts, wakes, is authenticated and spends its key's budget the same way through either. `in_flight`
         defaults to the schedulers' count; without a `waker`, one that never scales; without `api_keys`, requests
-        are not authenticated; without `limits`, keys' limits are not applied."""
+        are not authenticated; without `limits`, keys' limits are not applied. `recognised`: the engine at each
+        endpoint, as its metrics show it (the engine signals)."""
         self.catalog = catalog
         self.options = opts = options or EppOptions()
         serving = Serving(
@@ -146,6 +149,7 @@ class EndpointPicker:
             fallbacks=opts.fallbacks,
             hold_timeout=opts.hold_timeout,
             wake_timeout=opts.wake_timeout,
+            recognised=recognised,
         )
         self.processor = Processor(serving)
         self.health = health.aio.HealthServicer()
