@@ -88,6 +88,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add = parser.add_argument
     add("--bind-address", type=flags.bind_address, default=":8000", help="OpenAI API address (default :8000)")
     add(
+        "--proxy-bind-address",
+        type=flags.bind_address,
+        default=None,
+        help="where the Python proxy serves the OpenAI API instead of --bind-address, whose host the activator and "
+        "the Endpoint Picker keep (the Envoy data plane: 127.0.0.1:8010, Envoy on the API port; default: "
+        "--bind-address)",
+    )
+    add(
         "--metrics-bind-address",
         type=flags.bind_address,
         default=":8080",
@@ -297,7 +305,7 @@ def activator_address(args: argparse.Namespace) -> str | None:
 
 def gateway_options(args: argparse.Namespace) -> GatewayOptions:
     return GatewayOptions(
-        bind_address=args.bind_address,
+        bind_address=args.proxy_bind_address or args.bind_address,
         activator_address=activator_address(args),
         max_body_bytes=args.max_request_bytes,
         header_timeout=args.header_timeout,

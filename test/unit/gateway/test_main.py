@@ -133,6 +133,14 @@ def test_the_endpoint_picker_holds_and_caps_requests_as_the_proxy_does() -> None
     assert (proxy.max_tokens_cap, proxy.default_max_tokens_reservation) == (100, 50)
 
 
+def test_the_proxy_can_serve_on_an_address_of_its_own_while_the_picker_and_activator_keep_the_api_host() -> None:
+    assert gateway_options(parse_args([])).bind_address == ":8000"
+    args = parse_args(["--proxy-bind-address=127.0.0.1:8010", "--epp-port=9002"])
+    assert gateway_options(args).bind_address == "127.0.0.1:8010"
+    assert gateway_options(args).activator_address == ":8001"
+    assert epp_options(args).host == ""
+
+
 def test_engine_signals_follow_their_flags_and_interval_0_turns_them_off() -> None:
     catalog = Cluster().catalog()
     defaults = engine_signals(parse_args([]), catalog, CollectorRegistry())
