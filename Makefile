@@ -148,6 +148,7 @@ manifests: install $(KUSTOMIZE) ## Generate CRDs, webhook and RBAC manifests fro
 	$(PY) -m llmaz_dev.webhookgen config/webhook/manifests.yaml
 	$(PY) -m llmaz_dev.rbacgen config/rbac
 	$(PY) -m llmaz_dev.dashboards config/grafana
+	$(PY) -m llmaz.gateway.envoy > config/gateway-envoy/envoy.json
 	$(PY) -m llmaz_dev.chartgen --kustomize $(KUSTOMIZE) chart
 
 .PHONY: chart

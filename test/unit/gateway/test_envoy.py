@@ -1,0 +1,204 @@
+"""The Envoy data plane's bootstrap (llmaz.gateway.envoy): modes, addresses and timeouts, and the install variant
+config/gateway-envoy built as config/default's comment says, agreeing with it and with llmaz-gateway's flags."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llmaz.gateway import envoy
+from llmaz.gateway.__main__ import epp_options, gateway_options, parse_args
+from llmaz.gateway.epp.processor import DESTINATION_HEADER
+from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
+from llmaz.gateway.proxy.forwarding import ProxyOptions
+from llmaz_dev.envtest._assets import tool_path
+
+REPO = Path(__file__).resolve().parents[3]
+COMPONENT = REPO / "config" / "gateway-envoy"
+
+
+def _api_manager(config: dict[str, Any]) -> dict[str, Any]:
+    (listener,) = [item for item in config["static_resources"]["listeners"] if item["name"] == "gateway"]
+    manager: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    return manager
+
+
+def _ext_proc(config: dict[str, Any]) -> dict[str, Any]:
+    (found,) = [f for f in _api_manager(config)["http_filters"] if f["name"] == "envoy.filters.http.ext_proc"]
+    typed: dict[str, Any] = found["typed_config"]
+    return typed
+
+
+def _socket(address: dict[str, Any]) -> tuple[str, int]:
+    return address["socket_address"]["address"], address["socket_address"]["port_value"]
+
+
+def _listeners(config: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    return {item["name"]: _socket(item["address"]) for item in config["static_resources"]["listeners"]}
+
+
+def _cluster(config: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [c for c in config["static_resources"]["clusters"] if c["name"] == name]
+    cluster: dict[str, Any] = found
+    return cluster
+
+
+@pytest.mark.parametrize(
+    ("body_mode", "failure_mode", "trailers", "allow"),
+    [
+        ("BUFFERED", "FailClose", "SKIP", False),
+        ("BUFFERED", "FailOpen", "SKIP", True),
+        ("FULL_DUPLEX_STREAMED", "FailClose", "SEND", False),
+        ("FULL_DUPLEX_STREAMED", "FailOpen", "SEND", True),
+    ],
+)
+def test_the_picker_sees_the_request_in_the_body_mode_and_its_failure_follows_the_failure_mode(
+    body_mode: str, failure_mode: str, trailers: str, allow: bool
+) -> None:
+    ext_proc = _ext_proc(envoy.bootstrap(envoy.POD, body_mode=body_mode, failure_mode=failure_mode))
+    mode = ext_proc["processing_mode"]
+    assert (mode["request_header_mode"], mode["request_body_mode"], mode["request_trailer_mode"]) == (
+        "SEND",
+        body_mode,
+        trailers,
+    )
+    assert (mode["response_header_mode"], mode["response_body_mode"], mode["response_trailer_mode"]) == (
+        "SKIP",
+        "NONE",
+        "SKIP",
+    )
+    assert ext_proc["failure_mode_allow"] is allow
+    assert ext_proc["grpc_service"]["envoy_grpc"]["cluster_name"] == "epp"
+
+
+def test_the_defaults_are_buffered_and_fail_close_as_gie_s_failure_mode() -> None:
+    ext_proc = _ext_proc(envoy.bootstrap(envoy.POD))
+    assert (ext_proc["processing_mode"]["request_body_mode"], ext_proc["failure_mode_allow"]) == ("BUFFERED", False)
+
+
+@pytest.mark.parametrize(("field", "value"), [("body_mode", "STREAMED"), ("failure_mode", "FailSometimes")])
+def test_an_unknown_mode_is_refused_naming_the_field_and_the_choices(field: str, value: str) -> None:
+    with pytest.raises(ValueError, match=f"{field}: '{value}' is not one of"):
+        envoy.bootstrap(envoy.POD, **{field: value})
+
+
+def test_in_the_pod_the_api_and_readiness_listen_on_every_address_admin_and_the_picker_on_loopback() -> None:
+    config = envoy.bootstrap(envoy.POD)
+    assert _listeners(config) == {"gateway": ("0.0.0.0", 8000), "ready": ("0.0.0.0", envoy.READY_PORT)}
+    assert _socket(config["admin"]["address"]) == ("127.0.0.1", envoy.ADMIN_PORT)
+    epp = _cluster(config, "epp")["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    assert _socket(epp) == ("127.0.0.1", 9002)
+    # The readiness listener forwards /ready alone to the admin port: nothing else of admin leaves the pod.
+    ready = next(item for item in config["static_resources"]["listeners"] if item["name"] == "ready")
+    routes = ready["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    assert routes == [{"match": {"path": "/ready"}, "route": {"cluster": "admin"}}]
+    admin = _cluster(config, "admin")["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    assert _socket(admin) == ("127.0.0.1", envoy.ADMIN_PORT)
+
+
+def test_on_loopback_every_address_is_127_0_0_1_and_readiness_is_optional() -> None:
+    config = envoy.bootstrap(envoy.loopback(18000, 19901, 19002))
+    assert _listeners(config) == {"gateway": ("127.0.0.1", 18000)}
+    assert [c["name"] for c in config["static_resources"]["clusters"]] == ["engines", "epp"]
+    with_ready = envoy.bootstrap(envoy.loopback(18000, 19901, 19002, 19903))
+    assert _listeners(with_ready)["ready"] == ("127.0.0.1", 19903)
+
+
+def test_engines_are_reached_at_the_pickers_header_and_no_timeout_cuts_a_live_stream() -> None:
+    config = envoy.bootstrap(envoy.POD)
+    engines = _cluster(config, "engines")
+    assert (engines["type"], engines["lb_policy"]) == ("ORIGINAL_DST", "CLUSTER_PROVIDED")
+    assert engines["original_dst_lb_config"]["http_header_name"] == DESTINATION_HEADER
+    manager = _api_manager(config)
+    (route,) = manager["route_config"]["virtual_hosts"][0]["routes"]
+    assert route["route"] == {"cluster": "engines", "timeout": "0s"}
+    # A stalled engine is cut after as long as the Python proxy waits for an engine read.
+    assert manager["stream_idle_timeout"] == f"{ProxyOptions().read_timeout:.0f}s"
+    assert parse_args([]).upstream_timeout == envoy.STREAM_IDLE_SECONDS
+
+
+def test_a_buffered_body_may_be_as_large_as_the_python_proxy_accepts() -> None:
+    config = envoy.bootstrap(envoy.POD)
+    assert envoy.MAX_BODY_BYTES == DEFAULT_MAX_BODY_BYTES == parse_args([]).max_request_bytes
+    (listener,) = [item for item in config["static_resources"]["listeners"] if item["name"] == "gateway"]
+    assert listener["per_connection_buffer_limit_bytes"] == envoy.MAX_BODY_BYTES
+
+
+def test_the_command_prints_the_pods_bootstrap_with_the_modes_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert envoy.main(["--body-mode", "FULL_DUPLEX_STREAMED", "--failure-mode", "FailOpen"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == envoy.bootstrap(envoy.POD, body_mode="FULL_DUPLEX_STREAMED", failure_mode="FailOpen")
+
+
+def test_the_components_bootstrap_is_the_generated_one() -> None:
+    assert (COMPONENT / "envoy.json").read_text() == envoy.bootstrap_json(envoy.POD), (
+        "config/gateway-envoy/envoy.json is stale: run `make manifests`"
+    )
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
+    """(kind, name) -> object of `kustomize build config/default` with `components: [../gateway-envoy]`."""
+    config = tmp_path_factory.mktemp("config") / "config"
+    shutil.copytree(REPO / "config", config)
+    default = config / "default" / "kustomization.yaml"
+    text = default.read_text()
+    assert "# components: [../gateway-envoy]\n" in text
+    default.write_text(text.replace("# components: [../gateway-envoy]\n", "components: [../gateway-envoy]\n"))
+    built = subprocess.run(
+        [str(tool_path("kustomize")), "build", str(config / "default")], capture_output=True, text=True, check=True
+    ).stdout
+    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(built) if doc}
+
+
+def _containers(installed: dict[tuple[str, str], Any]) -> dict[str, dict[str, Any]]:
+    pod = installed["Deployment", "llmaz-gateway"]["spec"]["template"]["spec"]
+    return {c["name"]: c for c in pod["containers"]}
+
+
+def test_the_services_api_port_reaches_envoy_alone(installed: dict[tuple[str, str], Any]) -> None:
+    (port,) = installed["Service", "llmaz-gateway"]["spec"]["ports"]
+    serving = {
+        name: p["containerPort"]
+        for name, c in _containers(installed).items()
+        for p in c.get("ports", [])
+        if p["name"] == port["targetPort"]
+    }
+    assert serving == {"envoy": envoy.API_PORT}
+
+
+def test_the_python_proxy_moves_to_loopback_and_keeps_the_picker_envoy_calls(
+    installed: dict[tuple[str, str], Any],
+) -> None:
+    gateway = _containers(installed)["gateway"]
+    args = parse_args(gateway["args"])
+    assert gateway_options(args).bind_address.startswith("127.0.0.1:")
+    assert args.epp_port == envoy.EPP_PORT
+    assert epp_options(args).host == ""  # the Service llmaz-gateway-epp still reaches it, for GIE gateways
+    assert gateway_options(args).activator_address == f":{args.activator_port}"
+    assert all(p["containerPort"] != envoy.API_PORT for p in gateway["ports"])
+
+
+def test_envoy_runs_the_generated_bootstrap_as_non_root_and_is_probed_at_ready(
+    installed: dict[tuple[str, str], Any],
+) -> None:
+    container = _containers(installed)["envoy"]
+    assert container["image"] == "envoy:latest"  # an overlay's `images:` sets it, as `controller` for the manager
+    (config_flag,) = [a for a in container["args"] if a.startswith("--config-path=")]
+    path = Path(config_flag.split("=", 1)[1])
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent)]
+    pod = installed["Deployment", "llmaz-gateway"]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    config_map = installed["ConfigMap", volume["configMap"]["name"]]
+    assert config_map["data"][path.name] == envoy.bootstrap_json(envoy.POD)
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert container["readinessProbe"]["httpGet"] == {"path": envoy.READY_PATH, "port": "envoy-ready"}
+    assert ports["envoy-ready"] == envoy.READY_PORT
