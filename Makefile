@@ -28,11 +28,13 @@ export KUSTOMIZE HELM
 
 PYTEST_ARGS ?=
 
-# The project's two images, named and versioned together (make docker-build / docker-push / deploy), and the tools
-# that handle them. The default global config names LOADER_IMG's default; `make deploy LOADER_IMG=...` overrides it.
+# The project's images, named and versioned together (make docker-build / docker-push / deploy), and the tools that
+# handle them. The default global config names LOADER_IMG's default; `make deploy LOADER_IMG=...` overrides it.
+# ENVOY_IMG is the Envoy data plane's (config/gateway-envoy), which only that install variant runs.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 IMG ?= llmaz:v$(VERSION)
 LOADER_IMG ?= llmaz-model-loader:v$(VERSION)
+ENVOY_IMG ?= llmaz-envoy:v$(VERSION)
 # What `make deploy` installs: config/default, or an overlay of it (config/node: the node tier's local images).
 DEPLOY_CONFIG ?= config/default
 CONTAINER_TOOL ?= docker
@@ -340,23 +342,25 @@ run: install cluster-bins $(KUSTOMIZE) ## llmaz serving a model on a real node (
 ##@ Deploy
 
 .PHONY: docker-build
-docker-build: ## Build the manager image IMG and the model-loader image LOADER_IMG.
+docker-build: ## Build the manager image IMG, the model-loader image LOADER_IMG and the Envoy image ENVOY_IMG.
 	$(CONTAINER_TOOL) build -t $(IMG) .
 	$(CONTAINER_TOOL) build -f Dockerfile.loader -t $(LOADER_IMG) .
+	$(CONTAINER_TOOL) build -f Dockerfile.envoy -t $(ENVOY_IMG) .
 
 # Needs root: the packages (buildah, debootstrap; hack/node/packages.txt) install only when missing. IMAGES names
 # some of hack/images/build.sh's images; `make run` builds only those it serves with (RUN_IMAGES).
 IMAGES ?= all
 RUN_IMAGES := manager loader pause llama-server
 .PHONY: image-build
-image-build: ## Build the images with buildah (no Docker engine needed): manager, model loader, pause, llama-server, Prometheus and its operator.
+image-build: ## Build the images with buildah (no Docker engine needed): manager, model loader, Envoy, pause, llama-server, Prometheus and its operator.
 	@hack/node/install-packages.sh
 	@hack/images/build.sh $(IMAGES)
 
 .PHONY: docker-push
-docker-push: ## Push the manager image IMG and the model-loader image LOADER_IMG.
+docker-push: ## Push the manager image IMG, the model-loader image LOADER_IMG and the Envoy image ENVOY_IMG.
 	$(CONTAINER_TOOL) push $(IMG)
 	$(CONTAINER_TOOL) push $(LOADER_IMG)
+	$(CONTAINER_TOOL) push $(ENVOY_IMG)
 
 .PHONY: deploy
 deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default config/default, images IMG, LOADER_IMG; MODEL_POD_SECURITY).

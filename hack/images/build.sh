@@ -3,6 +3,7 @@
 # an OCI archive that a containerd takes with `ctr -n k8s.io images import <archive>`:
 #   manager       llmaz.local/llmaz:<tag>              from Dockerfile
 #   loader        llmaz.local/model-loader:<tag>       from Dockerfile.loader (EXTRAS: $LOADER_EXTRAS, default loader)
+#   envoy         llmaz.local/envoy:<tag>              from Dockerfile.envoy: the Envoy data plane (config/gateway-envoy)
 #   pause         llmaz.local/pause:<tag>              the pod sandbox's PID 1 (hack/images/pause), FROM scratch
 #   llama-server  llmaz.local/llama-server:<version>   /app/llama-server and /app/rpc-server (a multi-host group's
 #                                                       workers): the static binaries of hack/llamacpp/build.sh
@@ -13,7 +14,7 @@
 #                                                       comparison subject, not one of the project's images.
 # The Python images and llama-server sit on llmaz.local/base:<hash>: Debian bookworm with python3, from debootstrap.
 #
-# Usage: hack/images/build.sh [manager|loader|pause|llama-server|prometheus|prometheus-operator|
+# Usage: hack/images/build.sh [manager|loader|envoy|pause|llama-server|prometheus|prometheus-operator|
 #                              prometheus-config-reloader|all]...     (no argument: all)
 #   stdout: only the index path, $LLMAZ_CACHE/images/index.json, which maps each name built so far to
 #           {"image": "<reference>", "archive": "<path of its .oci.tar>"}
@@ -25,7 +26,8 @@
 # Invariants:
 # - Tags are content hashes. base: its package list, suite and recipe. manager, loader: what the build context lets in
 #   (pyproject.toml, README.md, the lock files requirements/, src/llmaz/ without bytecode caches: the package that
-#   ships), the Dockerfile, the base and the build recipe. pause: its Go sources and recipe. llama-server is tagged
+#   ships), the Dockerfile, the base and the build recipe. envoy: its lock file, Dockerfile.envoy, the base and the
+#   build recipe (a source change does not rebuild it). pause: its Go sources and recipe. llama-server is tagged
 #   with its build directory's version (the llama.cpp version and the build's revision, e.g. 0.3.36-r2), the
 #   Prometheus Operator's two images and prometheus with their releases;
 #   their archives are keyed by the binaries, the base (llama-server) and the recipe. A change gives a new key;
@@ -70,12 +72,12 @@ targets=()
 declare -A wanted=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all) names=(manager loader pause llama-server prometheus prometheus-operator prometheus-config-reloader) ;;
-    manager | loader | pause | llama-server | prometheus | prometheus-operator | prometheus-config-reloader | llmaz-go)
+    all) names=(manager loader envoy pause llama-server prometheus prometheus-operator prometheus-config-reloader) ;;
+    manager | loader | envoy | pause | llama-server | prometheus | prometheus-operator | prometheus-config-reloader | llmaz-go)
       names=("$arg")
       ;;
     *)
-      echo "usage: $0 [manager|loader|pause|llama-server|prometheus|prometheus-operator|prometheus-config-reloader|all]..." >&2
+      echo "usage: $0 [manager|loader|envoy|pause|llama-server|prometheus|prometheus-operator|prometheus-config-reloader|all]..." >&2
       echo "       LLMAZ_GO_BIN=<dir>/<version>/manager $0 llmaz-go    (hack/llmaz-go/build.sh runs this)" >&2
       exit 2
       ;;
@@ -269,7 +271,7 @@ snapshot_context() {
   [[ -d "$context" ]] && return
   mkdir -p "$context"
   (cd "$repo" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - pyproject.toml README.md requirements .dockerignore \
-    Dockerfile Dockerfile.loader src/llmaz) | tar -C "$context" -xf -
+    Dockerfile Dockerfile.loader Dockerfile.envoy src/llmaz) | tar -C "$context" -xf -
 }
 
 context_tag() { # <dockerfile> [more key material...]
@@ -379,6 +381,13 @@ for name in "${targets[@]}"; do
       build_base
       ref="llmaz.local/llmaz:$(context_tag Dockerfile)"
       export_image manager "$ref" "$ref" python_image manager Dockerfile "$ref"
+      ;;
+    envoy)
+      build_base
+      snapshot_context
+      ref="llmaz.local/envoy:$({ files_digest "$context" requirements/envoy.txt Dockerfile.envoy .dockerignore
+        printf '%s\n' "$base_ref"; declare -f python_image; } | short_hash)"
+      export_image envoy "$ref" "$ref" python_image envoy Dockerfile.envoy "$ref"
       ;;
     loader)
       build_base

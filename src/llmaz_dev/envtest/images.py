@@ -20,6 +20,7 @@ from llmaz_dev.envtest._assets import AssetsMissingError, cache_root
 IMAGE_NAMES = (
     "manager",
     "loader",
+    "envoy",
     "pause",
     "llama-server",
     "prometheus",

@@ -35,6 +35,7 @@ def test_every_name_resolves_to_its_image_and_archive(images_dir: Path) -> None:
     refs = {
         "manager": "llmaz.local/llmaz:0123456789ab",
         "loader": "llmaz.local/model-loader:ba9876543210",
+        "envoy": "llmaz.local/envoy:5a5a5a5a5a5a",
         "pause": "llmaz.local/pause:abcdefabcdef",
         "llama-server": "llmaz.local/llama-server:0.3.36",
         "prometheus": "llmaz.local/prometheus:v2.42.0",
