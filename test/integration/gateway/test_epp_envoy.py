@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from llmaz.gateway import envoy as data_plane
 from llmaz.gateway.epp.server import EndpointPicker, EppOptions
 from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.routing.catalog import Catalog
@@ -227,3 +229,14 @@ async def test_with_api_keys_envoy_answers_the_epps_401_and_the_engine_never_see
     assert accepted[0] == 200
     assert len(engine_headers) == 1
     assert "authorization" not in engine_headers[0]
+
+
+@pytest.mark.parametrize("body_mode", data_plane.BODY_MODES)
+@pytest.mark.parametrize("failure_mode", data_plane.FAILURE_MODES)
+def test_envoy_accepts_the_pods_bootstrap_in_every_mode(tmp_path: Path, body_mode: str, failure_mode: str) -> None:
+    config = tmp_path / "envoy.json"
+    config.write_text(data_plane.bootstrap_json(data_plane.POD, body_mode=body_mode, failure_mode=failure_mode))
+    # --mode validate: the whole configuration is loaded and checked, nothing listens.
+    command = [str(envoy_binary()), "--mode", "validate", "--config-path", str(config), "--use-dynamic-base-id"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=WAIT, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
