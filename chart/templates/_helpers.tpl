@@ -23,6 +23,14 @@ meta.helm.sh/release-namespace: {{ .Release.Namespace }}
 {{- end -}}
 {{- end }}
 
+{{- /* The Envoy data plane's image (gateway.dataPlane=envoy): repository:tag, the tag defaulting to the chart's
+appVersion. */ -}}
+{{- define "llmaz.envoyImage" -}}
+{{- with .Values.gateway.envoy.image -}}
+{{ .repository }}:{{ .tag | default $.Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
 {{- /* The gateway's image: its own when a repository is given, else the manager's. */ -}}
 {{- define "llmaz.gatewayImage" -}}
 {{- with .Values.gateway.image -}}

@@ -15,6 +15,11 @@ What changes from the built objects, and only this:
   what config/ sets (the affinity) is the default and is replaced by the value;
 - the gateway mounts the API keys Secret `gateway.apiKeys.existingSecret` names, and reads it (`--api-keys-file`);
 - the gateway's Service takes its type and more annotations from `gateway.service`;
+- `gateway.dataPlane: envoy` renders what config/gateway-envoy adds to the gateway: the `envoy` container (image and
+  resources from `gateway.envoy`), its volume and ConfigMap, the Python proxy's loopback address, and the API port
+  moved from the `gateway` container to Envoy's; the bootstrap's body mode and failure mode come from
+  `gateway.envoy.bodyMode` and `gateway.envoy.failureMode`, which the pods also carry in their annotation
+  `llmaz.io/envoy-modes` (a change of either rolls them, as a change of the hashed ConfigMap name does in kustomize);
 - the BackendRuntimes take their image and version from `backendRuntime.<name>.image`;
 - the global ConfigMap takes `config.data` from `globalConfig.configData`;
 - the Prometheus binding takes its subject from `prometheus.serviceAccount`;
@@ -35,6 +40,7 @@ import copy
 import json
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from llmaz_dev.chartgen import objects as o
@@ -65,6 +71,9 @@ _FILES = {
 _LEFT_OUT = ("Namespace", "CustomResourceDefinition")
 
 
+Specials = dict[tuple[str, str], Callable[[Object, Template], None]]
+
+
 def manifest_templates(sources: Sources) -> dict[str, str]:
     """templates/<file> -> its text."""
     installed = [obj for obj in sources.default if obj["kind"] not in _LEFT_OUT]
@@ -80,7 +89,15 @@ def manifest_templates(sources: Sources) -> dict[str, str]:
         files[f"backends/{backend['metadata']['name']}.yaml"] = _render(
             [backend], wrap=".Values.backendRuntime.enabled"
         )
-    files["gateway.yaml"] = _render(sources.gateway, wrap=".Values.gateway.enabled")
+    envoy = EnvoyVariant.of(sources)
+    files["gateway.yaml"] = _render(
+        sources.gateway, wrap=".Values.gateway.enabled", specials={o.GATEWAY: envoy.gateway}
+    )
+    files["gateway-envoy.yaml"] = _render(
+        [envoy.config_map],
+        wrap=f"and .Values.gateway.enabled {ENVOY}",
+        specials={("ConfigMap", envoy.config_map["metadata"]["name"]): _envoy_bootstrap},
+    )
     service = o.find(sources.gateway, *o.GATEWAY_SERVICE)
     files["gateway-ingress.yaml"] = _render(
         [gateway_ingress(service)], wrap="and .Values.gateway.enabled .Values.gateway.ingress.enabled"
@@ -162,9 +179,9 @@ def _file_of(obj: Object) -> str:
         ) from None
 
 
-def _render(objs: list[Object], *, wrap: str | None = None, check: str = "") -> str:
+def _render(objs: list[Object], *, wrap: str | None = None, check: str = "", specials: Specials | None = None) -> str:
     template = Template()
-    documents = [_templated(obj, template) for obj in objs]
+    documents = [_templated(obj, template, specials or {}) for obj in objs]
     body = template.render(documents)
     if o.NAMESPACE in body:
         raise SourceError(f"{o.NAMESPACE} left in a template: {[key(obj) for obj in objs]}")
@@ -173,9 +190,10 @@ def _render(objs: list[Object], *, wrap: str | None = None, check: str = "") -> 
     return f"{GENERATED}{{{{- if {wrap} }}}}\n{check}{body}{{{{- end }}}}\n"
 
 
-def _templated(built: Object, template: Template) -> Object:
+def _templated(built: Object, template: Template, specials: Specials) -> Object:
     obj = copy.deepcopy(built)
-    special = _backend if obj["kind"] == "BackendRuntime" else _SPECIAL.get((obj["kind"], obj["metadata"]["name"]))
+    name = (obj["kind"], obj["metadata"]["name"])
+    special = _backend if obj["kind"] == "BackendRuntime" else specials.get(name, _SPECIAL.get(name))
     if special is not None:
         special(obj, template)
     _release_namespace(obj, template)
@@ -229,7 +247,7 @@ GATEWAY_PULL_SECRETS = (
 )
 
 
-def _gateway(obj: Object, template: Template) -> None:
+def _gateway(obj: Object, template: Template, data_plane_flags: str = "(list)") -> None:
     values = ".Values.gateway"
     container = o.only_container(obj)
     obj["spec"]["replicas"] = template.inline(f"{values}.replicas")
@@ -237,8 +255,8 @@ def _gateway(obj: Object, template: Template) -> None:
     api_keys = f"{values}.apiKeys.existingSecret"
     keys_flag = f"--api-keys-file={o.API_KEYS_DIR}/{o.API_KEYS_FILE}"
     container["args"] = template.block(
-        f'concat {values}.args (ternary (list "{keys_flag}") (list) (not (empty {api_keys}))) {TRACING_FLAGS} '
-        f"{values}.extraArgs"
+        f"concat {values}.args {data_plane_flags} "
+        f'(ternary (list "{keys_flag}") (list) (not (empty {api_keys}))) {TRACING_FLAGS} {values}.extraArgs'
     )
     container["resources"] = template.block(f"{values}.resources")
     volume = {
@@ -252,6 +270,93 @@ def _gateway(obj: Object, template: Template) -> None:
     _required(o.pod_spec(obj), "volumes").append(template.when(api_keys, [volume]))
     _required(container, "volumeMounts").append(template.when(api_keys, [mount]))
     _pod(obj, template, values, values, GATEWAY_PULL_SECRETS)
+
+
+ENVOY = '(eq .Values.gateway.dataPlane "envoy")'
+PYTHON = '(ne .Values.gateway.dataPlane "envoy")'
+ENVOY_MODES_ANNOTATION = "llmaz.io/envoy-modes"
+
+
+@dataclass(frozen=True)
+class EnvoyVariant:
+    """What config/gateway-envoy changes in the gateway's Deployment, read from both builds, and its ConfigMap."""
+
+    container: dict[str, Any]
+    volumes: list[dict[str, Any]]
+    proxy_args: list[str]
+    api_ports: list[dict[str, Any]]
+    config_map: Object
+
+    @classmethod
+    def of(cls, sources: Sources) -> EnvoyVariant:
+        python = o.find(sources.gateway, *o.GATEWAY)
+        envoy = o.find(sources.gateway_envoy, *o.GATEWAY)
+        containers = {c["name"]: c for c in o.pod_spec(envoy)["containers"]}
+        plain = o.only_container(python)
+        if set(containers) != {plain["name"], o.ENVOY_CONTAINER}:
+            raise SourceError(f"config/gateway-envoy must add one container, {o.ENVOY_CONTAINER}, to the gateway")
+        beside = containers[plain["name"]]
+        args, ports = beside["args"], beside.get("ports", [])
+        if args[: len(plain["args"])] != plain["args"] or [p for p in plain["ports"] if p in ports] != ports:
+            raise SourceError(
+                "config/gateway-envoy may only append flags to the gateway container and remove its ports"
+            )
+        volumes = o.pod_spec(envoy).get("volumes", [])
+        own = volumes[: len(volumes) - len(o.pod_spec(python).get("volumes", []))]
+        if volumes[len(own) :] != o.pod_spec(python).get("volumes", []):
+            raise SourceError("config/gateway-envoy's volumes must come before the gateway's own")
+        present = {key(obj) for obj in sources.gateway}
+        (config_map,) = [obj for obj in sources.gateway_envoy if key(obj) not in present]
+        if config_map["kind"] != "ConfigMap" or o.ENVOY_BOOTSTRAP_KEY not in config_map.get("data", {}):
+            raise SourceError(f"config/gateway-envoy must add one ConfigMap with {o.ENVOY_BOOTSTRAP_KEY}")
+        return cls(
+            container=containers[o.ENVOY_CONTAINER],
+            volumes=own,
+            proxy_args=args[len(plain["args"]) :],
+            api_ports=[p for p in plain["ports"] if p not in ports],
+            config_map=config_map,
+        )
+
+    def gateway(self, obj: Object, template: Template) -> None:
+        """The gateway's Deployment as `_gateway` templates it, with the Envoy variant's changes when it is on."""
+        container = o.only_container(obj)
+        container["ports"] = [
+            template.when(PYTHON, [p]) if p in self.api_ports else p for p in container.get("ports", [])
+        ]
+        _gateway(obj, template, f"(ternary (list {' '.join(json.dumps(a) for a in self.proxy_args)}) (list) {ENVOY})")
+        values = ".Values.gateway.envoy"
+        envoy = copy.deepcopy(self.container)
+        envoy["image"] = template.inline('include "llmaz.envoyImage" . | quote')
+        envoy["resources"] = template.block(f"{values}.resources")
+        spec = o.pod_spec(obj)
+        spec["containers"].append(template.when(ENVOY, [envoy]))
+        spec["volumes"].insert(0, template.when(ENVOY, self.volumes))
+        # Envoy reads its bootstrap at start only. kustomize's ConfigMap name carries a hash of the bootstrap, so a
+        # change rolls the pods; the chart's name is that of the defaults, so the modes are on the pods instead.
+        modes = f'(printf "%s-%s" {values}.bodyMode {values}.failureMode)'
+        annotation = f'(ternary (dict "{ENVOY_MODES_ANNOTATION}" {modes}) (dict) {ENVOY})'
+        o.pod_metadata(obj).setdefault("annotations", {})[template.entries(annotation)] = ""
+
+
+# The lines of the bootstrap that follow `gateway.envoy`, as `llmaz.gateway.envoy.bootstrap` writes them for its
+# defaults, and the template expression each value becomes (the chart's tests render every mode against it).
+_BOOTSTRAP_LINES = {
+    '"request_body_mode": "BUFFERED",': ('"request_body_mode": "{}",', ".Values.gateway.envoy.bodyMode"),
+    '"request_trailer_mode": "SKIP",': (
+        '"request_trailer_mode": "{}",',
+        'ternary "SEND" "SKIP" (eq .Values.gateway.envoy.bodyMode "FULL_DUPLEX_STREAMED")',
+    ),
+    '"failure_mode_allow": false,': ('"failure_mode_allow": {},', 'eq .Values.gateway.envoy.failureMode "FailOpen"'),
+}
+
+
+def _envoy_bootstrap(obj: Object, template: Template) -> None:
+    text: str = obj["data"][o.ENVOY_BOOTSTRAP_KEY]
+    for line, (shape, expr) in _BOOTSTRAP_LINES.items():
+        if [row.strip() for row in text.splitlines()].count(line) != 1:
+            raise SourceError(f"config/gateway-envoy/{o.ENVOY_BOOTSTRAP_KEY} must have the line {line} once")
+        text = text.replace(line, shape.format(template.inline(expr)))
+    obj["data"][o.ENVOY_BOOTSTRAP_KEY] = text
 
 
 def _gateway_service(obj: Object, template: Template) -> None:
@@ -345,7 +450,7 @@ def _prometheus_binding(obj: Object, template: Template) -> None:
     subject["namespace"] = template.inline(".Values.prometheus.serviceAccount.namespace | quote")
 
 
-_SPECIAL: dict[tuple[str, str], Callable[[Object, Template], None]] = {
+_SPECIAL: Specials = {
     o.MANAGER: _manager,
     o.GATEWAY: _gateway,
     o.GATEWAY_SERVICE: _gateway_service,

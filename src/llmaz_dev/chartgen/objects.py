@@ -17,6 +17,10 @@ GATEWAY = ("Deployment", "llmaz-gateway")
 GATEWAY_SERVICE = ("Service", "llmaz-gateway")
 GATEWAY_INGRESS = ("Ingress", "llmaz-gateway")
 GATEWAY_ROUTE = ("HTTPRoute", "llmaz-gateway")
+# The Envoy data plane (config/gateway-envoy, `gateway.dataPlane: envoy`): its container in the gateway's pod, and
+# the key of its ConfigMap holding the bootstrap.
+ENVOY_CONTAINER = "envoy"
+ENVOY_BOOTSTRAP_KEY = "envoy.json"
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 # Where the chart mounts the gateway's API keys Secret (`gateway.apiKeys`), and the file `--api-keys-file` names.
 API_KEYS_VOLUME = "api-keys"

@@ -3,6 +3,8 @@
 - `default`: `config/default`, the install (CRDs and the `llmaz-system` Namespace included).
 - `gateway`: what enabling `config/gateway` adds to it, built the way its kustomization says users enable it: a
   scratch copy of `config/` with the one commented line of `config/default/kustomization.yaml` uncommented.
+- `gateway_envoy`: the same for `config/gateway-envoy` (the gateway with Envoy as its data plane), its own commented
+  line uncommented.
 - `prometheus`: `config/prometheus`.
 - `grafana`: `config/grafana`, the dashboards' ConfigMaps.
 - `crds`: the CRD files of `config/crd/bases` and `config/gie` (the InferencePool CRD), verbatim (Helm installs
@@ -27,6 +29,7 @@ import yaml
 
 Object = dict[str, Any]
 GATEWAY_LINE = "components: [../gateway]"
+GATEWAY_ENVOY_LINE = "components: [../gateway-envoy]"
 
 
 class SourceError(RuntimeError):
@@ -37,6 +40,7 @@ class SourceError(RuntimeError):
 class Sources:
     default: list[Object]
     gateway: list[Object]
+    gateway_envoy: list[Object]
     prometheus: list[Object]
     grafana: list[Object]
     crds: dict[str, str]
@@ -61,11 +65,13 @@ def read_sources(kustomize: Path, repo: Path) -> Sources:
     config = repo / "config"
     default = kustomize_build(kustomize, config / "default")
     with tempfile.TemporaryDirectory(prefix="llmaz-chartgen-") as scratch:
-        with_gateway = _build_with_gateway(kustomize, config, Path(scratch))
+        with_gateway = _build_with(kustomize, config, Path(scratch) / "gateway", GATEWAY_LINE)
+        with_envoy = _build_with(kustomize, config, Path(scratch) / "gateway-envoy", GATEWAY_ENVOY_LINE)
     present = {key(obj) for obj in default}
     return Sources(
         default=default,
         gateway=[obj for obj in with_gateway if key(obj) not in present],
+        gateway_envoy=[obj for obj in with_envoy if key(obj) not in present],
         prometheus=kustomize_build(kustomize, config / "prometheus"),
         grafana=kustomize_build(kustomize, config / "grafana"),
         crds={path.name: path.read_text() for path in _crd_files(config)},
@@ -79,14 +85,14 @@ def _crd_files(config: Path) -> list[Path]:
     return sorted([*(config / "crd" / "bases").glob("*.yaml"), *gie], key=lambda path: path.name)
 
 
-def _build_with_gateway(kustomize: Path, config: Path, scratch: Path) -> list[Object]:
+def _build_with(kustomize: Path, config: Path, scratch: Path, line: str) -> list[Object]:
     copy = scratch / "config"
     shutil.copytree(config, copy)
     kustomization = copy / "default" / "kustomization.yaml"
     text = kustomization.read_text()
-    if text.count(f"# {GATEWAY_LINE}\n") != 1:
-        raise SourceError(f"config/default/kustomization.yaml must carry the line `# {GATEWAY_LINE}` once")
-    kustomization.write_text(text.replace(f"# {GATEWAY_LINE}\n", f"{GATEWAY_LINE}\n"))
+    if text.count(f"# {line}\n") != 1:
+        raise SourceError(f"config/default/kustomization.yaml must carry the line `# {line}` once")
+    kustomization.write_text(text.replace(f"# {line}\n", f"{line}\n"))
     return kustomize_build(kustomize, copy / "default")
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from llmaz.gateway import envoy
 from llmaz_dev.chartgen import objects as o
 from llmaz_dev.chartgen.sources import Object, Sources
 from llmaz_dev.chartgen.templating import dump
@@ -267,12 +268,20 @@ def _gateway(sources: Sources) -> Group:
             "extraArgs": Value([], FLAGS, "More flags, after `args` (a later flag wins)."),
             "resources": Value(container["resources"], RESOURCES, "The container's resources."),
             **_container_knobs(),
+            "dataPlane": Value(
+                "python",
+                {"type": "string", "enum": ["python", "envoy"]},
+                "What serves the API port: `python`, llmaz-gateway's own proxy, or `envoy`, Envoy beside it in each "
+                "pod asking its Endpoint Picker where each request goes (config/gateway-envoy; docs/gateway.md, "
+                "The Envoy variant). With `envoy` the Python proxy listens on loopback only.",
+            ),
+            "envoy": _envoy(sources),
             **_pod_knobs(
                 deployment,
                 "the gateway's",
                 " Empty while the gateway runs the manager's image: the manager's "
                 "(`controllerManager.imagePullSecrets`).",
-                (o.API_KEYS_VOLUME,),
+                (o.API_KEYS_VOLUME, *_envoy_volumes(sources)),
             ),
             "apiKeys": Group(
                 "API keys (docs/gateway.md, API keys): with a Secret named, every `/v1` request needs "
@@ -341,6 +350,39 @@ def _gateway(sources: Sources) -> Group:
                     "hostnames": Value([], STRINGS, "The host names it serves; empty: the listeners'."),
                 },
             ),
+        },
+    )
+
+
+def _envoy_volumes(sources: Sources) -> list[str]:
+    plain = o.volume_names(o.find(sources.gateway, *o.GATEWAY))
+    return [name for name in o.volume_names(o.find(sources.gateway_envoy, *o.GATEWAY)) if name not in plain]
+
+
+def _envoy(sources: Sources) -> Group:
+    deployment = o.find(sources.gateway_envoy, *o.GATEWAY)
+    (container,) = [c for c in o.pod_spec(deployment)["containers"] if c["name"] == o.ENVOY_CONTAINER]
+    return Group(
+        "The Envoy data plane, with `dataPlane: envoy`.",
+        {
+            "image": _image(
+                container["image"],
+                "Envoy's image (Dockerfile.envoy, `make docker-build docker-push ENVOY_IMG=...`). The default is "
+                "config/gateway-envoy's placeholder: set the image you built and pushed.",
+            ),
+            "bodyMode": Value(
+                envoy.DEFAULT_BODY_MODE,
+                {"type": "string", "enum": list(envoy.BODY_MODES)},
+                "How Envoy's ext_proc filter sends the request body to the Endpoint Picker: `BUFFERED`, whole, "
+                "once, or `FULL_DUPLEX_STREAMED`, as it arrives.",
+            ),
+            "failureMode": Value(
+                envoy.DEFAULT_FAILURE_MODE,
+                {"type": "string", "enum": list(envoy.FAILURE_MODES)},
+                "When the Endpoint Picker does not answer: `FailClose` refuses the request, `FailOpen` lets it "
+                "through (it then has no engine to go to).",
+            ),
+            "resources": Value(container["resources"], RESOURCES, "The Envoy container's resources."),
         },
     )
 

@@ -5,6 +5,7 @@ object, but for the differences listed below; values change what they say; bad v
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from llmaz.gateway import envoy
 from llmaz.gateway.__main__ import parse_args as gateway_args
 from llmaz.manager.__main__ import parse_args as manager_args
 from llmaz_dev.chartgen.sources import kustomize_build
@@ -151,6 +153,59 @@ def test_the_gateway_renders_what_enabling_its_component_in_config_default_build
     expected = _expected(_build(kustomize, config / "default"), _version())
     assert ("Deployment", NAMESPACE, "llmaz-gateway") in expected
     _assert_same_objects(_template(helm, "--set", "gateway.enabled=true"), expected)
+
+
+def test_the_envoy_data_plane_renders_what_enabling_config_gateway_envoy_builds(
+    helm: Helm, kustomize: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "config"
+    shutil.copytree(REPO / "config", config)
+    kustomization = config / "default" / "kustomization.yaml"
+    kustomization.write_text(
+        kustomization.read_text().replace("# components: [../gateway-envoy]\n", "components: [../gateway-envoy]\n")
+    )
+    expected = _expected(_build(kustomize, config / "default"), _version())
+    pod = expected[("Deployment", NAMESPACE, "llmaz-gateway")]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["gateway", "envoy"]
+    # The chart's one difference: the modes on the pods, which roll them when a mode changes (kustomize's hashed
+    # ConfigMap name does that there).
+    annotations = expected[("Deployment", NAMESPACE, "llmaz-gateway")]["spec"]["template"]["metadata"]["annotations"]
+    annotations["llmaz.io/envoy-modes"] = "BUFFERED-FailClose"
+    rendered = _template(helm, "--set", "gateway.enabled=true", "--set", "gateway.dataPlane=envoy")
+    _assert_same_objects(rendered, expected)
+
+
+@pytest.mark.parametrize("body_mode", envoy.BODY_MODES)
+@pytest.mark.parametrize("failure_mode", envoy.FAILURE_MODES)
+def test_the_envoy_bootstrap_follows_the_body_and_failure_modes_of_values(
+    helm: Helm, body_mode: str, failure_mode: str
+) -> None:
+    rendered = _template(
+        helm,
+        *("--set", "gateway.enabled=true", "--set", "gateway.dataPlane=envoy"),
+        *("--set", f"gateway.envoy.bodyMode={body_mode}", "--set", f"gateway.envoy.failureMode={failure_mode}"),
+        *(
+            "--set",
+            "gateway.envoy.image.repository=registry.example/llmaz-envoy",
+            "--set-string",
+            "gateway.envoy.image.tag=9",
+        ),
+    )
+    (config_map,) = [obj for key, obj in rendered.items() if key[0] == "ConfigMap" and "envoy" in key[2]]
+    bootstrap = json.loads(config_map["data"]["envoy.json"])
+    assert bootstrap == envoy.bootstrap(envoy.POD, body_mode=body_mode, failure_mode=failure_mode)
+    pod = rendered[("Deployment", NAMESPACE, "llmaz-gateway")]["spec"]["template"]["spec"]
+    (sidecar,) = [c for c in pod["containers"] if c["name"] == "envoy"]
+    assert sidecar["image"] == "registry.example/llmaz-envoy:9"
+    annotations = rendered[("Deployment", NAMESPACE, "llmaz-gateway")]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["llmaz.io/envoy-modes"] == f"{body_mode}-{failure_mode}"
+
+
+def test_the_python_data_plane_renders_no_envoy(helm: Helm) -> None:
+    rendered = _template(helm, "--set", "gateway.enabled=true")
+    assert [key for key in rendered if "envoy" in key[2]] == []
+    pod = rendered[("Deployment", NAMESPACE, "llmaz-gateway")]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["gateway"]
 
 
 def test_prometheus_renders_config_prometheus_when_the_cluster_has_servicemonitors(helm: Helm, kustomize: Path) -> None:
