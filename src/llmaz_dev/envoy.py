@@ -26,9 +26,15 @@ def envoy_binary() -> Path:
 
 
 def bootstrap(
-    listen_port: int, admin_port: int, epp_port: int, request_body_mode: str = "BUFFERED", ready_port: int | None = None
+    listen_port: int,
+    admin_port: int,
+    epp_port: int,
+    request_body_mode: str = envoy.DEFAULT_BODY_MODE,
+    ready_port: int | None = None,
+    *,
+    failure_mode: str = envoy.DEFAULT_FAILURE_MODE,
 ) -> dict[str, Any]:
     """The product's bootstrap (`llmaz.gateway.envoy`) on loopback: the API on `listen_port`, admin on `admin_port`,
     the EPP at 127.0.0.1:`epp_port`, `/ready` also on `ready_port` when given."""
     addresses = envoy.loopback(listen_port, admin_port, epp_port, ready_port)
-    return envoy.bootstrap(addresses, body_mode=request_body_mode)
+    return envoy.bootstrap(addresses, body_mode=request_body_mode, failure_mode=failure_mode)

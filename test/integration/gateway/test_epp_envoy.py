@@ -231,6 +231,46 @@ async def test_with_api_keys_envoy_answers_the_epps_401_and_the_engine_never_see
     assert "authorization" not in engine_headers[0]
 
 
+# FailOpen lets the request through, but without the picker's header the ORIGINAL_DST cluster has no address.
+@pytest.mark.parametrize(
+    ("failure_mode", "status", "says"), [("FailClose", 500, b""), ("FailOpen", 503, b"no healthy upstream")]
+)
+async def test_without_a_picker_fail_close_refuses_and_fail_open_finds_no_engine(
+    tmp_path: Path, failure_mode: str, status: int, says: bytes
+) -> None:
+    listen, admin = free_loopback_ports(2)
+    (closed,) = free_loopback_ports(1)  # nothing listens there: the picker is down
+    config = tmp_path / "envoy.json"
+    config.write_text(json.dumps(bootstrap(listen, admin, closed, failure_mode=failure_mode)))
+    log = (tmp_path / "envoy.log").open("wb")
+    envoy = await asyncio.create_subprocess_exec(
+        str(envoy_binary()),
+        *("-c", str(config), "--concurrency", "1", "--use-dynamic-base-id", "-l", "warning"),
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT)) as session:
+
+            async def ready() -> bool:
+                assert envoy.returncode is None, (tmp_path / "envoy.log").read_text()
+                try:
+                    async with session.get(f"http://127.0.0.1:{admin}/ready") as resp:
+                        return resp.status == 200
+                except aiohttp.ClientConnectionError:
+                    return False
+
+            await eventually(ready, WAIT, "Envoy to be ready")
+            body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+            async with session.post(f"http://127.0.0.1:{listen}/v1/chat/completions", json=body) as resp:
+                answer = (resp.status, await resp.read())
+    finally:
+        if envoy.returncode is None:
+            envoy.terminate()
+            await envoy.wait()
+    assert answer == (status, says)
+
+
 @pytest.mark.parametrize("body_mode", data_plane.BODY_MODES)
 @pytest.mark.parametrize("failure_mode", data_plane.FAILURE_MODES)
 def test_envoy_accepts_the_pods_bootstrap_in_every_mode(tmp_path: Path, body_mode: str, failure_mode: str) -> None:
