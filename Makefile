@@ -363,11 +363,11 @@ docker-push: ## Push the manager image IMG, the model-loader image LOADER_IMG an
 	$(CONTAINER_TOOL) push $(ENVOY_IMG)
 
 .PHONY: deploy
-deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default config/default, images IMG, LOADER_IMG; MODEL_POD_SECURITY).
+deploy: $(KUSTOMIZE) ## Install the CRDs, then llmaz (DEPLOY_CONFIG, default config/default, images IMG, LOADER_IMG, ENVOY_IMG; MODEL_POD_SECURITY).
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 	$(KUBECTL) wait --for=condition=Established --timeout=60s -f config/crd/bases
 	@rm -rf .dev/deploy && mkdir -p .dev/deploy
-	cd .dev/deploy && $(KUSTOMIZE) create --resources ../../$(DEPLOY_CONFIG) && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd .dev/deploy && $(KUSTOMIZE) create --resources ../../$(DEPLOY_CONFIG) && $(KUSTOMIZE) edit set image controller=$(IMG) envoy=$(ENVOY_IMG)
 	@# A LOADER_IMG given on the command line or in the environment becomes the global config's own
 	@# init-container-image key, merged into the ConfigMap: it overrides config.data's and keeps every other setting.
 	@if [ "$(origin LOADER_IMG)" != file ]; then cd .dev/deploy && $(KUSTOMIZE) edit add configmap \

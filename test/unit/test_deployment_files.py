@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 
 
-def _instructions(keyword: str) -> list[str]:
-    joined = DOCKERFILE.replace("\\\n", " ")
+def _instructions(keyword: str, dockerfile: str = DOCKERFILE) -> list[str]:
+    joined = dockerfile.replace("\\\n", " ")
     return [line.split(None, 1)[1] for line in joined.splitlines() if line.upper().startswith(keyword + " ")]
 
 
@@ -112,3 +112,21 @@ def test_the_default_loader_image_is_the_projects_own_versioned_with_the_manager
     makefile = (REPO / "Makefile").read_text()
     assert "LOADER_IMG ?= llmaz-model-loader:v$(VERSION)" in makefile
     assert "IMG ?= llmaz:v$(VERSION)" in makefile
+
+
+def test_the_envoy_image_builds_from_its_lock_file_and_runs_the_binary_it_installs_as_non_root() -> None:
+    dockerfile = (REPO / "Dockerfile.envoy").read_text()
+    for copy in [line for line in _instructions("COPY", dockerfile) if not line.startswith("--from")]:
+        *sources, _destination = copy.split()
+        for source in sources:
+            assert (REPO / source).exists(), f"COPY {source}: missing"
+            assert not _ignored(source.rstrip("/")), f"COPY {source}: excluded by .dockerignore"
+    (entrypoint,) = _instructions("ENTRYPOINT", dockerfile)
+    (program,) = yaml.safe_load(entrypoint)
+    assert f'install -m 0755 "$purelib/envoy/_bin/envoy" {program}' in dockerfile
+    assert f"COPY --from=install {program} {program}" in dockerfile
+    (user,) = _instructions("USER", dockerfile)
+    assert re.fullmatch(r"[1-9][0-9]*:[0-9]+", user), "runAsNonRoot can only verify a numeric, non-root UID"
+    makefile = (REPO / "Makefile").read_text()
+    assert "ENVOY_IMG ?= llmaz-envoy:v$(VERSION)" in makefile
+    assert "edit set image controller=$(IMG) envoy=$(ENVOY_IMG)" in makefile, "make deploy sets Envoy's image"

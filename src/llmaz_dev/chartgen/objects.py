@@ -6,6 +6,7 @@ Deployment or a moved flag stops `make chart` instead of producing a chart that 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,6 +22,10 @@ GATEWAY_ROUTE = ("HTTPRoute", "llmaz-gateway")
 # the key of its ConfigMap holding the bootstrap.
 ENVOY_CONTAINER = "envoy"
 ENVOY_BOOTSTRAP_KEY = "envoy.json"
+# The modes `gateway.envoy` offers: Envoy's ext_proc request body modes the Endpoint Picker serves, and GIE's failure
+# modes (the chart's tests render each against llmaz.gateway.envoy's bootstrap).
+ENVOY_BODY_MODES = ("BUFFERED", "FULL_DUPLEX_STREAMED")
+ENVOY_FAILURE_MODES = ("FailClose", "FailOpen")
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 # Where the chart mounts the gateway's API keys Secret (`gateway.apiKeys`), and the file `--api-keys-file` names.
 API_KEYS_VOLUME = "api-keys"
@@ -124,3 +129,30 @@ def prometheus_subject(objects: Iterable[Object]) -> dict[str, str]:
     if len(subjects) != 1 or subjects[0]["kind"] != "ServiceAccount":
         raise SourceError("config/prometheus binds the metrics reader to one ServiceAccount")
     return subjects[0]
+
+
+def envoy_bootstrap(objects: Iterable[Object]) -> dict[str, Any]:
+    """The Envoy bootstrap of the one ConfigMap that holds one."""
+    found = [obj for obj in objects if obj["kind"] == "ConfigMap" and ENVOY_BOOTSTRAP_KEY in obj.get("data", {})]
+    if len(found) != 1:
+        raise SourceError(f"config/gateway-envoy must have one ConfigMap with {ENVOY_BOOTSTRAP_KEY}")
+    bootstrap: dict[str, Any] = json.loads(found[0]["data"][ENVOY_BOOTSTRAP_KEY])
+    return bootstrap
+
+
+def envoy_modes(bootstrap: dict[str, Any]) -> tuple[str, str]:
+    """(body mode, failure mode) of the bootstrap's ext_proc filter: the chart's defaults."""
+    filters = [
+        http_filter["typed_config"]
+        for listener in bootstrap["static_resources"]["listeners"]
+        for chain in listener["filter_chains"]
+        for network in chain["filters"]
+        for http_filter in network["typed_config"].get("http_filters", [])
+        if http_filter["name"] == "envoy.filters.http.ext_proc"
+    ]
+    if len(filters) != 1:
+        raise SourceError("config/gateway-envoy's bootstrap must have one ext_proc filter")
+    (ext_proc,) = filters
+    return ext_proc["processing_mode"]["request_body_mode"], "FailOpen" if ext_proc[
+        "failure_mode_allow"
+    ] else "FailClose"

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from llmaz.gateway import envoy
 from llmaz_dev.chartgen import objects as o
 from llmaz_dev.chartgen.sources import Object, Sources
 from llmaz_dev.chartgen.templating import dump
@@ -362,6 +361,7 @@ def _envoy_volumes(sources: Sources) -> list[str]:
 def _envoy(sources: Sources) -> Group:
     deployment = o.find(sources.gateway_envoy, *o.GATEWAY)
     (container,) = [c for c in o.pod_spec(deployment)["containers"] if c["name"] == o.ENVOY_CONTAINER]
+    body_mode, failure_mode = o.envoy_modes(o.envoy_bootstrap(sources.gateway_envoy))
     return Group(
         "The Envoy data plane, with `dataPlane: envoy`.",
         {
@@ -371,14 +371,14 @@ def _envoy(sources: Sources) -> Group:
                 "config/gateway-envoy's placeholder: set the image you built and pushed.",
             ),
             "bodyMode": Value(
-                envoy.DEFAULT_BODY_MODE,
-                {"type": "string", "enum": list(envoy.BODY_MODES)},
+                body_mode,
+                {"type": "string", "enum": list(o.ENVOY_BODY_MODES)},
                 "How Envoy's ext_proc filter sends the request body to the Endpoint Picker: `BUFFERED`, whole, "
                 "once, or `FULL_DUPLEX_STREAMED`, as it arrives.",
             ),
             "failureMode": Value(
-                envoy.DEFAULT_FAILURE_MODE,
-                {"type": "string", "enum": list(envoy.FAILURE_MODES)},
+                failure_mode,
+                {"type": "string", "enum": list(o.ENVOY_FAILURE_MODES)},
                 "When the Endpoint Picker does not answer: `FailClose` refuses the request, `FailOpen` lets it "
                 "through (it then has no engine to go to).",
             ),
