@@ -202,3 +202,14 @@ def test_envoy_runs_the_generated_bootstrap_as_non_root_and_is_probed_at_ready(
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert container["readinessProbe"]["httpGet"] == {"path": envoy.READY_PATH, "port": "envoy-ready"}
     assert ports["envoy-ready"] == envoy.READY_PORT
+
+
+def test_envoy_serves_on_while_the_gateway_drains_within_the_grace_period(
+    installed: dict[tuple[str, str], Any],
+) -> None:
+    containers = _containers(installed)
+    gateway, sidecar = containers["gateway"], containers["envoy"]
+    drained = gateway["lifecycle"]["preStop"]["sleep"]["seconds"] + parse_args(gateway["args"]).drain_timeout
+    assert sidecar["lifecycle"]["preStop"]["sleep"]["seconds"] == drained
+    grace = installed["Deployment", "llmaz-gateway"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert drained < grace
