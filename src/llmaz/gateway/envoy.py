@@ -6,6 +6,7 @@ engine takes it, and its ORIGINAL_DST cluster connects to the address the picker
 llmaz-gateway in its pod, config/gateway-envoy and the chart's `gateway.dataPlane: envoy`) and `loopback` (tests).
 
     python -m llmaz.gateway.envoy [--body-mode BUFFERED|FULL_DUPLEX_STREAMED] [--failure-mode FailClose|FailOpen]
+                                  [--picker-timeout SECONDS]
 
 prints the pod's bootstrap (JSON, which Envoy reads as YAML), for a kustomize install that wants other modes.
 
@@ -16,7 +17,10 @@ Choices, all in `bootstrap`:
   cannot answer; FailOpen lets it through to Envoy's routing, which has no destination for it but the header;
 - timeouts: no route timeout (Envoy's default of 15 s counts the whole response, and an LLM stream lasts minutes);
   instead a stream idle timeout equal to llmaz-gateway's `--upstream-timeout` default (300 s between two reads),
-  so a stalled engine is cut as the Python proxy would cut it, and a live stream never is;
+  so a stalled engine is cut as the Python proxy would cut it, and a live stream never is; the picker's answer is
+  awaited longer than the picker holds a request (`--wake-timeout`, `--hold-timeout`), so a request held while its
+  model wakes from zero is answered by the picker, never failed by Envoy first (`--picker-timeout` for a gateway
+  run with longer holds);
 - body size: the listener buffers up to the Python proxy's `--max-request-bytes` default (10 MiB), which a BUFFERED
   body must fit in (Envoy answers 413 above it);
 - admin on loopback only; the kubelet's readiness probe reaches `/ready` alone, through a listener of its own that
@@ -44,7 +48,18 @@ READY_PATH = "/ready"
 # equal.
 STREAM_IDLE_SECONDS = 300
 MAX_BODY_BYTES = 10 * 1024 * 1024
-PICKER_TIMEOUT = "10s"
+# The gateway's --wake-timeout and --hold-timeout defaults (kept equal by the same test): the picker answers a request
+# whose model wakes from zero after at most the first, one whose replicas are starting after at most the second.
+WAKE_SECONDS = 300
+HOLD_SECONDS = 30
+# How long Envoy awaits the picker's answer to one ext_proc message (message_timeout). A picker answers at once (in
+# milliseconds) unless it holds the request, and a picker that is down fails the request at once too (the
+# connection is refused); only a held request or a hung picker runs into this bound. So it is the longest hold plus
+# a margin for the picker's own answer at the hold's end (its 504 `model_wake_timeout` or 503 `model_not_ready`,
+# which say why, instead of Envoy's bare 500): shorter, and a request held while its model wakes fails in Envoy
+# first; much longer, and a hung picker keeps clients waiting for nothing.
+PICKER_MARGIN_SECONDS = 10
+PICKER_TIMEOUT_SECONDS = max(WAKE_SECONDS, HOLD_SECONDS) + PICKER_MARGIN_SECONDS
 CONNECT_TIMEOUT = "5s"
 HEADERS_TIMEOUT = "30s"
 
@@ -101,15 +116,26 @@ def processing_mode(body_mode: str) -> dict[str, str]:
 
 
 def bootstrap(
-    addresses: Addresses, *, body_mode: str = DEFAULT_BODY_MODE, failure_mode: str = DEFAULT_FAILURE_MODE
+    addresses: Addresses,
+    *,
+    body_mode: str = DEFAULT_BODY_MODE,
+    failure_mode: str = DEFAULT_FAILURE_MODE,
+    picker_timeout: int = PICKER_TIMEOUT_SECONDS,
 ) -> dict[str, Any]:
-    """Envoy's static bootstrap (ValueError naming the field for a mode it does not know)."""
+    """Envoy's static bootstrap (ValueError naming the field for a mode it does not know, or a picker timeout that
+    is not a positive number of seconds)."""
     _check("failure_mode", failure_mode, FAILURE_MODES)
+    if isinstance(picker_timeout, bool) or not isinstance(picker_timeout, int) or picker_timeout <= 0:
+        raise ValueError(
+            f"picker_timeout: {picker_timeout!r} is not a positive whole number of seconds; give one longer than the "
+            "gateway's --wake-timeout and --hold-timeout"
+        )
+    timeout = f"{picker_timeout}s"
     ext_proc = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-        "grpc_service": {"envoy_grpc": {"cluster_name": "epp"}, "timeout": PICKER_TIMEOUT},
+        "grpc_service": {"envoy_grpc": {"cluster_name": "epp"}, "timeout": timeout},
         "failure_mode_allow": failure_mode == "FailOpen",
-        "message_timeout": PICKER_TIMEOUT,
+        "message_timeout": timeout,
         "processing_mode": processing_mode(body_mode),
     }
     api_routes = [{"match": {"prefix": "/"}, "route": {"cluster": "engines", "timeout": "0s"}}]
@@ -144,10 +170,25 @@ def bootstrap(
 
 
 def bootstrap_json(
-    addresses: Addresses, *, body_mode: str = DEFAULT_BODY_MODE, failure_mode: str = DEFAULT_FAILURE_MODE
+    addresses: Addresses,
+    *,
+    body_mode: str = DEFAULT_BODY_MODE,
+    failure_mode: str = DEFAULT_FAILURE_MODE,
+    picker_timeout: int = PICKER_TIMEOUT_SECONDS,
 ) -> str:
     """`bootstrap` as the text of Envoy's configuration file: JSON, indented, one value per line."""
-    return json.dumps(bootstrap(addresses, body_mode=body_mode, failure_mode=failure_mode), indent=2) + "\n"
+    config = bootstrap(addresses, body_mode=body_mode, failure_mode=failure_mode, picker_timeout=picker_timeout)
+    return json.dumps(config, indent=2) + "\n"
+
+
+def _positive_seconds(text: str) -> int:
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of seconds")
+    return seconds
 
 
 def _check(field: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -200,8 +241,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llmaz.gateway.envoy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--body-mode", choices=BODY_MODES, default=DEFAULT_BODY_MODE)
     parser.add_argument("--failure-mode", choices=FAILURE_MODES, default=DEFAULT_FAILURE_MODE)
+    parser.add_argument(
+        "--picker-timeout",
+        type=_positive_seconds,
+        default=PICKER_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="seconds Envoy awaits the picker's answer: longer than the gateway's --wake-timeout and --hold-timeout "
+        f"(default {PICKER_TIMEOUT_SECONDS})",
+    )
     args = parser.parse_args(argv)
-    sys.stdout.write(bootstrap_json(POD, body_mode=args.body_mode, failure_mode=args.failure_mode))
+    text = bootstrap_json(
+        POD, body_mode=args.body_mode, failure_mode=args.failure_mode, picker_timeout=args.picker_timeout
+    )
+    sys.stdout.write(text)
     return 0
 
 

@@ -84,8 +84,9 @@ def test_the_defaults_are_buffered_and_fail_close_as_gie_s_failure_mode() -> Non
 
 @pytest.mark.parametrize(("field", "value"), [("body_mode", "STREAMED"), ("failure_mode", "FailSometimes")])
 def test_an_unknown_mode_is_refused_naming_the_field_and_the_choices(field: str, value: str) -> None:
+    modes: dict[str, Any] = {field: value}
     with pytest.raises(ValueError, match=f"{field}: '{value}' is not one of"):
-        envoy.bootstrap(envoy.POD, **{field: value})
+        envoy.bootstrap(envoy.POD, **modes)
 
 
 def test_in_the_pod_the_api_and_readiness_listen_on_every_address_admin_and_the_picker_on_loopback() -> None:
@@ -121,6 +122,48 @@ def test_engines_are_reached_at_the_pickers_header_and_no_timeout_cuts_a_live_st
     # A stalled engine is cut after as long as the Python proxy waits for an engine read.
     assert manager["stream_idle_timeout"] == f"{ProxyOptions().read_timeout:.0f}s"
     assert parse_args([]).upstream_timeout == envoy.STREAM_IDLE_SECONDS
+
+
+def _seconds(duration: str) -> float:
+    assert duration.endswith("s"), duration
+    return float(duration[:-1])
+
+
+def test_envoy_awaits_the_pickers_answer_longer_than_the_picker_holds_a_request_for_a_model_waking_from_zero() -> None:
+    ext_proc = _ext_proc(envoy.bootstrap(envoy.POD))
+    defaults = parse_args([])
+    assert (defaults.wake_timeout, defaults.hold_timeout) == (envoy.WAKE_SECONDS, envoy.HOLD_SECONDS)
+    longest_hold = max(defaults.wake_timeout, defaults.hold_timeout)
+    # The picker answers a held request when the hold ends (its 504 or 503); Envoy must still be waiting then.
+    assert _seconds(ext_proc["message_timeout"]) > longest_hold
+    assert _seconds(ext_proc["grpc_service"]["timeout"]) == _seconds(ext_proc["message_timeout"])
+    # Bounded all the same: a hung picker does not keep a client waiting much past the longest hold.
+    assert _seconds(ext_proc["message_timeout"]) <= longest_hold + 30
+
+
+def test_a_gateway_run_with_longer_holds_gets_a_bootstrap_with_a_longer_picker_timeout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert envoy.main(["--picker-timeout", "910"]) == 0
+    printed = _ext_proc(json.loads(capsys.readouterr().out))
+    assert (printed["message_timeout"], printed["grpc_service"]["timeout"]) == ("910s", "910s")
+
+
+@pytest.mark.parametrize("value", [0, -5, 2.5, True])
+def test_a_picker_timeout_that_is_not_a_positive_whole_number_of_seconds_is_refused_naming_the_field(
+    value: object,
+) -> None:
+    with pytest.raises(ValueError, match=r"picker_timeout: .* is not a positive whole number of seconds"):
+        envoy.bootstrap(envoy.POD, picker_timeout=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "ten"])
+def test_the_command_refuses_a_picker_timeout_that_is_not_a_positive_number_of_seconds(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        envoy.main(["--picker-timeout", text])
+    assert "--picker-timeout" in capsys.readouterr().err
 
 
 def test_a_buffered_body_may_be_as_large_as_the_python_proxy_accepts() -> None:
