@@ -228,6 +228,15 @@ def test_the_python_proxy_moves_to_loopback_and_keeps_the_picker_envoy_calls(
     assert all(p["containerPort"] != envoy.API_PORT for p in gateway["ports"])
 
 
+def test_the_installed_envoy_awaits_the_picker_longer_than_the_installed_gateway_holds_a_request(
+    installed: dict[tuple[str, str], Any],
+) -> None:
+    args = parse_args(_containers(installed)["gateway"]["args"])
+    (config_map,) = [obj for (kind, _), obj in installed.items() if kind == "ConfigMap" and "envoy.json" in obj["data"]]
+    timeout = _seconds(_ext_proc(json.loads(config_map["data"]["envoy.json"]))["message_timeout"])
+    assert timeout > max(args.wake_timeout, args.hold_timeout)
+
+
 def test_envoy_runs_the_generated_bootstrap_as_non_root_and_is_probed_at_ready(
     installed: dict[tuple[str, str], Any],
 ) -> None:
