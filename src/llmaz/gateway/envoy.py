@@ -130,6 +130,8 @@ def bootstrap(
             f"picker_timeout: {picker_timeout!r} is not a positive whole number of seconds; give one longer than the "
             "gateway's --wake-timeout and --hold-timeout"
         )
+    # The per-message bound; the gRPC service's own `timeout` says the same (an ext_proc stream takes no deadline
+    # from it), so that no reader of the bootstrap takes a shorter one for the picker's.
     timeout = f"{picker_timeout}s"
     ext_proc = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
