@@ -49,6 +49,12 @@ SERVE_ACROSS_NAMESPACES_ANNOTATION: Final = "llmaz.io/serve-across-namespaces"
 # says what a gateway does while the endpoint picker does not answer (`llmaz.apis.pools`).
 INFERENCE_POOL_ANNOTATION: Final = "llmaz.io/inference-pool"
 INFERENCE_POOL_FAILURE_MODE_ANNOTATION: Final = "llmaz.io/inference-pool-failure-mode"
+# A Playground or inference Service asks that its engines be reachable only from llmaz-gateway and its own namespace
+# (a NetworkPolicy named like it) with "gateway-only" (`llmaz.apis.networkpolicy`; llmaz had none).
+NETWORK_POLICY_ANNOTATION: Final = "llmaz.io/network-policy"
+# The label llmaz-gateway's pods carry (config/gateway, the chart), which a gateway-only NetworkPolicy admits.
+GATEWAY_COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+GATEWAY_COMPONENT: Final = "gateway"
 # The endpoint picker's Service every llmaz InferencePool names, in the pool's namespace, and its ports; the
 # gateway's own Service of it in the gateway's namespace, which the pool namespaces' Services mirror.
 EPP_SERVICE_NAME: Final = "llmaz-epp"

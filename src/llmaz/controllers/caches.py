@@ -1,6 +1,6 @@
 """What the manager caches of the kinds it does not define: only llmaz's own children, and only what is read.
 
-A cluster's core Services, HPAs and LeaderWorkerSets mostly belong to others. Their informers select
+A cluster's core Services, HPAs, NetworkPolicies and LeaderWorkerSets mostly belong to others. Their informers select
 `app.kubernetes.io/managed-by=llmaz`, which the builders put on every child (`builders.meta.owned_metadata`), so
 the manager holds its own children and nothing else whatever the size of the cluster. Model pods were already
 selected by label (`indexes.MODEL_POD_SELECTOR`). Nodes and the pods bound to them are cached cluster-wide, in a
@@ -26,6 +26,8 @@ back (`common.write_status_if_changed`). The readers, which this list must follo
   `owns` watch (owner reference, resourceVersion). Nobody reads their status.
 - HPAs: `PlaygroundReconciler` (`apply_if_changed`; `is_controlled_by`: owner reference; uid for the delete
   precondition); the `owns` watch (owner reference, generation). Nobody reads their status.
+- NetworkPolicies: `ServiceReconciler` (`apply_if_changed`; `is_controlled_by`: owner reference; uid for the
+  delete precondition); the watch that wakes the Service named like a policy (owner reference, generation).
 - model pods: `diagnose_pod` (name, deletionTimestamp; name, image and restartPolicy of containers and init
   containers, the env of init containers; status conditions and container statuses), `unusable_adapters` (the
   same), the `pod_service` index and `service_of_pod` (labels,
@@ -62,7 +64,7 @@ from llmaz.runtime.cache.factory import SharedInformerFactory
 from llmaz.runtime.cache.transform import Paths, applied_by, chain, drop_fields, keep_paths, strip_metadata
 
 CHILD_SELECTOR = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY}"
-CHILD_KINDS = (r.LEADER_WORKER_SETS, r.SERVICES, r.HORIZONTAL_POD_AUTOSCALERS)
+CHILD_KINDS = (r.LEADER_WORKER_SETS, r.SERVICES, r.HORIZONTAL_POD_AUTOSCALERS, r.NETWORK_POLICIES)
 LLMAZ_KINDS = (r.PLAYGROUNDS, r.INFERENCE_SERVICES, r.OPEN_MODELS, r.BACKEND_RUNTIMES)
 
 strip_child = strip_metadata(keep_managed_fields=applied_by(c.FIELD_MANAGER))
@@ -143,6 +145,7 @@ _READ = (
     r.NODES,
     r.CUSTOM_RESOURCE_DEFINITIONS,
     r.ENDPOINT_SLICES,
+    r.NETWORK_POLICIES,
 )
 
 
@@ -152,6 +155,7 @@ def configure_caches(informers: SharedInformerFactory) -> None:
     informers.configure(r.LEADER_WORKER_SETS, label_selector=CHILD_SELECTOR, transform=strip_child)
     informers.configure(r.SERVICES, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
     informers.configure(r.HORIZONTAL_POD_AUTOSCALERS, label_selector=CHILD_SELECTOR, transform=strip_child_and_status)
+    informers.configure(r.NETWORK_POLICIES, label_selector=CHILD_SELECTOR, transform=strip_child)
     informers.configure(r.PODS, transform=strip_pod)
     informers.configure(r.NODES, transform=strip_node_to_labels)
     informers.configure(r.CUSTOM_RESOURCE_DEFINITIONS, transform=strip_crd)

@@ -22,6 +22,10 @@ One reconcile:
    the Service for that moment.
 8. Apply the LeaderWorkerSet and the `-lb` Service when they differ from the live objects (llmaz created the
    `-lb` Service once and never repaired it); an `Applied` Event marks the LeaderWorkerSet's creation.
+   A Service annotated `llmaz.io/network-policy: gateway-only` (a Playground's annotation is copied to its
+   Service) also gets its NetworkPolicy (`builders.networkpolicy`), applied when it differs; a policy of its name
+   that it does not control is a conflict like the others in 6, and stops the reconcile there. A Service that no
+   longer asks deletes the policy it controls (uid precondition; a Normal Event `Deleted`), never anyone else's.
 9. Compute the status from the LeaderWorkerSet and the pods (why they are not ready: a failed model loader, a
    crash loop, an image pull, scheduling; on the last flavor, that no flavor fits) with the active flavor, and
    write it when it changed; a new finding is also a Warning Event.
@@ -35,6 +39,7 @@ from typing import Any
 from llmaz.apis import Flavor, OpenModel, Service
 from llmaz.apis import constants as c
 from llmaz.apis import resources as r
+from llmaz.apis.networkpolicy import wants_gateway_only
 from llmaz.apis.serving import lb_service_name
 from llmaz.apis.validation import FieldError, validate_service
 from llmaz.controllers import indexes as ix
@@ -43,6 +48,7 @@ from llmaz.controllers.builders import (
     ChildConflictError,
     build_lb_service,
     build_leader_worker_set,
+    build_network_policy,
     diagnose_pods,
     ownership_conflict,
     service_model_refs,
@@ -60,6 +66,7 @@ from llmaz.controllers.common import (
     ParentReconciler,
     apply_if_changed,
     fetch_models,
+    is_controlled_by,
     live_child,
     record_left_out_adapters,
     record_new_finding,
@@ -81,7 +88,7 @@ from llmaz.controllers.flavors.decision import (
 from llmaz.controllers.flavors.fit import Room
 from llmaz.runtime.cache import Obj
 from llmaz.runtime.cache.factory import SharedInformerFactory
-from llmaz.runtime.client import PatchType
+from llmaz.runtime.client import NotFound, PatchType
 from llmaz.runtime.controller import Request, Result
 from llmaz.runtime.events import NORMAL, WARNING
 from llmaz.runtime.log import get_logger
@@ -97,6 +104,8 @@ RBAC_RULES = (
     allow(r.INFERENCE_SERVICES, "update", subresource="finalizers"),
     allow(r.LEADER_WORKER_SETS, "create", "patch", "delete"),  # server-side apply
     allow(r.SERVICES, "create", "patch", "delete"),  # the `-lb` Service, server-side apply
+    # The gateway-only NetworkPolicy: applied when asked for, deleted (only when controlled) when no longer.
+    allow(r.NETWORK_POLICIES, "create", "patch", "delete"),
     # flavor-return-when-fits: the nodes and the pods bound to them, cached from the first return check on.
     allow(r.NODES, *READ),
     allow(r.PODS, *READ),
@@ -117,14 +126,19 @@ class ServiceReconciler(ParentReconciler[Service]):
     resource = r.INFERENCE_SERVICES
     model = Service
 
-    def __init__(self, *args: Any, capacity: NodeCapacity, **kwargs: Any) -> None:
-        """`capacity` answers whether a flavor's nodes have room (flavor return); the rest as `ParentReconciler`."""
+    def __init__(
+        self, *args: Any, capacity: NodeCapacity, gateway_namespace: str = c.GLOBAL_CONFIG_NAMESPACE, **kwargs: Any
+    ) -> None:
+        """`capacity` answers whether a flavor's nodes have room (flavor return); `gateway_namespace` is where
+        llmaz-gateway's pods run, which a gateway-only NetworkPolicy admits; the rest as `ParentReconciler`."""
         self._capacity = capacity
+        self._gateway_namespace = gateway_namespace
         super().__init__(*args, **kwargs)
 
     def watch(self, informers: SharedInformerFactory) -> None:
         self._lws = informers.informer_for(r.LEADER_WORKER_SETS).store
         self._lb_services = informers.informer_for(r.SERVICES).store
+        self._policies = informers.informer_for(r.NETWORK_POLICIES).store
         self._pods = informers.informer_for(r.PODS, label_selector=ix.MODEL_POD_SELECTOR).store
 
     def validate(self, service: Service) -> list[FieldError]:
@@ -158,13 +172,19 @@ class ServiceReconciler(ParentReconciler[Service]):
                 service, models, settings.init_container_image, flavor.active, pod_options
             )
             desired_lb = build_lb_service(service, models)
+            gateway_only = wants_gateway_only(service.metadata.annotations)
+            desired_policy = build_network_policy(service, self._gateway_namespace) if gateway_only else None
         except BuildError as err:
             await self.abort(obj, service, err)
             return Result()
         ns, lb_name = request.namespace, lb_service_name(request.name)
         live_lws = await live_child(self._client, self._lws, r.LEADER_WORKER_SETS, ns, request.name)
         live_lb = await live_child(self._client, self._lb_services, r.SERVICES, ns, lb_name)
-        children = ((r.LEADER_WORKER_SETS.kind, live_lws), (r.SERVICES.kind, live_lb))
+        children = [(r.LEADER_WORKER_SETS.kind, live_lws), (r.SERVICES.kind, live_lb)]
+        live_policy = self._policies.get(request.key)
+        if desired_policy is not None:
+            live_policy = await live_child(self._client, self._policies, r.NETWORK_POLICIES, ns, request.name)
+            children.append((r.NETWORK_POLICIES.kind, live_policy))
         conflicts = [found for kind, live in children if (found := ownership_conflict(service, kind, live))]
         if conflicts:
             await self.abort(obj, service, ChildConflictError(service, conflicts))
@@ -175,6 +195,7 @@ class ServiceReconciler(ParentReconciler[Service]):
         if written and live_lws is None:
             self._events.event(obj, "Normal", "Applied", f"Applied LeaderWorkerSet {request.key}")
         await apply_if_changed(self._client, r.SERVICES, desired_lb, live_lb)
+        await self._reconcile_policy(request, obj, service, desired_policy, live_policy)
         finding = no_flavor_fits(flavor, models[0], service) if flavor.exhausted else diagnose_pods(pods)
         status = service_status(service, lws, now, finding)
         main, claimed = models[0], claimed_flavors(service)
@@ -192,6 +213,25 @@ class ServiceReconciler(ParentReconciler[Service]):
             record_new_finding(self._events, obj, status)
             record_left_out_adapters(self._events, obj, status)
         return Result(requeue_after=flavor.requeue_after)
+
+    async def _reconcile_policy(
+        self, request: Request, obj: Obj, service: Service, desired: Obj | None, live: Obj | None
+    ) -> None:
+        """Apply the NetworkPolicy asked for (a policy in the way was refused before), or delete the one this Service
+        controls when none is asked for; a policy it does not control is never touched."""
+        if desired is not None:
+            _, written = await apply_if_changed(self._client, r.NETWORK_POLICIES, desired, live)
+            if written and live is None:
+                self._events.event(obj, NORMAL, "Applied", f"Applied NetworkPolicy {request.key}")
+            return
+        if live is None or not is_controlled_by(live, service.metadata.uid):
+            return
+        uid = str((live.get("metadata") or {}).get("uid", ""))
+        try:
+            await self._client.delete(r.NETWORK_POLICIES, request.name, request.namespace, preconditions={"uid": uid})
+        except NotFound:
+            return
+        self._events.event(obj, NORMAL, "Deleted", f"Deleted NetworkPolicy {request.key}")
 
     def _return_if_room(
         self, service: Service, main: OpenModel, decision: FlavorDecision, candidates: list[str], fallback_after: float

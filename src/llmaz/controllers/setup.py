@@ -7,6 +7,7 @@ Watches (each change wakes only the objects it concerns, with their namespace):
   and inference Service serving its model (creation, deletion, change of model: which namespace the model is
   routed to follows them).
 - Service <- Service; the LeaderWorkerSet and `-lb` Service named like it (status, spec or controller changes);
+  the NetworkPolicy named like it (spec or controller changes, deletion: a deleted policy is applied again);
   OpenModels it claims; the global ConfigMap (every Service, since the settings shape them all); its
   LeaderWorkerSet's pods (only llmaz model pods are cached, by label selector; only changes of why a pod is not
   ready pass).
@@ -77,6 +78,7 @@ RBAC_RULES = (
     allow(r.HORIZONTAL_POD_AUTOSCALERS, *READ),
     allow(r.LEADER_WORKER_SETS, *READ),
     allow(r.SERVICES, *READ),
+    allow(r.NETWORK_POLICIES, *READ),
     allow(r.PODS, *READ),
     allow(r.CONFIG_MAPS, *READ, names=(c.GLOBAL_CONFIG_NAME,), own_namespace=True),
     # The endpoint picker's mirror (`epp`): the gateway's picker slices, and llmaz's mirrored slices.
@@ -89,7 +91,8 @@ RBAC_RULES = (
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:
     namespace: str = c.GLOBAL_CONFIG_NAMESPACE
-    """Namespace of the manager, where the global ConfigMap lives. Default llmaz-system."""
+    """Namespace of the manager, where the global ConfigMap lives and llmaz-gateway runs (config/default, the chart
+    put both there). Default llmaz-system."""
     max_concurrent_reconciles: int = 1
     reconcile_timeout: float = 60.0
     """Seconds a reconcile may take before it is cancelled and retried; 0: no limit. Default 60 s."""
@@ -172,10 +175,13 @@ def setup_controllers(manager: Manager, options: ControllerSettings | None = Non
             .for_(r.INFERENCE_SERVICES)
             .watches(r.LEADER_WORKER_SETS, ix.owner_named_like(services.store), predicates=[CHILD_SPEC_OR_STATUS])
             .watches(r.SERVICES, ix.owner_named_like(services.store, LB_SERVICE_SUFFIX), predicates=[RESOURCE_VERSION])
+            .watches(r.NETWORK_POLICIES, ix.owner_named_like(services.store), predicates=[CHILD_SPEC])
             .watches(r.OPEN_MODELS, ix.users_of(services.store, ix.SERVICE_MODELS), predicates=[SPEC])
             .watches(r.CONFIG_MAPS, ix.everything_in(services.store), scope=config_scope)
             .watches(r.PODS, ix.service_of_pod, predicates=[ix.pod_finding_changed()], scope=pod_scope),
-            functools.partial(ServiceReconciler, capacity=NodeCapacity(fit_informers)),
+            functools.partial(
+                ServiceReconciler, capacity=NodeCapacity(fit_informers), gateway_namespace=opts.namespace
+            ),
             "service-controller",
         ),
         ControllerBuilder("openmodel")

@@ -8,6 +8,7 @@ from typing import Any
 
 from llmaz.apis import Playground
 from llmaz.apis import constants as c
+from llmaz.apis.networkpolicy import NETWORK_POLICY_RULE, parse_network_policy
 from llmaz.apis.pools import FAILURE_MODE_RULE, POOL_RULE, parse_failure_mode, parse_pool_opt_in
 from llmaz.apis.routing import STRATEGY_RULE, WEIGHTS_RULE, parse_strategy, parse_weights
 from llmaz.apis.scaletozero import IDLE_TIME_RULE, parse_idle_time
@@ -60,6 +61,7 @@ _CHECKED_ANNOTATIONS: tuple[tuple[str, Callable[[str], object], str], ...] = (
     (c.ROUTING_WEIGHTS_ANNOTATION, parse_weights, WEIGHTS_RULE),
     (c.INFERENCE_POOL_ANNOTATION, parse_pool_opt_in, POOL_RULE),
     (c.INFERENCE_POOL_FAILURE_MODE_ANNOTATION, parse_failure_mode, FAILURE_MODE_RULE),
+    (c.NETWORK_POLICY_ANNOTATION, parse_network_policy, NETWORK_POLICY_RULE),
 )
 
 
@@ -73,7 +75,8 @@ def validate_playground_annotations(obj: dict[str, Any], old: dict[str, Any] | N
     """The gateway's annotations, when set, must be what it accepts: `llmaz.io/scale-to-zero-after` an idle time
     (`llmaz.apis.scaletozero`), `llmaz.io/routing-strategy` and `llmaz.io/routing-weights` a strategy and weights
     (`llmaz.apis.routing`); and the InferencePool's, `llmaz.io/inference-pool` "true" or "false" and
-    `llmaz.io/inference-pool-failure-mode` FailOpen or FailClose (`llmaz.apis.pools`).
+    `llmaz.io/inference-pool-failure-mode` FailOpen or FailClose (`llmaz.apis.pools`); and
+    `llmaz.io/network-policy` "gateway-only" or "none" (`llmaz.apis.networkpolicy`).
 
     Admission only: the gateway ignores a bad value it finds stored (scale to zero off, its own routing), and the
     Playground controller reads a bad pool annotation the safe way (no pool; FailClose). On UPDATE (`old` given)

@@ -46,7 +46,7 @@ from llmaz.webhooks.openmodel import (
     validate_openmodel_annotations,
 )
 from llmaz.webhooks.playground import default_playground, playground_warnings, validate_playground_annotations
-from llmaz.webhooks.service import service_warnings
+from llmaz.webhooks.service import service_warnings, validate_service_annotations
 
 MUTATING_CONFIGURATION: Final = "llmaz-mutating-webhook-configuration"
 VALIDATING_CONFIGURATION: Final = "llmaz-validating-webhook-configuration"
@@ -90,7 +90,8 @@ KINDS: Final = (
     KindRules("Playground", c.INFERENCE_GROUP, "playgrounds", Playground,
               lambda obj, _, __: default_playground(obj), validate_playground, playground_warnings,
               validate_playground_annotations),
-    KindRules("Service", c.INFERENCE_GROUP, "services", Service, None, validate_service, service_warnings),
+    KindRules("Service", c.INFERENCE_GROUP, "services", Service, None, validate_service, service_warnings,
+              validate_service_annotations),
 )  # fmt: skip
 
 

@@ -32,6 +32,7 @@ from llmaz.controllers.builders.models import (
     service_model_refs,
     skip_model_loader,
 )
+from llmaz.controllers.builders.networkpolicy import build_network_policy
 from llmaz.controllers.builders.ownership import ChildConflictError, Conflict, kind_label, ownership_conflict
 from llmaz.controllers.builders.playground import build_hpa, build_service, service_scheduler_name
 from llmaz.controllers.builders.service import build_lb_service, build_leader_worker_set, with_scheduler_name
@@ -61,6 +62,7 @@ __all__ = [
     "build_inference_pool",
     "build_lb_service",
     "build_leader_worker_set",
+    "build_network_policy",
     "build_service",
     "controller_reference",
     "diagnose_pod",

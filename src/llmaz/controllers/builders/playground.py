@@ -32,6 +32,8 @@ from llmaz.controllers.builders.models import (
 from llmaz.controllers.builders.render import render_args
 
 HPA_API_VERSION = "autoscaling/v2"
+# The Playground's annotations its inference Service carries too: the Service controller acts on them.
+_COPIED_ANNOTATIONS = (c.SKIP_MODEL_LOADER_ANNOTATION, c.NETWORK_POLICY_ANNOTATION)
 
 
 def _owned(playground: Playground, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -128,7 +130,7 @@ def build_service(
     shm = (overrides.shared_memory_size if overrides else None) or config.shared_memory_size
     container = _runner_container(playground, models, backend, config, left_out)
     annotations = playground.metadata.annotations or {}
-    copied = {key: annotations[key] for key in (c.SKIP_MODEL_LOADER_ANNOTATION,) if key in annotations}
+    copied = {key: annotations[key] for key in _COPIED_ANNOTATIONS if key in annotations}
     service = {
         "apiVersion": c.INFERENCE_API_VERSION,
         "kind": "Service",
