@@ -33,7 +33,8 @@ def _controller_uid(obj: dict[str, Any] | None) -> str | None:
 
 async def _service_uid(client: Client, namespace: str, name: str) -> str | None:
     service = await get_or_none(client, r.INFERENCE_SERVICES, name, namespace)
-    return (service or {}).get("metadata", {}).get("uid")
+    uid = (service or {}).get("metadata", {}).get("uid")
+    return str(uid) if uid is not None else None
 
 
 async def _own_policy(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
