@@ -321,3 +321,43 @@ async def test_a_bad_inference_pool_annotation_is_denied_naming_it_and_the_fix(
 )
 async def test_valid_inference_pool_annotations_are_allowed(annotations: dict[str, str]) -> None:
     assert (await call("vplayground.kb.io", request("Playground", routed(**annotations)))).allowed
+
+
+RUNNER = {"name": "model-runner", "image": "e:v1"}
+SERVICE = {
+    "apiVersion": "inference.llmaz.io/v1alpha1",
+    "kind": "Service",
+    "metadata": {"name": "s", "namespace": "ns"},
+    "spec": {
+        "modelClaims": {"models": [{"name": "m"}]},
+        "workloadTemplate": {"workerTemplate": {"spec": {"containers": [RUNNER]}}},
+    },
+}
+NETWORK_POLICY_RULE = (
+    'must be "gateway-only" (a NetworkPolicy lets only llmaz-gateway and pods of this namespace reach the engines) '
+    'or "none" (no policy, the default): set one of them or remove the annotation'
+)
+
+
+def network_policy(kind: str, value: str) -> dict[str, Any]:
+    found: dict[str, Any] = copy.deepcopy(PLAYGROUND if kind == "Playground" else SERVICE)
+    found["metadata"]["annotations"] = {"llmaz.io/network-policy": value}
+    return found
+
+
+@pytest.mark.parametrize("kind", ["Playground", "Service"])
+@pytest.mark.parametrize("value", ["yes", "Gateway-Only", ""])
+async def test_a_network_policy_other_than_gateway_only_or_none_is_denied_naming_it_and_the_fix(
+    kind: str, value: str
+) -> None:
+    response = await call(f"v{kind.lower()}.kb.io", request(kind, network_policy(kind, value)))
+    assert (response.allowed, response.code) == (False, 403)
+    assert response.message == (
+        f'metadata.annotations[llmaz.io/network-policy]: Invalid value: "{value}": {NETWORK_POLICY_RULE}'
+    )
+
+
+@pytest.mark.parametrize("kind", ["Playground", "Service"])
+@pytest.mark.parametrize("value", ["gateway-only", "none"])
+async def test_network_policy_gateway_only_or_none_is_allowed(kind: str, value: str) -> None:
+    assert (await call(f"v{kind.lower()}.kb.io", request(kind, network_policy(kind, value)))).allowed
