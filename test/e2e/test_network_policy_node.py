@@ -21,7 +21,7 @@ from .support import Environment, ModelNames, eventually, run_python_pod, wait_p
 
 pytestmark = pytest.mark.tier("node")
 OPEN, CLOSED = "open", "closed"
-# Each target is tried with a 3 s connection bound until all answer as wanted, for at most 90 s (a policy takes the
+# Each target is tried with a 3 s connection bound until all answer as wanted, for at most 40 s (a policy takes the
 # enforcer a moment to see); the last outcomes are printed.
 _PROBE = """
 import json, time, urllib.error, urllib.request
@@ -34,7 +34,7 @@ def outcome(url):
         return "status %d" % error.code
     except OSError:
         return "closed"  # refused, reset or timed out
-deadline = time.monotonic() + 90
+deadline = time.monotonic() + 40
 while True:
     seen = {{url: outcome(url) for url in targets}}
     if all(value == want for value in seen.values()) or time.monotonic() > deadline:
@@ -45,7 +45,8 @@ print(json.dumps(seen))
 
 
 def _probe(e2e: Environment, namespace: str, pod: str, targets: list[str], want: str) -> dict[str, str]:
-    """What a pod of `namespace` sees of each target URL once they all answer as `want`, or after 90 s."""
+    """What a pod of `namespace` sees of each target URL once they all answer as `want`, or after 40 s (within
+    `run_python_pod`'s wait for the pod)."""
     log = run_python_pod(e2e, namespace, pod, _PROBE.format(targets=targets, want=want))
     seen: dict[str, str] = json.loads(log.strip().splitlines()[-1])
     return seen
