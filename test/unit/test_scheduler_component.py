@@ -3,8 +3,6 @@ configuration and the manager's extender agree on names, ports and the scheduler
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +10,8 @@ import pytest
 import yaml
 
 from llmaz.controllers.settings import parse_global_config
-from llmaz_dev.envtest._assets import module_version, tool_path
+from llmaz_dev.envtest._assets import module_version
+from llmaz_dev.testing.kustomize import default_with_component
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,16 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
     """(kind, name) -> object of `kustomize build config/default` with `components: [../scheduler]`."""
-    config = tmp_path_factory.mktemp("config") / "config"
-    shutil.copytree(REPO / "config", config)
-    default = config / "default" / "kustomization.yaml"
-    text = default.read_text()
-    assert "# components: [../gateway]\n" in text
-    default.write_text(text.replace("# components: [../gateway]\n", "components: [../scheduler]\n"))
-    built = subprocess.run(
-        [str(tool_path("kustomize")), "build", str(config / "default")], capture_output=True, text=True, check=True
-    ).stdout
-    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(built) if doc}
+    return default_with_component(tmp_path_factory.mktemp("config"), "scheduler", "gateway")
 
 
 def _scheduler_config(installed: dict[tuple[str, str], Any]) -> dict[str, Any]:

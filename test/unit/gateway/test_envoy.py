@@ -4,20 +4,17 @@ config/gateway-envoy built as config/default's comment says, agreeing with it an
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from llmaz.gateway import envoy
 from llmaz.gateway.__main__ import epp_options, gateway_options, parse_args
 from llmaz.gateway.epp.processor import DESTINATION_HEADER
 from llmaz.gateway.proxy.body import DEFAULT_MAX_BODY_BYTES
 from llmaz.gateway.proxy.forwarding import ProxyOptions
-from llmaz_dev.envtest._assets import tool_path
+from llmaz_dev.testing.kustomize import default_with_component
 
 REPO = Path(__file__).resolve().parents[3]
 COMPONENT = REPO / "config" / "gateway-envoy"
@@ -188,16 +185,7 @@ def test_the_components_bootstrap_is_the_generated_one() -> None:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
     """(kind, name) -> object of `kustomize build config/default` with `components: [../gateway-envoy]`."""
-    config = tmp_path_factory.mktemp("config") / "config"
-    shutil.copytree(REPO / "config", config)
-    default = config / "default" / "kustomization.yaml"
-    text = default.read_text()
-    assert "# components: [../gateway-envoy]\n" in text
-    default.write_text(text.replace("# components: [../gateway-envoy]\n", "components: [../gateway-envoy]\n"))
-    built = subprocess.run(
-        [str(tool_path("kustomize")), "build", str(config / "default")], capture_output=True, text=True, check=True
-    ).stdout
-    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(built) if doc}
+    return default_with_component(tmp_path_factory.mktemp("config"), "gateway-envoy", "gateway-envoy")
 
 
 def _containers(installed: dict[tuple[str, str], Any]) -> dict[str, dict[str, Any]]:
