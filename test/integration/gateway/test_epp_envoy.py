@@ -35,6 +35,7 @@ from llmaz_dev.envoy import bootstrap, envoy_binary
 from llmaz_dev.envtest._process import free_loopback_ports
 from llmaz_dev.testing.gateway_objects import endpoint_slice, open_model, playground
 from llmaz_dev.testing.informer import FakeInformer
+from llmaz_dev.testing.kustomize import default_with_component
 from llmaz_dev.testing.waiting import eventually
 
 WAIT = 30.0
@@ -278,5 +279,19 @@ def test_envoy_accepts_the_pods_bootstrap_in_every_mode(tmp_path: Path, body_mod
     config.write_text(data_plane.bootstrap_json(data_plane.POD, body_mode=body_mode, failure_mode=failure_mode))
     # --mode validate: the whole configuration is loaded and checked, nothing listens.
     command = [str(envoy_binary()), "--mode", "validate", "--config-path", str(config), "--use-dynamic-base-id"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=WAIT, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_envoy_accepts_the_command_line_the_install_gives_its_container(tmp_path: Path) -> None:
+    installed = default_with_component(tmp_path, "gateway-envoy", "gateway-envoy")
+    pod = installed[("Deployment", "llmaz-gateway")]["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "envoy"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "envoy-config"]
+    config = tmp_path / "envoy.json"
+    config.write_text(data_plane.bootstrap_json(data_plane.POD))
+    args = [str(config) if arg == f"{mount['mountPath']}/envoy.json" else arg for arg in container["args"]]
+    assert str(config) in args, f"the container's arguments name no bootstrap under {mount['mountPath']}: {args}"
+    command = [str(envoy_binary()), *args, "--mode", "validate", "--use-dynamic-base-id"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=WAIT, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
