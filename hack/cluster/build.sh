@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kubectl and etcd from their Go modules and fetches the LeaderWorkerSet CRD; with --e2e
 # also the components of the e2e tier's simulated cluster: kube-controller-manager, kube-scheduler, kwok and the
-# LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy, CoreDNS,
-# metrics-server and kube-network-policies (the NetworkPolicy enforcer); with
+# LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy, CoreDNS and
+# metrics-server; with
 # --prometheus only the Prometheus Operator and Prometheus that scrape llmaz there, and promtool, which tests llmaz's
 # alerting rules (hack/images/build.sh runs it).
 #
 # Usage: hack/cluster/build.sh            build what is missing, print the binary directory
 #        hack/cluster/build.sh --e2e      the same plus the e2e components
-#        hack/cluster/build.sh --node     the same plus kubelet, kube-proxy, CoreDNS, metrics-server and
-#                                         kube-network-policies
+#        hack/cluster/build.sh --node     the same plus kubelet, kube-proxy, CoreDNS and metrics-server
 #        hack/cluster/build.sh --print    print the binary directory only
 #        hack/cluster/build.sh --prometheus
 #                                         only the Prometheus Operator, Prometheus and promtool: build them if
@@ -19,10 +18,9 @@
 # Invariants:
 # - Versions come only from the go.mod files next to this script (k8s.io/kubernetes in go.mod, etcd in
 #   etcd/go.mod, LWS in lws/go.mod, kwok in kwok/go.mod, CoreDNS in coredns/go.mod, metrics-server in
-#   metrics-server/go.mod, kube-network-policies in kube-network-policies/go.mod, the Prometheus Operator in prometheus-operator/go.mod, Prometheus in prometheus/go.mod);
+#   metrics-server/go.mod, the Prometheus Operator in prometheus-operator/go.mod, Prometheus in prometheus/go.mod);
 #   the output directories are keyed by those versions: $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd),
 #   bin/kwok-<v>/kwok, bin/lws-<v>/lws-controller, bin/coredns-<v>/coredns, bin/metrics-server-<v>/metrics-server,
-#   bin/kube-network-policies-<v>/kube-network-policies,
 #   bin/prometheus-operator-<v>/{operator,prometheus-config-reloader,bundle.yaml},
 #   bin/prometheus-<upstream v>/{prometheus,promtool}.
 # - A binary appears under its final name only when complete (built into a scratch dir, then renamed), so an
@@ -45,7 +43,6 @@ lws_version="$(module_version "$here/lws/go.mod" sigs.k8s.io/lws)"
 kwok_version="$(module_version "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 coredns_version="$(module_version "$here/coredns/go.mod" github.com/coredns/coredns)"
 metrics_server_version="$(module_version "$here/metrics-server/go.mod" sigs.k8s.io/metrics-server)"
-knp_version="$(module_version "$here/kube-network-policies/go.mod" sigs.k8s.io/kube-network-policies)"
 promop_module=github.com/prometheus-operator/prometheus-operator
 promop_version="$(module_version "$here/prometheus-operator/go.mod" "$promop_module")"
 prom_module_version="$(module_version "$here/prometheus/go.mod" github.com/prometheus/prometheus)"
@@ -58,7 +55,6 @@ kwok_bin="$cache/bin/kwok-$kwok_version/kwok"
 lws_bin="$cache/bin/lws-$lws_version/lws-controller"
 coredns_bin="$cache/bin/coredns-$coredns_version/coredns"
 metrics_server_bin="$cache/bin/metrics-server-$metrics_server_version/metrics-server"
-knp_bin="$cache/bin/kube-network-policies-$knp_version/kube-network-policies"
 promop_dir="$cache/bin/prometheus-operator-$promop_version"
 prom_dir="$cache/bin/prometheus-$prom_version"
 
@@ -222,14 +218,6 @@ if $node && [[ ! -x "$metrics_server_bin" ]]; then
   (cd "$here/metrics-server" && go build -trimpath -ldflags "$ms_ldflags" -o "$scratch/metrics-server" \
     sigs.k8s.io/metrics-server/cmd/metrics-server)
   mkdir -p "${metrics_server_bin%/*}" && mv "$scratch/metrics-server" "$metrics_server_bin"
-fi
-
-# kube-network-policies v0.8.0's command is the package .../cmd, hence the output name.
-if $node && [[ ! -x "$knp_bin" ]]; then
-  echo "building kube-network-policies $knp_version into ${knp_bin%/*} (~3 min)" >&2
-  (cd "$here/kube-network-policies" && go build -trimpath -ldflags "-s -w" -o "$scratch/kube-network-policies" \
-    sigs.k8s.io/kube-network-policies/cmd)
-  mkdir -p "${knp_bin%/*}" && mv "$scratch/kube-network-policies" "$knp_bin"
 fi
 
 echo "$bin_dir"

@@ -39,7 +39,6 @@ _COLLECTIONS = {
     "pods": "/api/v1/namespaces/{ns}/pods",
     "services": "/api/v1/namespaces/{ns}/services",
     "endpointslices": "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
-    "networkpolicies": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
     "hpas": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
     "events": "/api/v1/namespaces/{ns}/events",
     "configmaps": "/api/v1/namespaces/{ns}/configmaps",

@@ -85,11 +85,8 @@ class Cluster:
         """Apply every CRD found under `paths` and wait until they are Established."""
         install_crds(self.admin_client(), load_crds(paths), timeout)
 
-    def service_account_token(
-        self, namespace: str, name: str, *, expiration_seconds: int = _TOKEN_EXPIRATION_SECONDS
-    ) -> str:
-        """A TokenRequest token for ServiceAccount `namespace/name`, valid `expiration_seconds` (an hour by default),
-        creating the ServiceAccount if needed."""
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A TokenRequest token for ServiceAccount `namespace/name`, creating the ServiceAccount if needed."""
         client = self.admin_client()
         accounts = f"/api/v1/namespaces/{namespace}/serviceaccounts"
         try:
@@ -100,7 +97,7 @@ class Cluster:
         request = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
-            "spec": {"expirationSeconds": expiration_seconds},
+            "spec": {"expirationSeconds": _TOKEN_EXPIRATION_SECONDS},
         }
         response = client.request("POST", f"{accounts}/{name}/token", request)
         token: str = response["status"]["token"]

@@ -1,6 +1,6 @@
-"""Where the node's binaries live: kubelet and kube-proxy beside the other Kubernetes binaries, CoreDNS,
-metrics-server and kube-network-policies each in a cache directory of its own, keyed by version (all built by
-`make node-bins`, i.e. `hack/cluster/build.sh --node`).
+"""Where the node's binaries live: kubelet and kube-proxy beside the other Kubernetes binaries, CoreDNS and
+metrics-server each in a cache directory of its own, keyed by version (all built by `make node-bins`, i.e.
+`hack/cluster/build.sh --node`).
 
 Nothing here builds anything; a missing binary is reported with the command that provides it.
 """
@@ -21,7 +21,6 @@ class NodeAssets:
     kube_proxy: Path
     coredns: Path
     metrics_server: Path
-    kube_network_policies: Path
 
 
 def find_node_assets() -> NodeAssets:
@@ -29,14 +28,10 @@ def find_node_assets() -> NodeAssets:
     k8s_dir = cache_root() / "bin" / f"k8s-{kubernetes_version()}"
     coredns_version = module_version(root / "hack/cluster/coredns/go.mod", "github.com/coredns/coredns")
     metrics_server_version = module_version(root / "hack/cluster/metrics-server/go.mod", "sigs.k8s.io/metrics-server")
-    knp_version = module_version(
-        root / "hack/cluster/kube-network-policies/go.mod", "sigs.k8s.io/kube-network-policies"
-    )
     assets = NodeAssets(
         kubelet=k8s_dir / "kubelet",
         kube_proxy=k8s_dir / "kube-proxy",
         coredns=cache_root() / "bin" / f"coredns-{coredns_version}" / "coredns",
         metrics_server=cache_root() / "bin" / f"metrics-server-{metrics_server_version}" / "metrics-server",
-        kube_network_policies=cache_root() / "bin" / f"kube-network-policies-{knp_version}" / "kube-network-policies",
     )
     return all_files(assets, _BUILD_HINT)

@@ -6,10 +6,10 @@ Invariants:
   owner's pid. `teardown` undoes exactly what that record says was ours, and nothing else.
 - `teardown` is idempotent and works from the record alone, so the process that started the node, its reaper
   (after a SIGKILL) and the next start (after a crash) all clean up the same way. It kills every process whose
-  command line names the node's root (kubelet, kube-proxy, kube-network-policies, CoreDNS, metrics-server,
-  containerd and its shims) and every process in kubelet's `kubepods` cgroups, unmounts everything under the root,
-  removes the cgroups, kube-proxy's and kube-network-policies' nft tables, kubelet's iptables chains, the guard
-  table and the bridge, restores ip_forward, and deletes the root.
+  command line names the node's root (kubelet, kube-proxy, CoreDNS, metrics-server, containerd and its shims) and
+  every process in kubelet's `kubepods` cgroups, unmounts everything under the root, removes the cgroups,
+  kube-proxy's nft tables, kubelet's iptables chains, the guard table and the bridge, restores ip_forward, and
+  deletes the root.
 - Every failed prerequisite is one `PrerequisiteError` line naming the missing thing and the fix.
 """
 
@@ -41,8 +41,6 @@ DEFAULT_PATHS = (
     Path("/var/lib/cni"),
     Path("/run/containerd"),
     Path("/opt/containerd"),
-    # The mount point of kube-network-policies' credentials (`_netpol`); bind-mounted in its own namespace only.
-    Path("/run/secrets"),
 )
 _INSTALL_HINT = "run `make node-packages` (hack/node/install-packages.sh)"
 _KILL_TIMEOUT = 15.0
@@ -124,7 +122,6 @@ def check_ports(layout: NodeLayout) -> None:
         ("127.0.0.1", ports.kubelet_healthz, socket.SOCK_STREAM, "kubelet healthz"),
         ("127.0.0.1", ports.proxy_metrics, socket.SOCK_STREAM, "kube-proxy metrics"),
         ("127.0.0.1", ports.proxy_healthz, socket.SOCK_STREAM, "kube-proxy healthz"),
-        ("127.0.0.1", ports.netpol_metrics, socket.SOCK_STREAM, "kube-network-policies metrics"),
         (layout.host_ip, ports.dns, socket.SOCK_DGRAM, "CoreDNS"),
         (layout.host_ip, ports.dns, socket.SOCK_STREAM, "CoreDNS"),
         ("127.0.0.1", ports.dns_health, socket.SOCK_STREAM, "CoreDNS health"),
@@ -188,8 +185,7 @@ def teardown(layout: NodeLayout, state: HostState) -> list[str]:
     removed_cgroups = _remove_cgroups()
     if removed_cgroups:
         cleaned.append(f"{removed_cgroups} cgroups")
-    tables = (("ip", "kube-proxy"), ("ip6", "kube-proxy"), ("inet", "kube-network-policies"), ("inet", GUARD_TABLE))
-    for family, table in tables:
+    for family, table in (("ip", "kube-proxy"), ("ip6", "kube-proxy"), ("inet", GUARD_TABLE)):
         if _run_ok("nft", "delete", "table", family, table):
             cleaned.append(f"nft table {family} {table}")
     chains = _remove_kube_chains()

@@ -7,7 +7,6 @@ controller, and kwok for any simulated node pools asked for) it runs:
   bridge and host-local plugins, and the project's images imported (the pod sandbox image among them);
 - kubelet, registered as `llmaz-node` with a client certificate of the `system:nodes` group;
 - kube-proxy in nftables mode;
-- kube-network-policies, which enforces NetworkPolicies (`_netpol`);
 - CoreDNS on the bridge address, behind the `kube-dns` Service;
 - metrics-server on the bridge address, behind the `kube-system/metrics-server` Service and the APIService
   `v1beta1.metrics.k8s.io`, which kube-apiserver's aggregator proxies to it (`_metrics`).
@@ -15,8 +14,7 @@ kube-apiserver listens on the bridge address, so pods reach it through the `kube
 
 Invariants:
 - `start()` checks every prerequisite before starting anything, cleans what a crashed run left (saying what it
-  cleaned), and returns only when the node is Ready, kube-proxy and CoreDNS are healthy, kube-network-policies
-  listens on its NFQUEUE, metrics-server is live
+  cleaned), and returns only when the node is Ready, kube-proxy and CoreDNS are healthy, metrics-server is live
   and its APIService Available; on any failure everything started is stopped and the host is restored before the
   error propagates. A node that never gets Ready is reported with its conditions and kubelet's last log lines.
   Pod metrics appear once metrics-server has scraped kubelet twice (10-20 s after a pod starts): whoever needs
@@ -42,7 +40,7 @@ from llmaz_dev.envtest._process import ManagedProcess, on_exit, stop_detached, s
 from llmaz_dev.envtest._rest import ApiError
 from llmaz_dev.envtest.control_plane import ControlPlaneError
 from llmaz_dev.envtest.images import LocalImage
-from llmaz_dev.envtest.node import _config, _host, _metrics, _netpol
+from llmaz_dev.envtest.node import _config, _host, _metrics
 from llmaz_dev.envtest.node._assets import NodeAssets, find_node_assets
 from llmaz_dev.envtest.node._layout import NodeLayout
 from llmaz_dev.envtest.simulated.cluster import SimulatedCluster, _condition_true, _http_ok
@@ -214,7 +212,6 @@ class NodeCluster(SimulatedCluster):
             ],
         )
         proxy = self._spawn_node("kube-proxy", [str(assets.kube_proxy), f"--config={config / 'kube-proxy.yaml'}"])
-        netpol = self._start_network_policies()
         coredns = self._spawn_node("coredns", [str(assets.coredns), "-conf", str(config / "Corefile")])
         for manifest in _config.dns_manifests(layout):
             self.admin_client().apply(_manifest_path(manifest), manifest, _FIELD_MANAGER)
@@ -223,24 +220,10 @@ class NodeCluster(SimulatedCluster):
         ports = layout.ports
         self._wait(proxy, lambda: _http_ok(f"http://127.0.0.1:{ports.proxy_healthz}/healthz"), "kube-proxy /healthz")
         self._wait(coredns, lambda: _http_ok(f"http://127.0.0.1:{ports.dns_ready}/ready"), "CoreDNS /ready")
-        self._wait(netpol, _netpol.listening, f"kube-network-policies to listen on NFQUEUE {_netpol.QUEUE_ID}")
         self._wait(metrics_server, self._metrics_server_live, "metrics-server /livez")
         api_service = _metrics.api_service(self.ca_file.read_bytes())
         self.admin_client().apply(_manifest_path(api_service), api_service, _FIELD_MANAGER)
         self._wait(metrics_server, self._metrics_api_available, f"APIService {_metrics.API_SERVICE} Available")
-
-    def _start_network_policies(self) -> ManagedProcess:
-        """Apply kube-network-policies' ServiceAccount and RBAC, write a token of it, and start it (`_netpol`)."""
-        client = self.admin_client()
-        for manifest in _netpol.manifests():
-            client.apply(_manifest_path(manifest), manifest, _FIELD_MANAGER)
-        token = self.service_account_token(
-            _netpol.NAMESPACE, _netpol.NAME, expiration_seconds=_netpol.TOKEN_EXPIRATION_SECONDS
-        )
-        credentials = _netpol.write_credentials(self.layout, token, self.ca_file.read_bytes())
-        _netpol.SERVICE_ACCOUNT_PATH.mkdir(parents=True, exist_ok=True)
-        argv = _netpol.argv(self.layout, self.node_assets.kube_network_policies, credentials, self.server)
-        return self._spawn_node(_netpol.NAME, argv)
 
     def _start_metrics_server(self, config: Path) -> ManagedProcess:
         """Apply metrics-server's RBAC, Service and EndpointSlice, then start it once kube-apiserver grants it what
