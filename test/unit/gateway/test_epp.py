@@ -665,3 +665,16 @@ async def test_the_authorization_header_is_never_logged(tmp_path: Path) -> None:
     assert refusal(failed)[0] == 500
     assert any(line["event"] == "processing failed" for line in logs)  # the failure was logged, without the key
     assert KEY not in repr(logs)
+
+
+async def test_the_picker_exports_each_routed_requests_decision_time_in_its_histogram() -> None:
+    metrics = GatewayMetrics(process_collectors=False)
+    async with running_epp(served(A), metrics=metrics) as epp:
+        for _ in range(3):
+            await epp.exchange(headers(), body(chat()), answers=2)
+        await epp.exchange(headers(), body(chat("unknown")), answers=2)
+    count = metrics.registry.get_sample_value("llmaz_gateway_epp_decision_seconds_count")
+    total = metrics.registry.get_sample_value("llmaz_gateway_epp_decision_seconds_sum")
+    assert count == 3
+    assert total is not None
+    assert 0 < total < 3 * WAIT

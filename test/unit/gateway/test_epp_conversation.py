@@ -19,6 +19,7 @@ from llmaz.gateway.epp.processor import Conversation, Serving
 from llmaz.gateway.proxy.auth import Authenticator
 from llmaz.gateway.proxy.keys import SecretKeys
 from llmaz.gateway.proxy.limits import Limits
+from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import Pickers, RoutingOptions
 from llmaz_dev.testing.informer import FakeInformer
@@ -216,6 +217,50 @@ async def test_a_conversation_ended_while_held_stops_counting_and_routes_nothing
     conversation.finish()
     cluster.slices.add(ready_slice(A))
     assert (shared.requests.of_model("m"), shared.requests.busy(), conversation.attempt) == (0, {}, None)
+
+
+# --- the decision time ---------------------------------------------------------------------------------------------
+
+
+class Ticks:
+    """A clock that reads the given times in turn."""
+
+    def __init__(self, *times: float) -> None:
+        self.times = list(times)
+
+    def __call__(self) -> float:
+        return self.times.pop(0)
+
+
+def decisions(metrics: GatewayMetrics) -> tuple[float | None, float | None]:
+    """The decision-time histogram's count and sum."""
+    sample = metrics.registry.get_sample_value
+    return sample("llmaz_gateway_epp_decision_seconds_count"), sample("llmaz_gateway_epp_decision_seconds_sum")
+
+
+@pytest.mark.parametrize("mode", [Mode.BUFFERED, Mode.FULL_DUPLEX_STREAMED])
+async def test_the_decision_time_runs_from_the_request_headers_to_the_destination_once(mode: int) -> None:
+    metrics = GatewayMetrics(process_collectors=False)
+    conversation = Conversation(serving(served(A), metrics=metrics), clock=Ticks(10.0, 10.0015))
+    await conversation.handle(headers(mode=mode))
+    assert decisions(metrics) == (0, 0)  # the body has not come yet
+    if mode == Mode.FULL_DUPLEX_STREAMED:
+        await conversation.handle(body(chat()[:5], end_of_stream=False))
+        await conversation.handle(body(chat()[5:]))
+    else:
+        await conversation.handle(body(chat()))
+    conversation.finish()
+    count, total = decisions(metrics)
+    assert count == 1
+    assert total == pytest.approx(0.0015)
+
+
+async def test_a_refused_request_has_no_decision_time() -> None:
+    metrics = GatewayMetrics(process_collectors=False)
+    conversation = Conversation(serving(served(A), metrics=metrics))
+    await conversation.handle(headers())
+    assert await converse(conversation, [body(chat("unknown"))]) == [refused(404, "model_not_found")]
+    assert decisions(metrics) == (0, 0)
 
 
 # --- a key's limits, as the proxy keeps them ---------------------------------------------------------------------

@@ -31,6 +31,9 @@ route once an endpoint is ready; a model that stops being served meanwhile is 40
 The subset hint narrows the endpoints after the hold: a request is never routed outside it (503
 `no_eligible_endpoint`).
 
+Each routed request's decision time, from its headers to its destination (a hold included), goes to the gateway's
+metrics (`Serving.metrics`, `llmaz_gateway_epp_decision_seconds`); a refused request has none.
+
 Fallbacks are off by default: Envoy's ORIGINAL_DST cluster, which GIE's reference configuration routes with,
 connects to the one address its header names and answers 503 (no healthy upstream) to a list.
 
@@ -52,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -274,7 +278,8 @@ class Serving:
     api_keys: Authenticator | None = None
     """The gateway's API keys; None: requests are not authenticated."""
     metrics: GatewayMetrics | None = None
-    """The gateway's metrics, for the held-requests gauge; None: not recorded."""
+    """The gateway's metrics, for the held-requests gauge and each routed request's decision time
+    (`llmaz_gateway_epp_decision_seconds`); None: not recorded."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     fallbacks: int = 0
     """How many of the decision's fallbacks follow the pick in the answer."""
@@ -308,8 +313,10 @@ class Serving:
 class Conversation:
     """One stream's state (see the module docstring). `handle` answers each message; `finish` ends the attempt."""
 
-    def __init__(self, serving: Serving) -> None:
+    def __init__(self, serving: Serving, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        """`clock` times the decision, from the request headers to the destination (`Serving.metrics`)."""
         self.serving = serving
+        self.clock = clock
         self.catalog = serving.catalog
         self.pickers = serving.pickers
         self.max_body_bytes = serving.max_body_bytes
@@ -336,6 +343,7 @@ class Conversation:
         self.served: str | None = None
         """The endpoint the gateway says served the request, when it says."""
         self.usage: PromptUsage | None = None
+        self._headers_at = 0.0
         self._tail = bytearray()
         self._first = True
         self._finished = False
@@ -411,6 +419,7 @@ class Conversation:
 
     async def _request_headers(self, message: ext.ProcessingRequest) -> list[ext.ProcessingResponse]:
         self._expect(Phase.HEADERS, "request headers")
+        self._headers_at = self.clock()
         self.phase = Phase.BODY  # another headers message is out of order, whatever this one's fate
         headers = message.request_headers
         authorization: str | None = None
@@ -620,6 +629,8 @@ class Conversation:
         self.attempt = Attempt(scheduler, request, decision.endpoint)
         self.phase = Phase.ROUTED
         self.destination = ",".join(str(e) for e in decision.endpoints[: 1 + self.fallbacks])
+        if self.serving.metrics is not None:
+            self.serving.metrics.epp_decided(self.clock() - self._headers_at)
         return self.destination
 
     def _reuses_serially(self, model: str, endpoint: Endpoint) -> bool:

@@ -36,6 +36,9 @@ CLIENT_CLOSED = 499
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)
 # A request waits in a flow-control queue from nothing to its TTL (60 s by default).
 FLOW_WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120)
+# The endpoint picker names a destination in well under a millisecond when its core is free (2 ms is the bound it
+# is held to); a request held for a starting or waking replica waits up to the hold's bound (30 s, 300 s).
+EPP_DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 300)
 TTFB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60)
 
 
@@ -102,6 +105,14 @@ class GatewayMetrics:
             "time to the first token).",
             ["model"],
             buckets=TTFB_BUCKETS,
+            registry=r,
+        )
+        self.epp_decision = Histogram(
+            "llmaz_gateway_epp_decision_seconds",
+            "The endpoint picker's time from a request's headers to its destination: reading the body (BUFFERED: "
+            "one message; FULL_DUPLEX_STREAMED: every chunk), parsing it, holding it while its model has no ready "
+            "endpoint, and scheduling. Requests it refuses are not counted.",
+            buckets=EPP_DECISION_BUCKETS,
             registry=r,
         )
         self.in_flight = Gauge(
@@ -210,6 +221,10 @@ class GatewayMetrics:
             counter = self._answered[(model, code)] = self.requests.labels(model=model, code=str(code))
         counter.inc()
         self._duration(model).observe(seconds)
+
+    def epp_decided(self, seconds: float) -> None:
+        """The endpoint picker named a request's destination `seconds` after its headers came."""
+        self.epp_decision.observe(seconds)
 
     def first_byte(self, model: str, seconds: float) -> None:
         self._time_to_first_byte(model).observe(seconds)
