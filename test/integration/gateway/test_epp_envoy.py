@@ -31,7 +31,7 @@ from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import Pickers
 from llmaz.gateway.routing.routes import Endpoint
-from llmaz_dev.envoy import bootstrap, envoy_binary
+from llmaz_dev.envoy import alone, bootstrap, envoy_binary
 from llmaz_dev.envtest._process import free_loopback_ports
 from llmaz_dev.testing.gateway_objects import endpoint_slice, open_model, playground
 from llmaz_dev.testing.informer import FakeInformer
@@ -272,14 +272,25 @@ async def test_without_a_picker_fail_close_refuses_and_fail_open_finds_no_engine
     assert answer == (status, says)
 
 
+def _validate(config: Path) -> subprocess.CompletedProcess[str]:
+    """`envoy --mode validate`: the whole configuration is loaded and checked, nothing listens."""
+    command = [str(envoy_binary()), "--mode", "validate", "--config-path", str(config), "--use-dynamic-base-id"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=WAIT, check=False)
+
+
 @pytest.mark.parametrize("body_mode", data_plane.BODY_MODES)
 @pytest.mark.parametrize("failure_mode", data_plane.FAILURE_MODES)
 def test_envoy_accepts_the_pods_bootstrap_in_every_mode(tmp_path: Path, body_mode: str, failure_mode: str) -> None:
     config = tmp_path / "envoy.json"
     config.write_text(data_plane.bootstrap_json(data_plane.POD, body_mode=body_mode, failure_mode=failure_mode))
-    # --mode validate: the whole configuration is loaded and checked, nothing listens.
-    command = [str(envoy_binary()), "--mode", "validate", "--config-path", str(config), "--use-dynamic-base-id"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=WAIT, check=False)
+    result = _validate(config)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_envoy_accepts_the_benchmarks_envoy_alone_bootstrap(tmp_path: Path) -> None:
+    config = tmp_path / "envoy.json"
+    config.write_text(json.dumps(alone(*free_loopback_ports(3))))
+    result = _validate(config)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
