@@ -17,6 +17,15 @@ to scale to zero, so the scaling client (pointed at an address where nothing lis
 detection runs as it does in production (unless `--scale-to-zero false`). Not run: the Manager's probe and
 metrics servers (other ports, off the request path) and the informers' watches (nothing changes during the
 benchmark).
+
+For Envoy's subjects the same process is the endpoint picker: with `--epp-port` among the gateway flags it serves
+the EPP (`EndpointPicker`, as the command adds it) on the same catalog and schedulers, its decision times in the
+gateway's metrics, which `--metrics-port` serves on 127.0.0.1 (`/metrics`, prometheus_client's own server, a
+thread that only works when scraped). `--extra-endpoints N` adds N more ready endpoints to the slice, at
+127.0.1.1.. on the engine's port, where nothing listens: they are for filling the prefix index through the EPP's
+gRPC, never for requests sent through Envoy. `--reuse-port` binds the API's socket with SO_REUSEPORT, so that two
+launchers serve one port and the kernel spreads the connections between them (hashing each connection's
+addresses), as two replicas behind a Service share its clients.
 """
 
 from __future__ import annotations
@@ -26,9 +35,13 @@ import asyncio
 import builtins
 import resource
 import signal
+import socket
 from collections.abc import Sequence
 
-from llmaz.gateway.__main__ import gateway_options, parse_args
+import prometheus_client
+
+from llmaz.gateway.__main__ import epp_options, gateway_options, parse_args
+from llmaz.gateway.epp.server import EndpointPicker
 from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.proxy.server import Gateway
 from llmaz.gateway.routing import routes
@@ -44,6 +57,7 @@ from llmaz.runtime.client import Client
 from llmaz.runtime.client.config import RestConfig
 from llmaz.runtime.events import EventBroadcaster
 from llmaz.runtime.runnable import run_until_cancelled
+from llmaz.runtime.server import listener
 
 MODEL = "bench-model"
 PLAYGROUND = "bench"
@@ -80,8 +94,20 @@ class StaticInformer:
         await self._synced.wait()
 
 
-def objects(engine_port: int) -> tuple[Obj, Obj, Obj]:
-    """The OpenModel, the Playground and the EndpointSlice of its `-lb` Service, as the API server lists them."""
+def _endpoint(address: str, index: int) -> dict[str, object]:
+    return {
+        "addresses": [address],
+        "conditions": {"ready": True, "serving": True, "terminating": False},
+        "nodeName": "node-1",
+        "targetRef": {"kind": "Pod", "namespace": NAMESPACE, "name": f"{PLAYGROUND}-{index}"},
+    }
+
+
+def objects(engine_port: int, extra_endpoints: int = 0) -> tuple[Obj, Obj, Obj]:
+    """The OpenModel, the Playground and the EndpointSlice of its `-lb` Service, as the API server lists them;
+    `extra_endpoints` more ready endpoints at 127.0.1.1.. (nothing listens there)."""
+    if not 0 <= extra_endpoints <= 254:
+        raise ValueError(f"--extra-endpoints {extra_endpoints}: give 0 to 254 (addresses 127.0.1.1 to .254)")
     open_model = {
         "apiVersion": "llmaz.io/v1alpha1",
         "kind": "OpenModel",
@@ -107,14 +133,8 @@ def objects(engine_port: int) -> tuple[Obj, Obj, Obj]:
         },
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": engine_port, "protocol": "TCP"}],
-        "endpoints": [
-            {
-                "addresses": ["127.0.0.1"],
-                "conditions": {"ready": True, "serving": True, "terminating": False},
-                "nodeName": "node-1",
-                "targetRef": {"kind": "Pod", "namespace": NAMESPACE, "name": f"{PLAYGROUND}-0"},
-            }
-        ],
+        "endpoints": [_endpoint("127.0.0.1", 0)]
+        + [_endpoint(f"127.0.1.{i}", i) for i in range(1, extra_endpoints + 1)],
     }
     return open_model, playground, endpoint_slice
 
@@ -126,8 +146,18 @@ def gateway_args(port: int, flags: Sequence[str]) -> argparse.Namespace:
                        *flags])  # fmt: skip
 
 
-async def serve(args: argparse.Namespace, engine_port: int) -> None:
-    open_model, playground, endpoint_slice = objects(engine_port)
+def _reuse_port_socket(host: str, port: int) -> socket.socket:
+    """`bind_socket` for an IPv4 address, with SO_REUSEPORT: another process may bind the same port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(args: argparse.Namespace, engine_port: int, extra_endpoints: int = 0, metrics_port: int = 0) -> None:
+    open_model, playground, endpoint_slice = objects(engine_port, extra_endpoints)
     catalog = Catalog(
         StaticInformer([playground]),
         StaticInformer([]),
@@ -139,9 +169,18 @@ async def serve(args: argparse.Namespace, engine_port: int) -> None:
     in_flight = InFlight()
     scale = PlaygroundScale(client, recorder) if args.scale_to_zero == "true" else None
     waker = Waker(catalog, scale)
-    gateway = Gateway(catalog, gateway_options(args), metrics=GatewayMetrics(), in_flight=in_flight, waker=waker)
+    metrics = GatewayMetrics()
+    gateway = Gateway(catalog, gateway_options(args), metrics=metrics, in_flight=in_flight, waker=waker)
     # Stopped as the manager stops runnables: by cancelling them (see llmaz.runtime.runnable).
     tasks = [asyncio.create_task(run_until_cancelled(gateway))]
+    if args.epp_port:
+        # As the command adds it: the proxy's schedulers, in-flight count, waker and metrics (its decision times).
+        picker = EndpointPicker(
+            catalog, gateway.pickers, epp_options(args), in_flight=in_flight, waker=waker, metrics=metrics
+        )
+        tasks.append(asyncio.create_task(run_until_cancelled(picker)))
+    if metrics_port:
+        prometheus_client.start_http_server(metrics_port, "127.0.0.1", registry=metrics.registry)
     if scale is not None:
         idle = idle_controller(IdleDetector(catalog, scale, in_flight), catalog, in_flight)
         tasks.append(asyncio.create_task(idle.run()))
@@ -160,6 +199,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--engine-port", type=int, required=True)
+    parser.add_argument("--extra-endpoints", type=int, default=0, help="more ready endpoints, where nothing listens")
+    parser.add_argument("--metrics-port", type=int, default=0, help="serve /metrics on 127.0.0.1 here (0: none)")
+    parser.add_argument("--reuse-port", action="store_true", help="bind the API's port with SO_REUSEPORT")
     parser.add_argument("gateway_flags", nargs=argparse.REMAINDER, help="-- then llmaz-gateway flags")
     args = parser.parse_args()
     flags = args.gateway_flags[1:] if args.gateway_flags[:1] == ["--"] else args.gateway_flags
@@ -168,7 +210,10 @@ def main() -> None:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     log.configure(command.log_level, command.log_format)
-    asyncio.run(serve(command, args.engine_port))
+    if args.reuse_port:
+        # The listener's own name for the function it binds with (imported from llmaz.runtime.server.address).
+        setattr(listener, "bind_socket", _reuse_port_socket)  # noqa: B010
+    asyncio.run(serve(command, args.engine_port, args.extra_endpoints, args.metrics_port))
 
 
 if __name__ == "__main__":
