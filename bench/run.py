@@ -32,6 +32,7 @@ from suite import (
     autoscale_bench,
     controllers_bench,
     gateway_bench,
+    gateway_proxies,
     golang,
     growth_bench,
     limit_bench,
@@ -227,14 +228,16 @@ def gateway(suite: Suite) -> None:
         except golang.GoUnavailableError as err:
             suite.results.setdefault("go", {})["enginesim_error"] = str(err)
             print(f"[bench] gateway: no engine simulator, no paced streams: {err}", flush=True)
-    stream_load = gateway_bench.StreamLoad(
+    stream_load = gateway_proxies.StreamLoad(
         s.gateway_stream_concurrency, s.gateway_stream_tps, s.gateway_stream_tokens, s.gateway_stream_seconds,
-        s.gateway_blocks,
+        s.gateway_stream_blocks,
     )  # fmt: skip
+    epp_load = gateway_proxies.EppLoad(s.gateway_epp_rate, s.gateway_epp_seconds, s.gateway_epp_streams,
+                                     s.gateway_epp_prefixes)  # fmt: skip
     for rep in range(s.repeats):
         run = partial(gateway_bench.run_once, loader, s.gateway_concurrency, s.gateway_requests, s.gateway_blocks,
                       s.gateway_streams, suite.log_dir, s.gateway_block_seconds, s.gateway_flags, simulator,
-                      stream_load)  # fmt: skip
+                      stream_load, epp_load, s.gateway_stream_subjects)  # fmt: skip
         suite.record("gateway", {"subject": "python", "rep": rep}, run)
 
 

@@ -41,14 +41,15 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from llmaz_dev.envtest._process import free_loopback_ports
+from suite import gateway_goals as goals
 from suite import procstat
+from suite.gateway_proxies import EppLoad, StreamLoad, epp_phases, stream_phase
 from suite.settings import BENCH_DIR, REPO
 from suite.subjects import Subject, SubjectFailedError
 
@@ -210,21 +211,6 @@ async def hold_streams(url: str, pid: int, streams: int) -> dict[str, Any]:
             "fds_before": none["fds"], "fds_open": full["fds"]}  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class StreamLoad:
-    """The paced-stream phase: `concurrency` streams of `tokens` tokens at `tps` tokens a second, in `blocks` blocks
-    per subject that start streams for `seconds` each."""
-
-    concurrency: int
-    tps: float
-    tokens: int
-    seconds: float
-    blocks: int
-
-
-# The simulator's time to first token. It is the same for both subjects, so it drops out of the added figures;
-# it only keeps a stream's first chunk apart from its response headers, as an engine's prefill does.
-SIMULATOR_TTFT_SECONDS = 0.02
 PERCENTILES = (("p50", 499), ("p99", 989), ("p999", 998))  # indices into 999 cut points
 
 
@@ -267,55 +253,6 @@ def analyse_streams(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def stream_phase(
-    loader: Path, simulator: Path, load: StreamLoad, flags: Sequence[str], log_dir: Path
-) -> dict[str, Any]:
-    """Paced streams from go-enginesim (one core: GOMAXPROCS=1), direct and through a fresh gateway."""
-    sim_port, gateway_port = free_loopback_ports(2)
-    urls = {"direct": f"http://127.0.0.1:{sim_port}", "gateway": f"http://127.0.0.1:{gateway_port}"}
-    sim_argv = [str(simulator), "-listen", f"127.0.0.1:{sim_port}", "-model", MODEL, "-tokens-per-second",
-                str(load.tps), "-tokens", str(load.tokens), "-ttft", f"{SIMULATOR_TTFT_SECONDS}s", "-slots",
-                str(load.concurrency), "-stamp"]  # fmt: skip
-    sim = Subject("gateway-enginesim", sim_argv, {"GOMAXPROCS": "1"}, log_dir / "gateway-enginesim.log")
-    gateway = _gateway("gateway-streams", gateway_port, sim_port, flags, log_dir)
-    stream_seconds = SIMULATOR_TTFT_SECONDS + (load.tokens / load.tps if load.tps > 0 else 0.0)
-    # Workers start one stream's duration apart in all: streams then begin at an even rate, as independent users'
-    # do, and their chunks are spread in time. Started within one token interval, every stream would begin (and
-    # end) in the same few milliseconds, a burst of new requests at each round.
-    argv = [str(loader), "-mode", "stream", "-direct", urls["direct"], "-gateway", urls["gateway"], "-model", MODEL,
-            "-concurrency", str(load.concurrency), "-tokens", str(load.tokens), "-stagger", f"{stream_seconds:.6f}s",
-            "-blocks", str(load.blocks), "-block-seconds", str(load.seconds)]  # fmt: skip
-    try:
-        sim.start()
-        _wait_http(sim, urls["direct"] + "/health")
-        gateway.start()
-        _wait_http(gateway, urls["gateway"] + "/v1/models")
-        machine_load = os.getloadavg()[0]
-        before = {"gateway": gateway.usage().cpu_seconds, "simulator": sim.usage().cpu_seconds}
-        started = time.monotonic()
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False,
-                              timeout=2 * load.blocks * (load.seconds + stream_seconds + 60) + 60)  # fmt: skip
-        wall = time.monotonic() - started
-        gateway.check_running()
-        gateway_usage, sim_cpu = gateway.usage(), sim.usage().cpu_seconds
-    finally:
-        gateway.stop()
-        sim.stop()
-    if proc.returncode != 0:
-        raise RuntimeError(f"go-gwload -mode stream failed ({proc.returncode})")
-    result = analyse_streams(json.loads(proc.stdout)["blocks"])
-    cpu = {"gateway": gateway_usage.cpu_seconds - before["gateway"], "simulator": sim_cpu - before["simulator"]}
-    result.update(
-        concurrency=load.concurrency, tokens_per_second=load.tps, tokens=load.tokens, seconds=load.seconds,
-        blocks_per_subject=load.blocks, load_1m=machine_load, cpu_seconds=cpu, wall_seconds=wall,
-        gateway_core_while_relaying=cpu["gateway"] / result["block_seconds"]["gateway"],
-        chunks_per_gateway_cpu_second=result["chunks"]["gateway"] / cpu["gateway"] if cpu["gateway"] else 0.0,
-        simulator_core=cpu["simulator"] / wall, gateway_rss_mb=gateway_usage.rss_bytes / MB,
-        gateway_peak_rss_mb=gateway_usage.peak_rss_bytes / MB,
-    )  # fmt: skip
-    return result
-
-
 def fast_engine_phases(
     loader: Path, levels: tuple[int, ...], requests: int, blocks: int, streams: int, log_dir: Path,
     block_seconds: float, flags: Sequence[str],
@@ -350,12 +287,18 @@ def fast_engine_phases(
 def run_once(
     loader: Path, levels: tuple[int, ...], requests: int, blocks: int, streams: int, log_dir: Path,
     block_seconds: float, flags: Sequence[str] = (), simulator: Path | None = None,
-    stream_load: StreamLoad | None = None,
+    stream_load: StreamLoad | None = None, epp_load: EppLoad | None = None,
+    subjects: Sequence[str] = goals.SUBJECTS,
 ) -> dict[str, Any]:  # fmt: skip
     result: dict[str, Any] = {"requests_per_block": requests, "blocks_per_subject": blocks,
                               "gateway_flags": list(flags)}  # fmt: skip
     if levels or streams:
         result |= fast_engine_phases(loader, levels, requests, blocks, streams, log_dir, block_seconds, flags)
-    if simulator is not None and stream_load is not None and stream_load.concurrency > 0:
-        result["paced_streams"] = stream_phase(loader, simulator, stream_load, flags, log_dir)
+    if simulator is not None and stream_load is not None and stream_load.concurrency > 0 and subjects:
+        result["paced_streams"] = stream_phase(loader, simulator, stream_load, flags, log_dir, subjects)
+    if epp_load is not None:
+        result["epp"] = epp_phases(epp_load, flags, log_dir)
+    paced = result.get("paced_streams", {}).get("subjects", {})
+    decision = result.get("epp", {}).get("decision")
+    result["goals"] = [g.as_dict() for g in goals.evaluate(paced, decision)]
     return result

@@ -91,10 +91,6 @@ def gateway_levels(results: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
     return levels
 
 
-# The paced-stream phase's readings: (label, key in the phase's per-subject percentiles).
-GATEWAY_STREAM_READINGS = (("chunk delay", "chunk_delay"), ("TTFB", "ttfb"), ("time per stream", "total"))
-
-
 def paced_streams(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Every run's paced-stream phase of the gateway scenario."""
     return [r["paced_streams"] for r in runs(results, "gateway") if "paced_streams" in r]

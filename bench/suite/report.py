@@ -15,7 +15,6 @@ from suite import plots, targets
 from suite.readings import (
     CONTROLLER_ROWS,
     GATEWAY_ADDED,
-    GATEWAY_STREAM_READINGS,
     GATEWAY_TTFB,
     GROWTH_PER_OBJECT,
     PICKER_ROWS,
@@ -244,35 +243,71 @@ def _gateway_paced_streams(results: dict[str, Any]) -> list[str]:
     if not ps:
         return []
     first = ps[0]
+    names = [n for n in first["subjects"] if all(n in p["subjects"] for p in ps)]
 
-    def row(label: str, get: Callable[[dict[str, Any]], float]) -> str:
-        return f"| {label} | {cell(summary([get(p) for p in ps]))} |"
+    def med(name: str, *path: str) -> str:
+        values = []
+        for p in ps:
+            value: Any = p["subjects"][name]
+            for key in path:
+                value = value[key]
+            values.append(float(value))
+        return cell(summary(values))
 
-    percentiles = ["| reading | direct p50 / p99 / p99.9 ms | gateway p50 / p99 / p99.9 ms | added p50 ms | "
-                   "added p99 ms | added p99.9 ms |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for label, key in GATEWAY_STREAM_READINGS:
-        absolute = [" / ".join(cell(summary([p[s][key][pct] for p in ps])) for pct in ("p50", "p99", "p999"))
-                    for s in ("direct", "gateway")]  # fmt: skip
-        added = [cell(summary([p["added"][key][pct] for p in ps])) for pct in ("p50", "p99", "p999")]
-        percentiles.append(f"| {label} | " + " | ".join([*absolute, *added]) + " |")
-    costs = ["| reading | median (min-max) |", "|---|---|",
-             row("chunks relayed per second (gateway blocks)", lambda p: p["chunks_per_second"]["gateway"]),
-             row("chunks relayed per second of gateway CPU", lambda p: p["chunks_per_gateway_cpu_second"]),
-             row("gateway CPU while relaying, % of a core", lambda p: 100 * p["gateway_core_while_relaying"]),
-             row("gateway RSS at the end MB", lambda p: p["gateway_rss_mb"]),
-             row("gateway peak RSS MB", lambda p: p["gateway_peak_rss_mb"]),
-             row("go-enginesim CPU, % of a core (GOMAXPROCS=1)", lambda p: 100 * p["simulator_core"]),
-             row("go-gwload CPU, % of a core", lambda p: 100 * p["loader_core"]),
-             row("streams direct", lambda p: p["streams"]["direct"]),
-             row("streams through the gateway", lambda p: p["streams"]["gateway"]),
-             row("errors", lambda p: p["errors"]["direct"] + p["errors"]["gateway"]),
-             row("load 1m before", lambda p: p["load_1m"])]  # fmt: skip
+    def pcts(name: str, which: str, reading: str, keys: tuple[str, ...] = ("p50", "p99", "p999")) -> str:
+        return " / ".join(med(name, which, reading, k) for k in keys)
+
+    rows = ["| subject | chunk delay p50 / p99 / p99.9 ms | its direct blocks' chunk delay ms | added chunk delay "
+            "p99 ms | TTFB p50 / p99 ms | CPU per chunk us, by process | streams | failed | chunks intact |",
+            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        roles = [k for k in first["subjects"][name]["cpu_us_per_chunk"] if k != "total"]
+        cpu = ", ".join(f"{role} {med(name, 'cpu_us_per_chunk', role)}" for role in roles)
+        if len(roles) > 1:
+            cpu += f"; together {med(name, 'cpu_us_per_chunk', 'total')}"
+        failed = sum(p["subjects"][name]["errors"] + p["subjects"][name]["direct_errors"] for p in ps)
+        intact = "yes" if all(p["subjects"][name]["intact"] for p in ps) else "no"
+        ttfb = pcts(name, "percentiles", "ttfb", ("p50", "p99"))
+        rows.append(f"| {name} | {pcts(name, 'percentiles', 'chunk_delay')} | {pcts(name, 'direct', 'chunk_delay')} "
+                    f"| {med(name, 'added', 'chunk_delay', 'p99')} | {ttfb} | {cpu} | {med(name, 'streams')} "
+                    f"| {failed} | {intact} |")  # fmt: skip
     title = (
         f"### Gateway: paced streams from go-enginesim, {first['concurrency']} in flight x "
         f"{first['tokens_per_second']:g} tokens/s, {first['tokens']} tokens each (runs: {len(ps)}; "
-        f"{first['blocks_per_subject']} blocks x {first['seconds']:g} s per subject)"
+        f"{first['blocks_per_subject']} blocks x {first['seconds']:g} s per subject and proxy, ABBA with direct)"
     )
-    return ["", title, "", *percentiles, "", *costs]
+    return ["", title, "", *rows, *_gateway_epp(results)]
+
+
+def _gateway_epp(results: dict[str, Any]) -> list[str]:
+    es = [r["epp"] for r in runs(results, "gateway") if "epp" in r]
+    if not es:
+        return []
+
+    def row(label: str, key: str, get: Callable[[dict[str, Any]], float]) -> str:
+        return f"| {label} | {cell(summary([get(e[key]) for e in es if key in e]))} |"
+
+    lines = ["| reading (Envoy 1 worker + EPP, BUFFERED, prefix-aware) | median (min-max) |", "|---|---|"]
+    if any("decision" in e for e in es):
+        lines += [row("requests/s sent (open loop)", "decision", lambda d: d["achieved_rate"]),
+                  row("EPP decision p50 ms (histogram)", "decision", lambda d: d["p50_ms"]),
+                  row("EPP decision p99 ms (histogram)", "decision", lambda d: d["p99_ms"]),
+                  row("decisions within 2 ms %", "decision", lambda d: 100 * d["share_within_bound"]),
+                  row("client latency p99 ms", "decision", lambda d: d["client_p99_ms"]),
+                  row("EPP CPU per request us", "decision", lambda d: d["cpu_us_per_request"]["epp"]),
+                  row("Envoy CPU per request us", "decision", lambda d: d["cpu_us_per_request"]["envoy"]),
+                  row("failed requests", "decision", lambda d: d["failed"])]  # fmt: skip
+    if any("streams" in e for e in es):
+        lines += [row("EPP RSS, no stream open MB", "streams", lambda m: m["rss_before_mb"]),
+                  row("EPP RSS, K streams open MB", "streams", lambda m: m["rss_open_mb"]),
+                  row("EPP KiB per open stream", "streams", lambda m: m["kib_per_stream"])]  # fmt: skip
+    if any("prefixes" in e for e in es):
+        lines += [row("EPP RSS, prefix index empty MB", "prefixes", lambda m: m["rss_before_mb"]),
+                  row("EPP RSS, prefix index filled MB", "prefixes", lambda m: m["rss_full_mb"]),
+                  row("prompt blocks indexed", "prefixes", lambda m: m["blocks_indexed"]),
+                  row("bytes per indexed block", "prefixes", lambda m: m["bytes_per_block"])]  # fmt: skip
+    streams = next((e["streams"]["streams"] for e in es if "streams" in e), 0)
+    return ["", f"### Gateway: the endpoint picker (runs: {len(es)}; K = {streams})", "", *lines]
 
 
 def picker_section(results: dict[str, Any]) -> list[str]:

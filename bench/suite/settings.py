@@ -11,6 +11,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite import gateway_goals
+
 BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO = BENCH_DIR.parent
 ALL_SCENARIOS = (
@@ -31,6 +33,18 @@ def _ints(name: str, default: str) -> tuple[int, ...]:
 
 def _int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
+
+
+def _comma_names(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """Comma-separated names (they may hold spaces, unlike `_names`'), each one of `default`'s."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    unknown = [n for n in names if n not in default]
+    if unknown:
+        raise ValueError(f"{name}: unknown {', '.join(unknown)}; choose from {', '.join(default)}")
+    return names
 
 
 def _float(name: str, default: float) -> float:
@@ -103,14 +117,31 @@ class Settings:
     100)."""
     gateway_stream_concurrency: int
     """BENCH_GATEWAY_STREAM_CONCURRENCY: streams in flight for the gateway's paced-stream phase, against
-    go-enginesim (200; 0 skips the phase)."""
+    go-enginesim (100; 0 skips the phase)."""
     gateway_stream_tps: float
     """BENCH_GATEWAY_STREAM_TPS: tokens per second of each simulated stream (30)."""
     gateway_stream_tokens: int
-    """BENCH_GATEWAY_STREAM_TOKENS: tokens per simulated stream (64)."""
+    """BENCH_GATEWAY_STREAM_TOKENS: tokens per simulated stream (256)."""
     gateway_stream_seconds: float
     """BENCH_GATEWAY_STREAM_SECONDS: how long each block of the paced-stream phase starts streams (full: 15;
     quick: 6)."""
+    gateway_stream_blocks: int
+    """BENCH_GATEWAY_STREAM_BLOCKS: blocks per subject (direct, the proxy) and proxy in the paced-stream phase
+    (full: 2; quick: 1)."""
+    gateway_stream_subjects: tuple[str, ...]
+    """BENCH_GATEWAY_STREAM_SUBJECTS: the proxies of the paced-stream phase, comma-separated (default: all of
+    `gateway_goals.SUBJECTS`; empty skips the phase)."""
+    gateway_epp_rate: float
+    """BENCH_GATEWAY_EPP_RATE: plain requests a second through Envoy + EPP for the EPP's decision time (300; 0
+    skips it)."""
+    gateway_epp_seconds: float
+    """BENCH_GATEWAY_EPP_SECONDS: how long the decision-time phase sends (full: 10; quick: 5)."""
+    gateway_epp_streams: int
+    """BENCH_GATEWAY_EPP_STREAMS: streams held open through Envoy + EPP for the EPP's memory (full: 500; quick:
+    100; 0 skips it)."""
+    gateway_epp_prefixes: int
+    """BENCH_GATEWAY_EPP_PREFIXES: prompt blocks indexed by a prefix-aware EPP for its memory (100000; 0 skips
+    it)."""
     gateway_flags: tuple[str, ...]
     """BENCH_GATEWAY_FLAGS: extra llmaz-gateway flags for every gateway the scenario starts, split as a shell
     would, e.g. `--upstream-retries 0` (default: none, the command's defaults)."""
@@ -192,10 +223,16 @@ class Settings:
             gateway_blocks=_int("BENCH_GATEWAY_BLOCKS", 2 if quick else 4),
             gateway_block_seconds=_float("BENCH_GATEWAY_BLOCK_SECONDS", 60),
             gateway_streams=_int("BENCH_GATEWAY_STREAMS", 100 if quick else 500),
-            gateway_stream_concurrency=_int("BENCH_GATEWAY_STREAM_CONCURRENCY", 200),
+            gateway_stream_concurrency=_int("BENCH_GATEWAY_STREAM_CONCURRENCY", 100),
             gateway_stream_tps=_float("BENCH_GATEWAY_STREAM_TPS", 30),
-            gateway_stream_tokens=_int("BENCH_GATEWAY_STREAM_TOKENS", 64),
+            gateway_stream_tokens=_int("BENCH_GATEWAY_STREAM_TOKENS", 256),
             gateway_stream_seconds=_float("BENCH_GATEWAY_STREAM_SECONDS", 6 if quick else 15),
+            gateway_stream_blocks=_int("BENCH_GATEWAY_STREAM_BLOCKS", 1 if quick else 2),
+            gateway_stream_subjects=_comma_names("BENCH_GATEWAY_STREAM_SUBJECTS", gateway_goals.SUBJECTS),
+            gateway_epp_rate=_float("BENCH_GATEWAY_EPP_RATE", 300),
+            gateway_epp_seconds=_float("BENCH_GATEWAY_EPP_SECONDS", 5 if quick else 10),
+            gateway_epp_streams=_int("BENCH_GATEWAY_EPP_STREAMS", 100 if quick else 500),
+            gateway_epp_prefixes=_int("BENCH_GATEWAY_EPP_PREFIXES", 100000),
             gateway_flags=tuple(shlex.split(os.environ.get("BENCH_GATEWAY_FLAGS", ""))),
             growth_sizes=_ints("BENCH_GROWTH_SIZES", "20 200" if quick else "100 1000 10000"),
             growth_subjects=tuple(os.environ.get("BENCH_GROWTH_SUBJECTS", "python").replace(",", " ").split()),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from suite.gateway_goals import GATEWAY, Goal
 from suite.readings import (
     CONTROLLER_ROWS,
     GATEWAY_ADDED,
@@ -122,14 +123,20 @@ def _picker_checks(results: dict[str, Any]) -> list[str]:
 
 
 def _paced_stream_checks(results: dict[str, Any]) -> list[str]:
-    """The added p99 of each chunk's delay and of TTFB with production's concurrency of paced streams."""
-    ps = paced_streams(results)
-    if not ps:
-        return []
-    load = f"{ps[0]['concurrency']} streams x {ps[0]['tokens_per_second']:g} tokens/s"
-    return [_check(f"gateway added p99, {label}, {load}", statistics.median([p["added"][key]["p99"] for p in ps]),
-                   GATEWAY_ADDED_P99_MS, " ms")
-            for label, key in (("chunk delay", "chunk_delay"), ("TTFB", "ttfb"))]  # fmt: skip
+    """The added p99 of each chunk's delay and of TTFB through llmaz-gateway with paced streams; then the proxy
+    comparison's goals (`gateway_goals`) as the latest run found them (ratios within one run)."""
+    ps = [p for p in paced_streams(results) if GATEWAY in p["subjects"]]
+    rows = []
+    if ps:
+        load = f"{ps[0]['concurrency']} streams x {ps[0]['tokens_per_second']:g} tokens/s"
+        rows = [_check(f"gateway added p99, {label}, {load}",
+                       statistics.median([p["subjects"][GATEWAY]["added"][key]["p99"] for p in ps]),
+                       GATEWAY_ADDED_P99_MS, " ms")
+                for label, key in (("chunk delay", "chunk_delay"), ("TTFB", "ttfb"))]  # fmt: skip
+    latest = [r["goals"] for r in runs(results, "gateway") if r.get("goals")]
+    if latest:
+        rows += [Goal(**g).row() for g in latest[-1]]
+    return rows
 
 
 def section(results: dict[str, Any]) -> list[str]:
