@@ -18,14 +18,17 @@ Phase 2, memory, on a freshly started gateway: after a few warm-up requests, K s
 held open by the engine (one event sent, then it waits); the gateway's RSS (VmRSS) is read with none, K/2 and K
 open, and again after they are closed. KiB per stream = (RSS with K - RSS with none) / K.
 
-Phase 3, paced streams, at production concurrency: the engine is `bench/go-enginesim` (Go, one core), whose
-tokens come at a fixed pace (30 a second) and whose every chunk carries the time it was written; a fresh gateway
-points at it. go-gwload (`-mode stream`) keeps `concurrency` streams open (200: ~6,000 chunks a second), their
-starts spread evenly over one stream's duration, in ABBA
-blocks of a fixed duration, and records per stream its TTFB and total time and per chunk its delay (read minus
-written). "Added" is again gateway minus direct, per percentile. The gateway's CPU over the phase (idle in the
-direct blocks) gives chunks relayed per second of its CPU, and its share of a core while relaying; its RSS and
-peak RSS are read at the end; the simulator's and the load generator's own CPU show that neither is the limit.
+Phase 3, paced streams, at production concurrency, proxies side by side (`gateway_proxies.py`): the engine is
+`bench/go-enginesim` (Go, one core), whose tokens come at a fixed pace (30 a second) and whose every chunk carries
+the time it was written. Each proxy in turn, started fresh: llmaz-gateway (one process; two on one port last),
+Envoy alone (the floor), Envoy + llmaz's Endpoint Picker with the request body BUFFERED and FULL_DUPLEX_STREAMED,
+and Envoy with two workers + EPP. For each, go-gwload (`-mode stream`) keeps `concurrency` streams open (100 of 256
+tokens: ~3,000 chunks a second), their starts spread evenly over one stream's duration, in ABBA blocks against the
+engine called directly, and records per stream its TTFB and total time and per chunk its delay (read minus
+written). "Added" is the proxy minus its direct blocks, per percentile; each process's CPU over the proxy's turn
+(idle in the direct blocks) over the chunks relayed is its CPU per chunk. Then the EPP's decision time at 300
+requests a second and its memory with streams open and with its prefix index filled; the goals
+(`gateway_goals.py`) are judged on this run's figures.
 
 Every gateway gets BENCH_GATEWAY_FLAGS (`gateway_launcher.py`).
 """
@@ -44,12 +47,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from llmaz_dev.envtest._process import free_loopback_ports
 from suite import gateway_goals as goals
-from suite import procstat
 from suite.gateway_proxies import EppLoad, StreamLoad, epp_phases, stream_phase
+from suite.gateway_streams import hold_streams
 from suite.settings import BENCH_DIR, REPO
 from suite.subjects import Subject, SubjectFailedError
 
@@ -59,10 +60,6 @@ MODEL = "bench-model"  # what the launcher's Playground serves (gateway_launcher
 CHAT = "/v1/chat/completions"
 SUBJECTS = ("direct", "gateway")
 KINDS = ("stream", "plain")  # go-gwload's kind 0 and 1
-SETTLE_SECONDS = 1.0
-HOLD_OPEN_TIMEOUT = 60.0
-WARM_UP_REQUESTS = 20
-KIB = 1024
 MB = 1024 * 1024
 
 
@@ -150,106 +147,6 @@ def latency_level(
     served = result["requests"]["gateway"] + result["errors"]["gateway"] + 2 * concurrency * blocks  # + warm-ups
     result.update(concurrency=concurrency, load_1m=machine_load, cpu_seconds=cpu,
                   gateway_cpu_us_per_request=cpu["gateway"] / served * 1e6)  # fmt: skip
-    return result
-
-
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-async def _drain(session: aiohttp.ClientSession, url: str, body: bytes) -> None:
-    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
-        await resp.read()
-        if resp.status != 200:
-            raise RuntimeError(f"warm-up request answered {resp.status}")
-
-
-async def _open(session: aiohttp.ClientSession, url: str, body: bytes) -> aiohttp.ClientResponse:
-    resp = await session.post(url, data=body, headers={"Content-Type": "application/json"})
-    if resp.status != 200:
-        resp.release()
-        raise RuntimeError(f"a held stream answered {resp.status}")
-    if not await resp.content.readany():  # the first event: the stream is open end to end
-        raise RuntimeError("a held stream ended before its first event")
-    return resp
-
-
-async def hold_streams(url: str, pid: int, streams: int) -> dict[str, Any]:
-    """The gateway's RSS with 0, streams/2 and `streams` streams held open through it, and after closing them."""
-    held_body = json.dumps({"model": MODEL, "stream": True, "hold": True, "messages": []}).encode()
-    connector = aiohttp.TCPConnector(limit=0)
-    readings: list[dict[str, Any]] = []
-
-    def read(open_streams: int) -> None:
-        usage = procstat.usage(pid)
-        readings.append({"streams": open_streams, "rss_mb": usage.rss_bytes / MB, "fds": _fds(pid)})
-        print(f"[gateway] memory: {open_streams} streams open, RSS {usage.rss_bytes / MB:.1f} MB", file=sys.stderr)
-
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        for body in (b'{"model": "%s", "stream": true}' % MODEL.encode(), b'{"model": "%s"}' % MODEL.encode()):
-            for _ in range(WARM_UP_REQUESTS):
-                await _drain(session, url, body)
-        await asyncio.sleep(SETTLE_SECONDS)
-        read(0)
-        held: list[aiohttp.ClientResponse] = []
-        try:
-            async with asyncio.timeout(HOLD_OPEN_TIMEOUT):
-                for target in (streams // 2, streams):
-                    held += await asyncio.gather(*(_open(session, url, held_body) for _ in range(target - len(held))))
-                    await asyncio.sleep(SETTLE_SECONDS)
-                    read(len(held))
-        finally:
-            for resp in held:
-                resp.close()
-        await asyncio.sleep(2 * SETTLE_SECONDS)  # the gateway sees the disconnects and ends the engine requests
-        read(0)
-    none, half, full, closed = readings
-    return {"streams": streams, "readings": readings,
-            "kib_per_stream": (full["rss_mb"] - none["rss_mb"]) * MB / KIB / streams,
-            "kib_per_stream_second_half": (full["rss_mb"] - half["rss_mb"]) * MB / KIB / (streams - streams // 2),
-            "rss_before_mb": none["rss_mb"], "rss_open_mb": full["rss_mb"], "rss_closed_mb": closed["rss_mb"],
-            "fds_before": none["fds"], "fds_open": full["fds"]}  # fmt: skip
-
-
-PERCENTILES = (("p50", 499), ("p99", 989), ("p999", 998))  # indices into 999 cut points
-
-
-def _pcts(values: list[int]) -> dict[str, float]:
-    """p50, p99 and p99.9 in milliseconds of microsecond samples."""
-    if len(values) < 2:
-        only = values[0] / 1e3 if values else float("nan")
-        return {name: only for name, _ in PERCENTILES}
-    cuts = statistics.quantiles(values, n=1000)
-    return {name: cuts[index] / 1e3 for name, index in PERCENTILES}
-
-
-def _stream_percentiles(blocks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    return {reading: _pcts([v for b in blocks for v in b[f"{reading}_us"]])
-            for reading in ("ttfb", "total", "chunk_delay")}  # fmt: skip
-
-
-def _stream_added(direct: dict[str, dict[str, float]], gateway: dict[str, dict[str, float]]) -> dict[str, Any]:
-    return {reading: {p: gateway[reading][p] - direct[reading][p] for p in direct[reading]} for reading in direct}
-
-
-def analyse_streams(blocks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per subject, the percentiles of TTFB, total time per stream and chunk delay over every block; the added
-    figures, also per ABBA pair; streams, errors, chunks a second and the load generator's own share of a core."""
-    by_subject = {s: [b for b in blocks if b["subject"] == s] for s in SUBJECTS}
-    result: dict[str, Any] = {s: _stream_percentiles(by_subject[s]) for s in SUBJECTS}
-    result["added"] = _stream_added(result["direct"], result["gateway"])
-    result["pairs"] = [_stream_added(_stream_percentiles([d]), _stream_percentiles([g]))
-                       for d, g in zip(by_subject["direct"], by_subject["gateway"], strict=True)]  # fmt: skip
-    for s in SUBJECTS:
-        seconds = sum(b["seconds"] for b in by_subject[s])
-        chunks = sum(len(b["chunk_delay_us"]) for b in by_subject[s])
-        result.setdefault("streams", {})[s] = sum(b["streams"] for b in by_subject[s])
-        result.setdefault("errors", {})[s] = sum(b["errors"] for b in by_subject[s])
-        result.setdefault("chunks", {})[s] = chunks
-        result.setdefault("block_seconds", {})[s] = seconds
-        result.setdefault("chunks_per_second", {})[s] = chunks / seconds if seconds else 0.0
-    loader_seconds = sum(b["seconds"] for b in blocks)
-    result["loader_core"] = sum(b["cpu_seconds"] for b in blocks) / loader_seconds if loader_seconds else 0.0
     return result
 
 

@@ -61,6 +61,7 @@ from llmaz_dev.envoy import alone, bootstrap, envoy_binary
 from llmaz_dev.envtest._process import free_loopback_ports
 from suite import gateway_goals as goals
 from suite import procstat
+from suite.gateway_streams import analyse_streams, hold_streams
 from suite.settings import BENCH_DIR, REPO
 from suite.subjects import Subject, SubjectFailedError
 
@@ -200,8 +201,6 @@ class StreamLoad:
 
 def _pair(loader: Path, direct: str, url: str, load: StreamLoad) -> tuple[dict[str, Any], float]:
     """go-gwload's blocks, direct against `url`; and the wall time."""
-    from suite.gateway_bench import analyse_streams  # the ABBA analysis of phase 3, per pair of subjects
-
     stream_seconds = SIMULATOR_TTFT_SECONDS + (load.tokens / load.tps if load.tps > 0 else 0.0)
     argv = [str(loader), "-mode", "stream", "-direct", direct, "-gateway", url, "-model", MODEL,
             "-concurrency", str(load.concurrency), "-tokens", str(load.tokens), "-stagger", f"{stream_seconds:.6f}s",
@@ -372,8 +371,6 @@ async def fill_prefix_index(epp_port: int, prefixes: int, first: int = 0) -> dic
 
 def epp_phases(epp: EppLoad, flags: Sequence[str], log_dir: Path) -> dict[str, Any]:
     """The EPP's decision time at `epp.rate` and its memory with streams open and with the prefix index full."""
-    from suite.gateway_bench import hold_streams  # the memory phase's reader of held streams
-
     (engine_port,) = free_loopback_ports(1)
     engine = Subject("gateway-engine-epp", [sys.executable, str(ENGINE), "--port", str(engine_port)],
                      {"PYTHONPATH": str(REPO / "src")}, log_dir / "gateway-engine-epp.log")  # fmt: skip
