@@ -262,6 +262,16 @@ llmaz-go: ## Build Go llmaz LLMAZ_GO_REF (v0.1.4) from LLMAZ_GO_SRC=<checkout or
 	@hack/node/install-packages.sh
 	@LLMAZ_GO_SRC='$(LLMAZ_GO_SRC)' LLMAZ_GO_REF='$(LLMAZ_GO_REF)' hack/llmaz-go/build.sh image
 
+# make llm-d (opt-in, for the routing bench's peer): llm-d's Endpoint Picker LLMD_REF (v0.10.0) from LLMD_SRC=<checkout
+# or git dir of llm-d-router>, with the Gateway API Inference Extension GIE_REF (v1.5.0) from GIE_SRC=<checkout or git
+# dir> replacing the version its go.mod requires, into $(LLMAZ_CACHE)/llm-d/<refs>/epp (hack/llm-d/build.sh).
+LLMD_REF ?= v0.10.0
+GIE_REF ?= v1.5.0
+.PHONY: llm-d
+llm-d: ## Build llm-d's EPP LLMD_REF (v0.10.0) from LLMD_SRC=<dir> with GIE_SRC=<dir> at GIE_REF (v1.5.0), into the cache.
+	@test -n '$(LLMD_SRC)' -a -n '$(GIE_SRC)' || { echo "make llm-d needs LLMD_SRC=<llm-d-router checkout or git dir> and GIE_SRC=<gateway-api-inference-extension checkout or git dir>" >&2; exit 2; }
+	@LLMD_SRC='$(LLMD_SRC)' GIE_SRC='$(GIE_SRC)' LLMD_REF='$(LLMD_REF)' GIE_REF='$(GIE_REF)' hack/llm-d/build.sh
+
 # make test-migration (opt-in, not part of `make test`: it needs Go llmaz's source, given at run time): on the real
 # node, Go llmaz LLMAZ_GO_REF serving a model, switched to this project and back while a client asks every 100 ms;
 # prints the per-switch report (test/e2e/test_migration.py, docs/migration.md).
