@@ -1,0 +1,168 @@
+"""llm-d's EPP as the routing bench's peer: which binary runs, the discovery file, its configuration, Envoy's
+bootstrap in front of it and its command line."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from suite.llmd_epp import (
+    DEFAULT_SCORERS,
+    ENGINE_LABEL,
+    PROCESSING_MODE,
+    Engine,
+    Ports,
+    discovery,
+    envoy_bootstrap,
+    epp_command,
+    epp_config,
+    llmd_binary,
+    version_name,
+)
+
+from llmaz.gateway.envoy import DESTINATION_HEADER
+
+
+def _executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _ext_proc(config: dict[str, Any]) -> dict[str, Any]:
+    (listener,) = config["static_resources"]["listeners"]
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    (ext_proc,) = [f for f in manager["http_filters"] if f["name"] == "envoy.filters.http.ext_proc"]
+    typed: dict[str, Any] = ext_proc["typed_config"]
+    return typed
+
+
+def test_the_strategy_is_not_run_when_neither_a_binary_nor_a_source_is_given(tmp_path: Path) -> None:
+    assert llmd_binary({}, tmp_path) is None
+
+
+def test_a_given_binary_is_run_as_it_is(tmp_path: Path) -> None:
+    binary = _executable(tmp_path / "elsewhere" / "epp")
+    assert llmd_binary({"BENCH_LLMD_BINARY": str(binary), "BENCH_LLMD_SRC": "/src"}, tmp_path) == binary
+
+
+def test_a_given_binary_that_is_not_executable_is_refused_naming_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="BENCH_LLMD_BINARY"):
+        llmd_binary({"BENCH_LLMD_BINARY": str(tmp_path / "missing")}, tmp_path)
+
+
+def test_a_source_selects_the_binary_the_build_script_puts_in_the_cache_for_its_refs(tmp_path: Path) -> None:
+    built = _executable(tmp_path / "llm-d" / "v0.9.0-gie-v1.4.0" / "epp")
+    env = {"BENCH_LLMD_SRC": "/src", "BENCH_LLMD_REF": "v0.9.0", "BENCH_GIE_REF": "v1.4.0"}
+    assert llmd_binary(env, tmp_path) == built
+
+
+def test_a_source_without_a_build_asks_for_make_llm_d(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"make llm-d LLMD_SRC=\$BENCH_LLMD_SRC .*LLMD_REF=v0\.10\.0 GIE_REF=v1\.5\.0"):
+        llmd_binary({"BENCH_LLMD_SRC": "/src"}, tmp_path)
+
+
+def test_the_version_name_is_the_build_scripts(tmp_path: Path) -> None:
+    assert version_name() == "v0.10.0-gie-v1.5.0"
+    assert version_name("feature/x", "v1.5.0") == "feature-x-gie-v1.5.0"
+
+
+def test_the_discovery_file_lists_each_engine_with_its_port_as_text_and_llama_cpp_as_its_engine() -> None:
+    found = discovery([Engine("bench-llama-0", "10.0.0.5", 8080), Engine("bench-llama-1", "10.0.0.6", 8080)])
+    assert found == {
+        "endpoints": [
+            {"name": "bench-llama-0", "address": "10.0.0.5", "port": "8080", "labels": {ENGINE_LABEL: "llamacpp"}},
+            {"name": "bench-llama-1", "address": "10.0.0.6", "port": "8080", "labels": {ENGINE_LABEL: "llamacpp"}},
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("engines", "field"),
+    [
+        ([], "engines: none given"),
+        ([Engine("a", "fd00::1", 8080)], r"engines\[a\]\.address"),
+        ([Engine("a", "10.0.0.1", 0)], r"engines\[a\]\.port"),
+        ([Engine("a", "10.0.0.1", 8080), Engine("a", "10.0.0.2", 8080)], r"engines\[a\]\.name"),
+    ],
+)
+def test_engines_llm_d_would_refuse_are_refused_naming_the_field(engines: list[Engine], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        discovery(engines)
+
+
+def test_the_config_discovers_from_the_file_and_reads_llama_cpp_metrics(tmp_path: Path) -> None:
+    config = epp_config(tmp_path / "endpoints.yaml")
+    plugins = {p["name"]: p for p in config["plugins"]}
+    assert config["dataLayer"]["discovery"] == {"pluginRef": "engines"}
+    assert plugins["engines"]["parameters"]["path"] == str(tmp_path / "endpoints.yaml")
+    extractor = plugins["core-metrics-extractor"]["parameters"]
+    assert extractor["defaultEngine"] == "llamacpp"
+    assert extractor["engineConfigs"] == [
+        {
+            "name": "llamacpp",
+            "queuedRequestsSpec": "llamacpp:requests_deferred",
+            "runningRequestsSpec": "llamacpp:requests_processing",
+        }
+    ]
+    (source,) = config["dataLayer"]["sources"]
+    assert source == {"pluginRef": "metrics-data-source", "extractors": [{"pluginRef": "core-metrics-extractor"}]}
+
+
+def test_the_config_scores_with_llm_ds_default_profile_and_picks_the_highest_score(tmp_path: Path) -> None:
+    config = epp_config(tmp_path / "endpoints.yaml")
+    (profile,) = config["schedulingProfiles"]
+    weights = {p["pluginRef"]: p.get("weight") for p in profile["plugins"]}
+    assert weights == {**DEFAULT_SCORERS, "max-score-picker": None}
+    assert {p["type"] for p in config["plugins"]} >= {*DEFAULT_SCORERS, "max-score-picker"}
+
+
+def test_the_config_takes_other_scorers(tmp_path: Path) -> None:
+    config = epp_config(tmp_path / "endpoints.yaml", {"prefix-cache-scorer": 1.0})
+    (profile,) = config["schedulingProfiles"]
+    assert [p["pluginRef"] for p in profile["plugins"]] == ["prefix-cache-scorer", "max-score-picker"]
+
+
+def test_envoy_asks_the_epp_on_its_port_with_llm_ds_processing_mode_and_routes_on_its_header() -> None:
+    config = envoy_bootstrap(18000, 19000, 9002)
+    assert _ext_proc(config)["processing_mode"] == PROCESSING_MODE
+    clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+    epp_address = clusters["epp"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    assert epp_address == {"socket_address": {"address": "127.0.0.1", "port_value": 9002}}
+    assert clusters["engines"]["original_dst_lb_config"]["http_header_name"] == DESTINATION_HEADER
+    (listener,) = config["static_resources"]["listeners"]
+    assert listener["address"] == {"socket_address": {"address": "127.0.0.1", "port_value": 18000}}
+    assert config["admin"]["address"] == {"socket_address": {"address": "127.0.0.1", "port_value": 19000}}
+
+
+def test_envoy_listens_where_told_for_clients_elsewhere() -> None:
+    (listener,) = envoy_bootstrap(18000, 19000, 9002, api_host="0.0.0.0")["static_resources"]["listeners"]
+    assert listener["address"]["socket_address"]["address"] == "0.0.0.0"
+
+
+def test_the_epp_serves_plaintext_on_its_ports_and_scrapes_every_50_ms(tmp_path: Path) -> None:
+    argv = epp_command(tmp_path / "epp", tmp_path / "config.yaml", Ports(grpc=1, health=2, metrics=3))
+    assert argv[0] == str(tmp_path / "epp")
+    assert {
+        f"--config-file={tmp_path / 'config.yaml'}",
+        "--grpc-port=1",
+        "--grpc-health-port=2",
+        "--metrics-port=3",
+        "--secure-serving=false",
+        "--metrics-endpoint-auth=false",
+        "--refresh-metrics-interval=50ms",
+    } <= set(argv)
+
+
+def test_without_an_engine_type_the_engines_are_unlabelled() -> None:
+    (entry,) = discovery([Engine("a", "10.0.0.1", 8080)], engine_type=None)["endpoints"]
+    assert "labels" not in entry
+
+
+def test_without_the_llama_cpp_mapping_the_extractor_keeps_llm_ds_own(tmp_path: Path) -> None:
+    config = epp_config(tmp_path / "endpoints.yaml", llamacpp_metrics=False)
+    (extractor,) = [p for p in config["plugins"] if p["type"] == "core-metrics-extractor"]
+    assert "parameters" not in extractor
