@@ -1,0 +1,212 @@
+"""llm-d's EPP on loopback, in front of simulated llama.cpp engines: does it route, and what does it read.
+
+    cd bench && ../.venv/bin/python -m suite.llmd_loopback --epp <built epp> --enginesim <go-enginesim> \
+        [--envoy envoy] [--engines 2] [--requests 40] [--work DIR]
+
+Starts `--engines` go-enginesim processes (llama.cpp's `/metrics` names, OpenAI chats), the EPP with file discovery
+naming them (`suite.llmd_epp`), and Envoy in front; sends `--requests` streamed chats through Envoy, four groups
+sharing a long system prompt each, `--in-flight` at a time; then prints one JSON object: the answers' statuses, how many
+requests each engine served (its `llamacpp:tokens_predicted_total` over the tokens per answer), the EPP's own
+figures from its metrics port (scheduling time, request processing time, per-plugin time, data-layer errors), and
+the lines of its log that name the engines' metrics. Logs and files stay in `--work`. Every process it starts it
+stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from suite import llmd_epp
+
+TOKENS = 8
+READY_SECONDS = 60.0
+EPP_FIGURES = (
+    "scheduler_e2e_duration_seconds",
+    "request_processing_duration_seconds",
+    "plugin_duration_seconds",
+    "datalayer_poll_errors_total",
+    "datalayer_extract_errors_total",
+    "scheduler_attempts_total",
+    "prefix_indexer_hit_ratio",
+    "average_queue_size",
+    "average_running_requests",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def _process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text: str = answer.read().decode()
+        return text
+
+
+def _until(what: str, check: Any, procs: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + READY_SECONDS
+    while True:
+        for proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} while waiting for {what}")
+        try:
+            if check():
+                return
+        except (OSError, urllib.error.URLError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {READY_SECONDS:g} s")
+        time.sleep(0.2)
+
+
+def _chat(url: str, system: str, question: str) -> tuple[int, str]:
+    body = {
+        "model": "bench-model",
+        "stream": True,
+        "max_tokens": TOKENS,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+    }
+    request = urllib.request.Request(
+        url + "/v1/chat/completions", json.dumps(body).encode(), {"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            answer.read()
+            return answer.status, ""
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")[:300]
+
+
+def _metric_sum(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith((name + " ", name + "{")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _epp_figures(text: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        for name in EPP_FIGURES:
+            if re.search(rf"(^|_){name}(_sum|_count)?[{{ ]", line):
+                found.setdefault(name, []).append(line)
+    return found
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(args.work or tempfile.mkdtemp(prefix="llmd-loopback-"))
+    work.mkdir(parents=True, exist_ok=True)
+    envoy_bin = args.envoy or shutil.which("envoy") or str(Path(sys.executable).parent / "envoy")
+    engines = [llmd_epp.Engine(f"engine-{i}", "127.0.0.1", _free_port()) for i in range(args.engines)]
+    ports = llmd_epp.Ports(_free_port(), _free_port(), _free_port())
+    api, admin = _free_port(), _free_port()
+    stock = args.stock_metrics
+    endpoints = llmd_epp.discovery(engines, None if stock else llmd_epp.ENGINE_TYPE)
+    config = llmd_epp.epp_config(work / "endpoints.yaml", llamacpp_metrics=not stock)
+    (work / "endpoints.yaml").write_text(json.dumps(endpoints, indent=2) + "\n")
+    (work / "config.yaml").write_text(json.dumps(config, indent=2) + "\n")
+    (work / "envoy.json").write_text(json.dumps(llmd_epp.envoy_bootstrap(api, admin, ports.grpc), indent=2) + "\n")
+    result: dict[str, Any] = {"work": str(work)}
+    with ExitStack() as stack:
+        procs = []
+        for engine in engines:
+            argv = [args.enginesim, "-listen", f"{engine.address}:{engine.port}",
+                    "-tokens-per-second", str(args.tokens_per_second), "-slots", "2", "-ttft", "5ms"]  # fmt: skip
+            procs.append(stack.enter_context(_process(argv, work / f"{engine.name}.log")))
+        for engine in engines:
+            _until(engine.name, lambda e=engine: _get(f"http://{e.address}:{e.port}/health") is not None, procs)
+        epp_argv = llmd_epp.epp_command(Path(args.epp), work / "config.yaml", ports, verbosity=args.verbosity)
+        result["epp_command"] = epp_argv
+        procs.append(stack.enter_context(_process(epp_argv, work / "epp.log")))
+        envoy_argv = [envoy_bin, "-c", str(work / "envoy.json"), "--log-level", "warn", "--concurrency", "1"]
+        procs.append(stack.enter_context(_process(envoy_argv, work / "envoy.log")))
+        _until("envoy", lambda: "LIVE" in _get(f"http://127.0.0.1:{admin}/ready"), procs)
+        _until("epp metrics", lambda: bool(_get(f"http://127.0.0.1:{ports.metrics}/metrics")), procs)
+        time.sleep(1.0)  # a few of the EPP's 50 ms metric scrapes before the first pick
+        before = {e.name: _metric_sum(_get(f"http://{e.address}:{e.port}/metrics"), "llamacpp:tokens_predicted_total")
+                  for e in engines}  # fmt: skip
+        statuses: dict[str, int] = {}
+        errors: list[str] = []
+
+        def one(i: int) -> tuple[int, str]:
+            group = i % 4
+            system = f"group {group}: " + " ".join(f"rule{group}-{w}" for w in range(400))
+            return _chat(f"http://127.0.0.1:{api}", system, f"question {i}")
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(args.in_flight) as pool:
+            for answer in [pool.submit(one, i) for i in range(args.requests)]:
+                status, error = answer.result()
+                statuses[str(status)] = statuses.get(str(status), 0) + 1
+                if error and len(errors) < 3:
+                    errors.append(f"{status}: {error}")
+        result["seconds"] = round(time.monotonic() - started, 3)
+        result["statuses"] = statuses
+        result["errors"] = errors
+        result["served"] = {
+            e.name: round(
+                (_metric_sum(_get(f"http://{e.address}:{e.port}/metrics"), "llamacpp:tokens_predicted_total")
+                 - before[e.name]) / TOKENS, 2)
+            for e in engines
+        }  # fmt: skip
+        result["epp_metrics"] = _epp_figures(_get(f"http://127.0.0.1:{ports.metrics}/metrics"))
+    log = (work / "epp.log").read_text(errors="replace").splitlines()
+    pattern = re.compile(r"metric|llamacpp|engine mapping|file discovery|scorer|Registered|error", re.IGNORECASE)
+    result["epp_log"] = [line[:400] for line in log if pattern.search(line)][:40]
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epp", required=True, help="llm-d's epp binary (make llm-d)")
+    parser.add_argument("--enginesim", required=True, help="bench/go-enginesim's binary")
+    parser.add_argument("--envoy", default="", help="Envoy's binary (default: envoy on PATH, else the venv's)")
+    parser.add_argument("--engines", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--in-flight", type=int, default=1, help="requests in flight at once")
+    parser.add_argument("--tokens-per-second", type=float, default=0.0, help="the engines' pace (0: at once)")
+    parser.add_argument("--verbosity", type=int, default=2)
+    parser.add_argument("--stock-metrics", action="store_true", help="no llama.cpp mapping: llm-d's own alone")
+    parser.add_argument("--work", default="")
+    print(json.dumps(run(parser.parse_args()), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
