@@ -36,6 +36,7 @@ from suite import (
     golang,
     growth_bench,
     limit_bench,
+    llmd_epp,
     memory_bench,
     picker_bench,
     report,
@@ -179,7 +180,10 @@ def serving(suite: Suite) -> None:
 def routing(suite: Suite) -> None:
     s = suite.settings
     ladder = routing_bench.Ladder(s.trace_unloaded_rate, s.trace_rates, s.trace_step_seconds)
-    run = partial(routing_bench.run_once, suite.log_dir, s.repeats, workloads=s.serving_workloads, ladder=ladder)
+    llmd = llmd_epp.llmd_binary(os.environ, s.cache_dir)  # llm-d's EPP as one more strategy when it is built
+    run = partial(
+        routing_bench.run_once, suite.log_dir, s.repeats, workloads=s.serving_workloads, ladder=ladder, llmd=llmd
+    )
     suite.record("routing", {"subject": "python"}, run)
 
 

@@ -38,6 +38,9 @@ from typing import Any
 from suite import llmd_epp
 
 TOKENS = 8
+MODEL = "bench-model"
+# Loopback and pod addresses only: never through a proxy the environment names.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 READY_SECONDS = 60.0
 EPP_FIGURES = (
     "scheduler_e2e_duration_seconds",
@@ -75,7 +78,7 @@ def _process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as answer:
+    with _OPENER.open(url, timeout=5) as answer:
         text: str = answer.read().decode()
         return text
 
@@ -96,9 +99,9 @@ def _until(what: str, check: Any, procs: list[subprocess.Popen[bytes]]) -> None:
         time.sleep(0.2)
 
 
-def _chat(url: str, system: str, question: str, tokens: int = TOKENS) -> tuple[int, str]:
+def _chat(url: str, system: str, question: str, tokens: int = TOKENS, model: str = MODEL) -> tuple[int, str]:
     body = {
-        "model": "bench-model",
+        "model": model,
         "stream": True,
         "max_tokens": tokens,
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
@@ -107,7 +110,7 @@ def _chat(url: str, system: str, question: str, tokens: int = TOKENS) -> tuple[i
         url + "/v1/chat/completions", json.dumps(body).encode(), {"content-type": "application/json"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with _OPENER.open(request, timeout=30) as answer:
             answer.read()
             return answer.status, ""
     except urllib.error.HTTPError as error:
@@ -158,10 +161,11 @@ def peer(
     verbosity: int = 2,
     envoy: str = "",
     watch: Sequence[subprocess.Popen[bytes]] = (),
+    model: str = MODEL,
 ) -> Iterator[Peer]:
     """llm-d's EPP (`binary`) with file discovery of `engines`, and Envoy in front on loopback, both stopped on
     exit; ready when an answer has come through Envoy. Files and logs in `work`; `watch`: processes whose exit
-    fails the wait (the engines, when they are local)."""
+    fails the wait (the engines, when they are local); `model`: the name the readiness chat asks for."""
     work.mkdir(parents=True, exist_ok=True)
     ports = llmd_epp.Ports(_free_port(), _free_port(), _free_port())
     api, admin = _free_port(), _free_port()
@@ -176,7 +180,7 @@ def peer(
     with _process(epp_argv, work / "epp.log") as epp, _process(envoy_argv, work / "envoy.log") as proxy:
         procs = [*watch, epp, proxy]
         _until("envoy", lambda: "LIVE" in _get(f"http://127.0.0.1:{admin}/ready"), procs)
-        _until("an answer through envoy and the EPP", lambda: _chat(url, "ping", "ping", 1)[0] == 200, procs)
+        _until("an answer through envoy and the EPP", lambda: _chat(url, "ping", "ping", 1, model)[0] == 200, procs)
         yield Peer(url, f"http://127.0.0.1:{ports.metrics}/metrics", work, epp_argv)
 
 

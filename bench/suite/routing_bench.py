@@ -16,7 +16,12 @@ before each strategy, so none finds another's prefixes in the caches):
 - `kube-proxy`: straight to the Playground's `<name>-lb` Service (kube-proxy picks a pod at random);
 - `least-outstanding`: through llmaz-gateway, fewest requests in flight (the gateway's default);
 - `prefix-aware`: through llmaz-gateway with the `llmaz.io/routing-strategy: prefix-aware` annotation;
-- `prefix-aware x2`: the same behind two gateway replicas (the gateway Service spreads the connections).
+- `prefix-aware x2`: the same behind two gateway replicas (the gateway Service spreads the connections);
+- `llm-d EPP`, the peer, only when its binary is there (`BENCH_LLMD_BINARY`, or `BENCH_LLMD_SRC` with the binary
+  `make llm-d` built for `BENCH_LLMD_REF`/`BENCH_GIE_REF`, suite/llmd_epp.py): llm-d's Endpoint Picker as a process
+  on the node's host, with file discovery of the model's Ready pods (their IPs and `http` port, read after each
+  cold restart), its own default scorers and a llama.cpp metrics mapping, and Envoy in front on loopback; in the
+  trace too.
 
 Workloads: (a) `shared-prefix`: 8 groups of users, each group sharing a 1,000-token system prompt, asking unique
 short questions; (b) `multi-turn`: 16 chats of 6 turns, each with its own 1,000-token system prompt (instructions
@@ -86,6 +91,8 @@ from llmaz_dev.envtest.node import NodeCluster
 from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
 from llmaz_dev.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore, tiny_model
 from llmaz_dev.tinymodel import PREFILL_HEAVY
+from suite import llmd_epp
+from suite.llmd_peer import peer
 from suite.settings import REPO, ROUTING_WORKLOADS
 
 MODEL = "bench-llama"
@@ -107,6 +114,9 @@ MIB = 1 << 20
 REQUEST_TIMEOUT = 180.0
 READY_TIMEOUT = 300.0
 STRATEGIES = ("kube-proxy", "least-outstanding", "prefix-aware", "prefix-aware x2")
+# The peer, run only when its binary is there (suite.llmd_epp.llmd_binary): llm-d's EPP on the node's host, with
+# file discovery of the model's pods and Envoy in front.
+LLMD_STRATEGY = llmd_epp.STRATEGY
 ROUTING_ANNOTATION = "llmaz.io/routing-strategy"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 # Common English words: the SPM vocabulary has a token for each, so a prompt of N words is about N tokens.
@@ -504,6 +514,42 @@ def use_strategy(cluster: NodeCluster, strategy: str) -> str:
     return f"http://{_cluster_ip(cluster, NAMESPACE, GATEWAY)}"
 
 
+def with_peer(base: tuple[str, ...], llmd: Path | None) -> tuple[str, ...]:
+    """`base`, then llm-d's EPP when its binary is given."""
+    return (*base, LLMD_STRATEGY) if llmd is not None else base
+
+
+def pod_engines(pods: Iterable[dict[str, Any]]) -> list[llmd_epp.Engine]:
+    """The model's Ready pods as the EPP's engines: name, pod IP, the port of the container port named `http`
+    (llama.cpp's server); a Ready pod without an IP or that port is an error naming it."""
+    engines = []
+    for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
+        if ready_count([pod]) != 1:
+            continue
+        name = str(pod["metadata"]["name"])
+        ip = (pod.get("status") or {}).get("podIP")
+        ports = [p for c in pod["spec"]["containers"] for p in c.get("ports") or [] if p.get("name") == "http"]
+        if not ip or not ports:
+            raise ValueError(f"pod {name}: no status.podIP or no container port named http, the EPP cannot name it")
+        engines.append(llmd_epp.Engine(name, str(ip), int(ports[0]["containerPort"])))
+    return engines
+
+
+@contextmanager
+def strategy_url(cluster: NodeCluster, strategy: str, llmd: Path | None, log_dir: Path) -> Iterator[str]:
+    """`use_strategy`, or for llm-d's EPP: the gateway at one replica, the EPP and Envoy on this host in front of
+    the model's Ready pods, stopped on exit (their files and logs under `log_dir`)."""
+    if strategy != LLMD_STRATEGY:
+        yield use_strategy(cluster, strategy)
+        return
+    if llmd is None:
+        raise ValueError(f"strategy {strategy!r} needs llm-d's EPP binary: set BENCH_LLMD_BINARY or BENCH_LLMD_SRC")
+    use_strategy(cluster, "kube-proxy")  # one gateway replica, as for the other strategies' baseline
+    work = Path(tempfile.mkdtemp(prefix="routing-llmd-", dir=log_dir))
+    with peer(llmd, pod_engines(_pods(cluster)), work, model=MODEL) as running:
+        yield running.url
+
+
 def _wait_answering(url: str) -> None:
     """One tiny request through `url`, retried until it is answered (the gateway follows the endpoints by a
     moment); its prompt shares nothing with any workload's."""
@@ -732,32 +778,40 @@ def knee_goal(prefix_aware: dict[str, Any] | None, baseline: dict[str, Any] | No
     return ratio, None if prefix_aware.get("censored") else False  # censored: raise BENCH_TRACE_RATES
 
 
-def run_trace(node: ModelNode, ladder: Ladder, seed: int = 0, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """The trace's ladder for every strategy on cold engines: the unloaded step, then each rate until a step is
-    past the knee; then each strategy's knee against the common unloaded p90."""
+def run_trace(
+    node: ModelNode,
+    ladder: Ladder,
+    seed: int = 0,
+    say: Callable[[str], None] = print,
+    llmd: Path | None = None,
+    log_dir: Path | None = None,
+) -> dict[str, Any]:
+    """The trace's ladder for every strategy on cold engines (llm-d's EPP too with `llmd`, its binary): the
+    unloaded step, then each rate until a step is past the knee; then each strategy's knee against the common
+    unloaded p90."""
     cluster = node.cluster
     say(f"[routing] {TRACE.title}: {REPLICAS} replicas, --cache-ram {TRACE.cache_ram_mib} MiB, unloaded "
         f"{ladder.unloaded_rate:g}/s, then {' '.join(f'{r:g}' for r in ladder.rates)}/s, "
         f"{ladder.step_seconds:g} s each")  # fmt: skip
     serve(cluster, node.uri, node.endpoint_url, TRACE)
     strategies: dict[str, dict[str, Any]] = {}
-    for strategy in TRACE_STRATEGIES:
+    for strategy in with_peer(TRACE_STRATEGIES, llmd):
         cold_restart(cluster)
-        url = use_strategy(cluster, strategy)
-        _wait_answering(url)
         ran: dict[str, Any] = {"unloaded": None, "steps": []}
         strategies[strategy] = ran
-        for step, rate in enumerate((ladder.unloaded_rate, *ladder.rates)):
-            requests = trace_requests(seed, step, rate, ladder.step_seconds)
-            outcome = asyncio.run(drive_trace(url, requests, TRACE.max_tokens, TRACE_TIMEOUT))
-            found = step_figures(outcome, rate, TRACE_TIMEOUT)
-            say(f"[routing]   {strategy:<18} {rate:>5g}/s {_trace_line(found)}")
-            if step == 0:
-                ran["unloaded"] = found
-                continue
-            ran["steps"].append(found)
-            if past_knee(found, ran["unloaded"]["ttft_p90"]):
-                break
+        with strategy_url(cluster, strategy, llmd, log_dir or Path(tempfile.gettempdir())) as url:
+            _wait_answering(url)
+            for step, rate in enumerate((ladder.unloaded_rate, *ladder.rates)):
+                requests = trace_requests(seed, step, rate, ladder.step_seconds)
+                outcome = asyncio.run(drive_trace(url, requests, TRACE.max_tokens, TRACE_TIMEOUT))
+                found = step_figures(outcome, rate, TRACE_TIMEOUT)
+                say(f"[routing]   {strategy:<18} {rate:>5g}/s {_trace_line(found)}")
+                if step == 0:
+                    ran["unloaded"] = found
+                    continue
+                ran["steps"].append(found)
+                if past_knee(found, ran["unloaded"]["ttft_p90"]):
+                    break
     unloaded = common_unloaded({s: r["unloaded"]["ttft_p90"] for s, r in strategies.items()})
     knees = {s: knee(r["steps"], unloaded) for s, r in strategies.items()}
     for strategy, found in knees.items():
@@ -789,16 +843,18 @@ def run_once(
     say: Callable[[str], None] = print,
     workloads: Iterable[str] = ROUTING_WORKLOADS,
     ladder: Ladder = Ladder(),
+    llmd: Path | None = None,
 ) -> dict[str, Any]:
     """Every chosen workload and strategy: (a)-(d) `runs` times each over the same prompts per run, the trace once
-    up its ladder; cold engines for each strategy."""
+    up its ladder; cold engines for each strategy. `llmd`: llm-d's EPP binary, run as one more strategy."""
+    chosen_strategies = with_peer(STRATEGIES, llmd)
     chosen = set(workloads)
     selected = [w for w in WORKLOADS if w.name in chosen]
     results: dict[str, Any] = {
         "replicas": REPLICAS, "slots": SLOTS, "context": CONTEXT, "runs": runs,
         "kv_bytes_per_token": KV_BYTES_PER_TOKEN, "cache_margin": CACHE_MARGIN,
         "workloads": [{**asdict(w), "cache_ram_mib": w.cache_ram_mib} for w in selected],
-        "strategies": list(STRATEGIES), "figures": {}, "per_run": {},
+        "strategies": list(chosen_strategies), "figures": {}, "per_run": {},
     }  # fmt: skip
     with model_node("routing", MODEL, log_dir) as node:
         cluster = node.cluster
@@ -807,13 +863,13 @@ def run_once(
                 f"{workload.in_flight} in flight, {runs} runs")  # fmt: skip
             serve(cluster, node.uri, node.endpoint_url, workload)
             engine = f"http://{_cluster_ip(cluster, 'default', f'{MODEL}-lb')}:8080"
-            per_run: dict[str, list[dict[str, Any]]] = {strategy: [] for strategy in STRATEGIES}
+            per_run: dict[str, list[dict[str, Any]]] = {strategy: [] for strategy in chosen_strategies}
             for seed in range(runs):
-                for strategy in STRATEGIES:
+                for strategy in chosen_strategies:
                     cold_restart(cluster)
-                    url = use_strategy(cluster, strategy)
-                    _wait_answering(url)
-                    outcome = asyncio.run(drive(url, workload, seed))
+                    with strategy_url(cluster, strategy, llmd, log_dir) as url:
+                        _wait_answering(url)
+                        outcome = asyncio.run(drive(url, workload, seed))
                     reusable, total = reusable_tokens(asyncio.run(tokenised(engine, outcome.samples)))
                     found = figures(outcome, reusable / total if total else None)
                     per_run[strategy].append(found)
@@ -824,7 +880,7 @@ def run_once(
                 say(f"[routing]   median  {strategy:<18} {_line(found)}")
         if TRACE.name in chosen:
             try:
-                results["trace"] = run_trace(node, ladder, say=say)
+                results["trace"] = run_trace(node, ladder, say=say, llmd=llmd, log_dir=log_dir)
             except Exception as err:  # the other workloads' figures stay; the trace's goal is then n/a
                 results["trace_error"] = f"{type(err).__name__}: {err}"[:500]
                 say(f"[routing] {TRACE.title}: failed: {results['trace_error']}")

@@ -21,6 +21,7 @@ from suite.llmd_epp import (
     llmd_binary,
     version_name,
 )
+from suite.routing_bench import STRATEGIES, pod_engines, with_peer
 
 from llmaz.gateway.envoy import DESTINATION_HEADER
 
@@ -166,3 +167,27 @@ def test_without_the_llama_cpp_mapping_the_extractor_keeps_llm_ds_own(tmp_path: 
     config = epp_config(tmp_path / "endpoints.yaml", llamacpp_metrics=False)
     (extractor,) = [p for p in config["plugins"] if p["type"] == "core-metrics-extractor"]
     assert "parameters" not in extractor
+
+
+def _pod(name: str, ip: str | None, ready: bool = True, port_name: str = "http") -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if ip is not None:
+        status["podIP"] = ip
+    container = {"name": "model-runner", "ports": [{"name": port_name, "containerPort": 8080}]}
+    return {"metadata": {"name": name}, "spec": {"containers": [container]}, "status": status}
+
+
+def test_the_routing_bench_adds_the_peer_only_with_its_binary(tmp_path: Path) -> None:
+    assert with_peer(STRATEGIES, None) == STRATEGIES
+    assert with_peer(STRATEGIES, tmp_path / "epp") == (*STRATEGIES, "llm-d EPP")
+
+
+def test_the_peers_engines_are_the_ready_pods_by_ip_and_http_port_in_name_order() -> None:
+    pods = [_pod("bench-llama-1", "10.0.0.6"), _pod("bench-llama-0", "10.0.0.5"), _pod("old", "10.0.0.9", False)]
+    assert pod_engines(pods) == [Engine("bench-llama-0", "10.0.0.5", 8080), Engine("bench-llama-1", "10.0.0.6", 8080)]
+
+
+@pytest.mark.parametrize("pod", [_pod("bench-llama-0", None), _pod("bench-llama-0", "10.0.0.5", port_name="metrics")])
+def test_a_ready_pod_the_epp_cannot_name_is_an_error_naming_it(pod: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="pod bench-llama-0"):
+        pod_engines([pod])
