@@ -44,6 +44,7 @@ ENGINE_LABEL = "llm-d.ai/engine-type"
 REFRESH_METRICS_INTERVAL = "50ms"
 # llm-d's own default scheduling profile (its config loader's, when no configuration is given): scorer -> weight.
 DEFAULT_SCORERS = {"queue-scorer": 2.0, "kv-cache-utilization-scorer": 2.0, "prefix-cache-scorer": 3.0}
+AFFINITY_FILTER = "prefix-cache-affinity-filter"
 # What llama.cpp's server exports, as llm-d's core-metrics-extractor reads an engine's metrics.
 LLAMACPP_METRICS = {
     "name": ENGINE_TYPE,
@@ -136,11 +137,17 @@ def discovery(engines: Sequence[Engine], engine_type: str | None = ENGINE_TYPE) 
 
 
 def epp_config(
-    discovery_path: Path, scorers: Mapping[str, float] = DEFAULT_SCORERS, llamacpp_metrics: bool = True
+    discovery_path: Path,
+    scorers: Mapping[str, float] = DEFAULT_SCORERS,
+    llamacpp_metrics: bool = True,
+    affinity: Mapping[str, float | str] | None = None,
 ) -> dict[str, Any]:
     """The EPP's EndpointPickerConfig: file discovery of `discovery_path`, llama.cpp's metrics (`llamacpp_metrics`
     False: llm-d's stock mappings alone, which have none), and `scorers` (llm-d's default profile unless told) in
-    one profile with the max-score picker."""
+    one profile with the max-score picker. `affinity`: put llm-d's prefix-cache-affinity-filter first, with these
+    parameters (empty: its own defaults), the "sticky until saturated" gate: only engines holding the prompt's
+    prefix are candidates until their estimated TTFT (in-flight tokens / peakPrefillThroughput) exceeds the
+    others' by maxTTFTPenaltyMs."""
     extractor: dict[str, Any] = {}
     if llamacpp_metrics:
         extractor["parameters"] = {"defaultEngine": ENGINE_TYPE, "engineConfigs": [dict(LLAMACPP_METRICS)]}
@@ -148,10 +155,16 @@ def epp_config(
         {"name": "engines", "type": "file-discovery", "parameters": {"path": str(discovery_path), "watchFile": True}},
         {"name": "metrics-data-source", "type": "metrics-data-source"},
         {"name": "core-metrics-extractor", "type": "core-metrics-extractor", **extractor},
+        *(
+            [{"name": AFFINITY_FILTER, "type": AFFINITY_FILTER, "parameters": dict(affinity)}]
+            if affinity is not None
+            else []
+        ),
         *({"name": name, "type": name} for name in scorers),
         {"name": "max-score-picker", "type": "max-score-picker"},
     ]
-    profile = [{"pluginRef": name, "weight": weight} for name, weight in scorers.items()]
+    profile: list[dict[str, Any]] = [{"pluginRef": AFFINITY_FILTER}] if affinity is not None else []
+    profile += [{"pluginRef": name, "weight": weight} for name, weight in scorers.items()]
     profile.append({"pluginRef": "max-score-picker"})
     return {
         "apiVersion": "llm-d.ai/v1alpha1",

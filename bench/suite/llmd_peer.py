@@ -3,8 +3,8 @@ the node's host); run as a module, it checks on loopback, in front of simulated 
 and what it reads:
 
     cd bench && ../.venv/bin/python -m suite.llmd_peer --epp <built epp> --enginesim <go-enginesim> [--envoy envoy]
-        [--engines 2] [--requests 40] [--in-flight 1] [--tokens-per-second 0] [--stock-metrics] [--verbosity 2]
-        [--work DIR]
+        [--engines 2] [--requests 40] [--in-flight 1] [--tokens-per-second 0] [--stock-metrics] [--affinity-filter]
+        [--verbosity 2] [--work DIR]
 
 It starts `--engines` go-enginesim processes (llama.cpp's `/metrics` names, OpenAI chats), the EPP with file
 discovery naming them (`suite.llmd_epp`) and Envoy in front; sends `--requests` streamed chats through Envoy, four
@@ -28,7 +28,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -158,6 +158,7 @@ def peer(
     work: Path,
     *,
     llamacpp_metrics: bool = True,
+    affinity: Mapping[str, float | str] | None = None,
     verbosity: int = 2,
     envoy: str = "",
     watch: Sequence[subprocess.Popen[bytes]] = (),
@@ -170,7 +171,7 @@ def peer(
     ports = llmd_epp.Ports(_free_port(), _free_port(), _free_port())
     api, admin = _free_port(), _free_port()
     endpoints = llmd_epp.discovery(engines, llmd_epp.ENGINE_TYPE if llamacpp_metrics else None)
-    config = llmd_epp.epp_config(work / "endpoints.yaml", llamacpp_metrics=llamacpp_metrics)
+    config = llmd_epp.epp_config(work / "endpoints.yaml", llamacpp_metrics=llamacpp_metrics, affinity=affinity)
     (work / "endpoints.yaml").write_text(json.dumps(endpoints, indent=2) + "\n")
     (work / "config.yaml").write_text(json.dumps(config, indent=2) + "\n")
     (work / "envoy.json").write_text(json.dumps(llmd_epp.envoy_bootstrap(api, admin, ports.grpc), indent=2) + "\n")
@@ -198,8 +199,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for engine in engines:
             _until(engine.name, lambda e=engine: _get(f"http://{e.address}:{e.port}/health") is not None, procs)
         running = stack.enter_context(
-            peer(Path(args.epp), engines, work, llamacpp_metrics=not args.stock_metrics, verbosity=args.verbosity,
-                 envoy=args.envoy, watch=procs)
+            peer(Path(args.epp), engines, work, llamacpp_metrics=not args.stock_metrics,
+                 affinity={} if args.affinity_filter else None, verbosity=args.verbosity, envoy=args.envoy,
+                 watch=procs)
         )  # fmt: skip
         result["epp_command"] = running.epp_command
         api_url = running.url
@@ -246,6 +248,7 @@ def main() -> int:
     parser.add_argument("--in-flight", type=int, default=1, help="requests in flight at once")
     parser.add_argument("--tokens-per-second", type=float, default=0.0, help="the engines' pace (0: at once)")
     parser.add_argument("--verbosity", type=int, default=2)
+    parser.add_argument("--affinity-filter", action="store_true", help="llm-d's prefix-cache-affinity-filter first")
     parser.add_argument("--stock-metrics", action="store_true", help="no llama.cpp mapping: llm-d's own alone")
     parser.add_argument("--work", default="")
     print(json.dumps(run(parser.parse_args()), indent=2))

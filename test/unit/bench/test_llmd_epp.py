@@ -191,3 +191,16 @@ def test_the_peers_engines_are_the_ready_pods_by_ip_and_http_port_in_name_order(
 def test_a_ready_pod_the_epp_cannot_name_is_an_error_naming_it(pod: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="pod bench-llama-0"):
         pod_engines([pod])
+
+
+def test_the_sticky_gate_filters_before_the_scorers_with_the_parameters_given(tmp_path: Path) -> None:
+    config = epp_config(tmp_path / "endpoints.yaml", affinity={"maxTTFTPenaltyMs": 2000.0})
+    (gate,) = [p for p in config["plugins"] if p["type"] == "prefix-cache-affinity-filter"]
+    assert gate["parameters"] == {"maxTTFTPenaltyMs": 2000.0}
+    (profile,) = config["schedulingProfiles"]
+    assert profile["plugins"][0] == {"pluginRef": "prefix-cache-affinity-filter"}
+
+
+def test_without_the_sticky_gate_no_filter_is_configured(tmp_path: Path) -> None:
+    config = epp_config(tmp_path / "endpoints.yaml")
+    assert not [p for p in config["plugins"] if p["type"] == "prefix-cache-affinity-filter"]
