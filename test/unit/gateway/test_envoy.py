@@ -230,8 +230,9 @@ def test_envoy_runs_the_generated_bootstrap_as_non_root_and_is_probed_at_ready(
 ) -> None:
     container = _containers(installed)["envoy"]
     assert container["image"] == "envoy:latest"  # an overlay's `images:` sets it, as `controller` for the manager
-    (config_flag,) = [a for a in container["args"] if a.startswith("--config-path=")]
-    path = Path(config_flag.split("=", 1)[1])
+    args = container["args"]
+    assert not [a for a in args if a.startswith("--") and "=" in a], "Envoy takes an option's value apart from it"
+    path = Path(args[args.index("--config-path") + 1])
     (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent)]
     pod = installed["Deployment", "llmaz-gateway"]["spec"]["template"]["spec"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
