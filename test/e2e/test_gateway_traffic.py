@@ -19,7 +19,7 @@ from .serving import (
     BUCKET,
     KEY,
     Stream,
-    chat,
+    api_chat,
     credentials,
     gateway_events,
     gateway_url,
@@ -47,7 +47,7 @@ def serve(e2e: Environment, namespace: str, name: str, model: str, store: Object
 
 def answers(url: str, model: str) -> bool:
     try:
-        return chat(url, model)[0] == 200
+        return api_chat(url, model, timeout=30)[0] == 200
     except OSError:  # refused or reset while the address is being set up: not yet
         return False
 
@@ -60,9 +60,9 @@ def test_a_model_asked_every_3_seconds_never_sleeps_with_a_20_second_idle_time(
     own work keeps the model awake either way."""
     model = models.new("steady")
     serve(e2e, namespace, "steady", model, object_store, idle="20s")
-    url = gateway_url(e2e) if target == "gateway" else lb_url(e2e, namespace, "steady")
-    # A new Service's address answers for this model once kube-proxy has programmed it (routable() waited for the
-    # gateway's route, not for this Service).
+    url = gateway_url(e2e) if target == "gateway" else lb_url(e2e, namespace, "steady") + "/v1"
+    # The minute starts once the address answers this model with the client's own request (routable() waited for
+    # the gateway's route, not for the -lb Service).
     eventually(lambda: answers(url, model), within=60, what=f"{url} answering for {model}")
     with paced(url, model, period=3.0) as client:
         eventually(lambda: len(client.answers) >= 21, within=120, what="a minute of requests every 3 s")
