@@ -41,18 +41,16 @@ import os
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from llmaz_dev.envtest._process import free_loopback_ports
 from suite import gateway_goals as goals
-from suite.gateway_proxies import EppLoad, StreamLoad, epp_phases, stream_phase
+from suite.gateway_proxies import EppLoad, StreamLoad, epp_phases, stream_phase, wait_http
 from suite.gateway_streams import hold_streams
 from suite.settings import BENCH_DIR, REPO
-from suite.subjects import Subject, SubjectFailedError
+from suite.subjects import Subject
 
 ENGINE = BENCH_DIR / "suite" / "gateway_engine.py"
 LAUNCHER = BENCH_DIR / "suite" / "gateway_launcher.py"
@@ -70,22 +68,6 @@ def _subject(name: str, script: Path, args: list[str], log_dir: Path) -> Subject
 
 def _gateway(name: str, port: int, engine_port: int, flags: Sequence[str], log_dir: Path) -> Subject:
     return _subject(name, LAUNCHER, ["--port", str(port), "--engine-port", str(engine_port), "--", *flags], log_dir)
-
-
-def _wait_http(subject: Subject, url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    while True:
-        subject.check_running()
-        try:
-            with opener.open(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise SubjectFailedError(f"{subject.name} did not answer {url} in {timeout:.0f}s")
-        time.sleep(0.1)
 
 
 def _quantiles(values: list[float]) -> tuple[float, float]:
@@ -163,16 +145,16 @@ def fast_engine_phases(
     result: dict[str, Any] = {"levels": []}
     try:
         engine.start()
-        _wait_http(engine, urls["direct"] + "/healthz")
+        wait_http(engine, urls["direct"] + "/healthz")
         if levels:
             gateway.start()
-            _wait_http(gateway, urls["gateway"] + "/v1/models")
+            wait_http(gateway, urls["gateway"] + "/v1/models")
             result["levels"] = [latency_level(loader, engine, gateway, urls, c, requests, blocks, block_seconds)
                                 for c in levels]  # fmt: skip
             gateway.stop()  # a fresh gateway for the memory phase: no heap grown by the latency phase
         if streams:
             gateway.start()
-            _wait_http(gateway, urls["gateway"] + "/v1/models")
+            wait_http(gateway, urls["gateway"] + "/v1/models")
             result["memory"] = asyncio.run(hold_streams(urls["gateway"] + CHAT, gateway.process.pid, streams))
             gateway.check_running()
     finally:
