@@ -19,7 +19,7 @@ from llmaz.gateway.routing.adapters import (
     path_adapter_name,
     with_scales,
 )
-from llmaz.gateway.routing.engines import engine, parse_lora_adapters, parse_served_adapters
+from llmaz.gateway.routing.engines import UNKNOWN, engine, parse_lora_adapters, parse_served_adapters
 from llmaz.gateway.routing.prefix import routing_key
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz_dev.testing.waiting import eventually
@@ -226,6 +226,24 @@ def test_the_catalog_knows_the_engine_behind_each_endpoint_and_the_endpoints_lis
     cluster.slices.add(endpoint_slice("bare-lb-0", "bare-lb", 8080, ("10.0.0.2", True, False)))
     assert catalog.endpoint_runtimes("m") == {Endpoint("10.0.0.1", 8080): "llamacpp", Endpoint("10.0.0.2", 8080): None}
     assert catalog.endpoints_with_adapters() == {Endpoint("10.0.0.1", 8080), Endpoint("10.0.0.2", 8080)}
+
+
+def test_the_engine_at_an_endpoint_is_the_recognised_one_else_its_playgrounds_runtime() -> None:
+    cluster = Cluster().synced()
+    catalog = cluster.catalog()
+    llama = playground("llama", "m")
+    llama["spec"]["backendRuntimeConfig"] = {"backendName": "llamacpp"}
+    cluster.playgrounds.add(llama)
+    cluster.slices.add(endpoint_slice("llama-lb-0", "llama-lb", 8080, ("10.0.0.1", True, False)))
+    first, second = Endpoint("10.0.0.1", 8080), Endpoint("10.0.0.2", 8080)
+    recognised = {second: "vllm"}.get
+    one_runtime = catalog.engine_at("m", recognised)
+    assert (one_runtime(first).name, one_runtime(second).name) == ("llamacpp", "vllm")
+    cluster.services.add(inference_service("bare", "m"))
+    cluster.slices.add(endpoint_slice("bare-lb-0", "bare-lb", 8080, ("10.0.0.3", True, False)))
+    two_runtimes = catalog.engine_at("m")  # a Playground's and a Service's: read per endpoint
+    assert [two_runtimes(e).name for e in (first, Endpoint("10.0.0.3", 8080))] == ["llamacpp", UNKNOWN.name]
+    assert catalog.engine_at("unserved")(first) is UNKNOWN
 
 
 async def test_a_request_waiting_for_a_holder_is_woken_by_notify() -> None:

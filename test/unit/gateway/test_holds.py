@@ -17,6 +17,7 @@ from llmaz.apis.routing import PREFIX_AWARE
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing import holds as holds_module
 from llmaz.gateway.routing.balancer import LeastOutstanding
+from llmaz.gateway.routing.engines import engine
 from llmaz.gateway.routing.holds import DEFAULT_HOLD, MAX_HOLD, MIN_HOLD, PrefixHolds
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import PrefixAware, RoutingOptions
@@ -73,8 +74,9 @@ def test_a_home_that_is_not_a_candidate_is_not_waited_behind() -> None:
     assert holds.behind(Request("m", [OTHER], KEY), OTHER) is None
 
 
-async def test_a_prefix_aware_scheduler_holds_a_request_its_bound_moved_off_a_busy_home() -> None:
-    aware = PrefixAware(InFlight())
+def _busy_home(aware: PrefixAware) -> tuple[Request, Request, Endpoint, Endpoint]:
+    """A prefix's first request at its home, another prefix there too, and the prefix's second request, which the
+    request bound moves off that home: (first, second, home, where the second is scheduled)."""
     first, second = request(), request()
     home = aware.schedule(first).endpoint
     assert home is not None
@@ -83,11 +85,26 @@ async def test_a_prefix_aware_scheduler_holds_a_request_its_bound_moved_off_a_bu
     moved = aware.schedule(second).endpoint
     assert moved is not None
     assert moved != home  # the request bound moved it on
-    waiting = asyncio.create_task(aware.hold(second, moved))
+    return first, second, home, moved
+
+
+async def test_a_prefix_aware_scheduler_holds_a_request_its_bound_moved_off_a_busy_serial_home() -> None:
+    aware = PrefixAware(InFlight())
+    first, second, home, _ = _busy_home(aware)
+    deciding = asyncio.create_task(aware.decide(second, lambda endpoint: engine("llamacpp")))
     await eventually(lambda: aware.prefix_holds.waiting() == 1)
     aware.post_response(first, home)
-    assert await waiting is True
-    assert aware.schedule(second).endpoint == home  # scheduled again: home, where its prompt is
+    decision = await deciding
+    assert decision.held is True
+    assert decision.endpoint == home  # scheduled again: home, where its prompt is
+
+
+async def test_a_request_for_an_engine_that_shares_cached_prompts_is_decided_without_waiting() -> None:
+    aware = PrefixAware(InFlight())
+    _, second, _, moved = _busy_home(aware)
+    decision = await aware.decide(second, lambda endpoint: engine("vllm"))
+    assert (decision.endpoint, decision.held) == (moved, False)
+    assert aware.prefix_holds.waiting() == 0
 
 
 @pytest.mark.parametrize(
@@ -180,7 +197,8 @@ async def test_prefix_aware_holds_and_least_outstanding_does_not() -> None:
     least = LeastOutstanding(InFlight())
     least.pre_request(request(), HOME)
     assert least.holds is None
-    assert await least.hold(request(), HOME) is False
+    decision = await least.decide(request(), lambda endpoint: engine("llamacpp"))
+    assert (decision.endpoint, decision.held) == (OTHER, False)  # the least loaded, at once
     aware = PrefixAware(InFlight())
     assert aware.holds is aware.prefix_holds
     aware = PrefixAware(InFlight())

@@ -618,10 +618,9 @@ class Conversation:
         if scheduler.needs_key:
             key = routing_key(document, session_header, model if adapter is not None else None)
         request = Request(base, endpoints, key, adapter, session_of(document, session_header))
-        decision = scheduler.schedule(request)
-        serial = decision.endpoint is not None and self._reuses_serially(base, decision.endpoint)
-        if serial and decision.endpoint is not None and await scheduler.hold(request, decision.endpoint):
-            decision = scheduler.schedule(request)  # held behind its prefix, as the proxy does: once
+        recognised = self.serving.recognised
+        engine_of = self.catalog.engine_at(base, None if recognised is None else recognised.engine)
+        decision = await scheduler.decide(request, engine_of)
         if decision.endpoint is None:
             _LOG.debug("no endpoint", model=base, reason=decision.reason)
             raise no_ready_endpoint(model)
@@ -632,14 +631,6 @@ class Conversation:
         if self.serving.metrics is not None:
             self.serving.metrics.epp_decided(self.clock() - self._headers_at)
         return self.destination
-
-    def _reuses_serially(self, model: str, endpoint: Endpoint) -> bool:
-        """Whether the engine at `endpoint` reuses a cached prompt one request at a time (`engines.PromptReuse`)."""
-        recognised = self.serving.recognised
-        name = None if recognised is None else recognised.engine(endpoint)
-        if name is None:
-            name = self.catalog.endpoint_runtimes(model).get(endpoint)
-        return engines.engine(name).prompt_reuse is engines.PromptReuse.SERIAL
 
     def _admit(self, body: bytes, document: dict[str, Any]) -> None:
         """The max-tokens cap, then the caller's key's limits, checked as the proxy checks them: an admitted request

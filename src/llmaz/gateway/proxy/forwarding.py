@@ -24,7 +24,7 @@ Invariants:
   however it ends (`try`/`finally`).
 - To an engine that reuses a cached prompt serially (`engines.PromptReuse.SERIAL`: llama.cpp), a request whose
   pick is serving another attempt of its prefix first waits for that attempt to end, at most what recomputing
-  the prompt costs (`Scheduler.hold`, `routing.holds`), and is then scheduled again; once per request.
+  the prompt costs (`Scheduler.decide`, `routing.holds`), and is then scheduled again; on its first attempt only.
 - A streamed request to an engine whose rule says so (`engines.Engine.close_after_stream`: llama.cpp, and an
   engine not known) goes on a connection of its own, closed at its end (`Connection: close`): llama.cpp closes a
   connection after a stream while its headers still say keep-alive, so a pooled one would lose the next request.
@@ -44,7 +44,7 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -59,7 +59,7 @@ from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.proxy.usage import Usage, meter_for
 from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.routes import Endpoint
-from llmaz.gateway.routing.scheduler import PromptUsage, Request, Scheduler
+from llmaz.gateway.routing.scheduler import Decision, PromptUsage, Request, Scheduler
 from llmaz.runtime import tracing
 from llmaz.runtime.log import get_logger
 
@@ -265,14 +265,10 @@ class Proxy:
         tried: set[Endpoint] = set()
         failure: errors.OpenAIError | None = None
         attempt = routed
-        held = False
-        while len(tried) < attempts and (endpoint := self._pick(scheduler, attempt, len(tried) + 1)) is not None:
-            if not held and engine_of is not None and engine_of(endpoint).prompt_reuse is engines.PromptReuse.SERIAL:
-                held = True  # once per request: behind another attempt of its prefix there, then scheduled again
-                if await scheduler.hold(attempt, endpoint):
-                    endpoint = self._pick(scheduler, attempt, len(tried) + 1)
-                    if endpoint is None:
-                        break
+        while len(tried) < attempts:
+            endpoint = await self._pick(scheduler, attempt, tried, engine_of)
+            if endpoint is None:
+                break
             tried.add(endpoint)
             last = len(tried) == attempts or len(tried) == len(set(routed.candidates))
             exchange.endpoint, exchange.attempts = endpoint, len(tried)
@@ -299,16 +295,25 @@ class Proxy:
             attempt = routed.excluding(tried)
         raise failure or errors.no_ready_endpoint(exchange.model)
 
-    def _pick(self, scheduler: Scheduler, request: Request, attempt: int) -> Endpoint | None:
-        """The scheduler's pick for `request`, in a span of its own when tracing."""
+    async def _pick(
+        self,
+        scheduler: Scheduler,
+        request: Request,
+        tried: Collection[Endpoint],
+        engine_of: Callable[[Endpoint], engines.Engine] | None,
+    ) -> Endpoint | None:
+        """The scheduler's pick for `request` (`Scheduler.decide` for the first attempt, which may wait behind the
+        request's prefix at an engine that reuses prompts serially; `schedule` for a retry), in a span of its own
+        when tracing."""
         if not self._tracing:
-            return scheduler.schedule(request).endpoint
+            return (await self._decide(scheduler, request, tried, engine_of)).endpoint
         with self._tracer.start_as_current_span("pick") as span:
-            decision = scheduler.schedule(request)
-            attributes: dict[str, str | int] = {
+            decision = await self._decide(scheduler, request, tried, engine_of)
+            attributes: dict[str, str | int | bool] = {
                 "llmaz.routing.strategy": scheduler.strategy,
                 "llmaz.routing.candidates": len(request.candidates) - len(request.excluded),
-                "llmaz.attempt": attempt,
+                "llmaz.attempt": len(tried) + 1,
+                "llmaz.routing.held": decision.held,
             }
             if decision.endpoint is not None:
                 attributes["llmaz.endpoint"] = str(decision.endpoint)
@@ -318,6 +323,17 @@ class Proxy:
                 attributes["llmaz.routing.predicted_cached_tokens"] = decision.predicted_cached_tokens
             span.set_attributes(attributes)
             return decision.endpoint
+
+    @staticmethod
+    async def _decide(
+        scheduler: Scheduler,
+        request: Request,
+        tried: Collection[Endpoint],
+        engine_of: Callable[[Endpoint], engines.Engine] | None,
+    ) -> Decision:
+        if tried or engine_of is None:
+            return scheduler.schedule(request)
+        return await scheduler.decide(request, engine_of)
 
     async def _attempt(
         self,

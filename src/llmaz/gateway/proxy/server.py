@@ -511,7 +511,7 @@ class Gateway:
         if scheduler.needs_key:
             key = routing_key(inference.document, session, name if adapter else None)
         routed = Request(model, endpoints, key, adapter, session_of(inference.document, session))
-        engine_of = self._engine_of(model)
+        engine_of = self.catalog.engine_at(model, self.adapters.engine)
         adapters = self.catalog.adapters_of(model)
         body_for = None
         if adapters and capability not in engines.MULTIPART:  # a form is sent as it came: no adapter scales
@@ -537,21 +537,6 @@ class Gateway:
         """The endpoints holding `adapter` (the schedulers' adapter filter): those whose engine lists it, and those
         whose listing is not known."""
         return self.pickers.holds_adapter.holders(adapter, endpoints)
-
-    def _engine_of(self, model: str) -> Callable[[Endpoint], engines.Engine]:
-        """The engine at each endpoint of `model`: the one recognised from its metrics, else the BackendRuntime of
-        the Playground behind it, else `engines.UNKNOWN`."""
-        runtimes: dict[Endpoint, str | None] | None = None  # read only for an endpoint whose engine is not known
-
-        def engine_of(endpoint: Endpoint) -> engines.Engine:
-            nonlocal runtimes
-            name = self.adapters.engine(endpoint)
-            if name is None:
-                runtimes = self.catalog.endpoint_runtimes(model) if runtimes is None else runtimes
-                name = runtimes.get(endpoint)
-            return engines.engine(name)
-
-        return engine_of
 
     def _adapter_body(
         self,

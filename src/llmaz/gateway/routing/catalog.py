@@ -207,6 +207,7 @@ class Catalog:
         self._adapters: dict[str, list[Adapter]] | None = None
         self._adapter_names: dict[str, Adapter] = {}
         self._backend_models: dict[str, set[str]] | None = None
+        self._runtimes: dict[str, frozenset[str | None]] = {}
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         for informer in (playgrounds, services):
             informer.add_event_handler(_Invalidate(self))
@@ -254,6 +255,7 @@ class Catalog:
         self._claimed = None
         self._adapters = None
         self._backend_models = None
+        self._runtimes = {}
 
     def notify(self, models: Iterable[str] | None = None) -> None:
         """Wake the requests held on `models` (None: on every model) to read their endpoints again."""
@@ -414,6 +416,40 @@ class Catalog:
             runtime = None if owner is None else routes.backend_runtime_name(owner)
             for endpoint in routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)):
                 found.setdefault(endpoint, runtime)
+        return found
+
+    def engine_at(
+        self, model: str, recognised: Callable[[Endpoint], str | None] | None = None
+    ) -> Callable[[Endpoint], engines.Engine]:
+        """The engine at each endpoint of `model`: the one `recognised` at it from its metrics, else the one of the
+        BackendRuntime of the Playground behind it, else `engines.UNKNOWN`. Which backend an endpoint belongs to is
+        read only when the model's backends run different runtimes, and then once per function returned."""
+        names = self._runtime_names(model)
+        only = engines.engine(next(iter(names))) if len(names) == 1 else engines.UNKNOWN
+        by_endpoint: dict[Endpoint, str | None] | None = None
+
+        def engine_of(endpoint: Endpoint) -> engines.Engine:
+            nonlocal by_endpoint
+            name = None if recognised is None else recognised(endpoint)
+            if name is not None:
+                return engines.engine(name)
+            if len(names) < 2:
+                return only
+            by_endpoint = self.endpoint_runtimes(model) if by_endpoint is None else by_endpoint
+            return engines.engine(by_endpoint.get(endpoint))
+
+        return engine_of
+
+    def _runtime_names(self, model: str) -> frozenset[str | None]:
+        """The BackendRuntime names of `model`'s backends (None for an inference Service without a Playground),
+        kept until a Playground or Service changes."""
+        found = self._runtimes.get(model)
+        if found is None:
+            names: set[str | None] = set()
+            for backend in self._routes().get(model, ()):
+                owner = self.playground(backend.namespace, backend.service.removesuffix(LB_SERVICE_SUFFIX))
+                names.add(None if owner is None else routes.backend_runtime_name(owner))
+            found = self._runtimes[model] = frozenset(names)
         return found
 
     def capabilities(self, model: str) -> frozenset[engines.Capability]:

@@ -313,7 +313,7 @@ class PrefixAware(Scheduler):
         filters:  HoldsAdapter, Untried, WithinBound(load_factor)
         order:    the prefix's home, then the ring of the candidates (`Rings`) from the request's ring key
         hooks:    PrefixHomes (records a new prefix's home), PrefixHolds (attempts in flight per prefix)
-        holds:    PrefixHolds (`Scheduler.hold`: for engines that reuse a prompt serially)
+        holds:    PrefixHolds (`Scheduler.decide`: for engines that reuse a prompt serially)
         scorers:  Queue x queue weight, FreeCapacity x utilisation weight, PrefixMatch x prefix weight
         picker:   MaxScore (ties: ring order; keyless, at random)
 

@@ -3,17 +3,18 @@
     Request -> filters -> [ring order] -> scorers x weights -> picker -> Decision (the pick, then fallbacks)
     pre_request(request, endpoint)          before each attempt: counted in flight, plugins record it
     post_response(request, endpoint, usage) after each attempt, however it ended: released, plugins hear how it went
-    hold(request, endpoint)                 before an attempt to an engine that reuses prompts serially: waits
-                                            while that endpoint serves the request's prefix (`holds`)
+    decide(request, engine_of)              a request's first schedule: for a pick whose engine reuses prompts
+                                            serially, waits while that endpoint serves the request's prefix
+                                            (`holds`), then schedules again
 
 The strategies (`llmaz.apis.routing`) are configurations of this one Scheduler, lists of plugins and weights:
 `balancer.LeastOutstanding` and `picker.PrefixAware`. The plugins are `filters` (narrow the candidates) and
 `scorers` (a value in [0, 1] per candidate, each of a declared category, AFFINITY or BALANCE). What they read of
 an endpoint's load is gathered once per cycle by the `Cycle` (the data), apart from what they decide.
 
-The gateway's proxy calls `schedule` for each attempt, the endpoints it has tried excluded, then `pre_request`, and
-`post_response` when the attempt ends. An Endpoint Picker behind Envoy (ext_proc) calls `schedule` once and hands
-Envoy the pick and its fallbacks (docs/design/scheduler.md).
+The gateway's proxy calls `decide` for a request's first attempt and `schedule` for each retry, the endpoints it
+has tried excluded, then `pre_request`, and `post_response` when the attempt ends. An Endpoint Picker behind Envoy
+(ext_proc) calls `decide` once and hands Envoy the pick and its fallbacks (docs/design/scheduler.md).
 
 Contracts:
 - `schedule` decides only: it changes no state, and nothing in it awaits, so a decision and the `pre_request`
@@ -31,10 +32,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from llmaz.gateway.routing import engines
 from llmaz.gateway.routing.adapters import Adapter
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import LoadSignals, NoSignals
@@ -76,6 +78,8 @@ class Decision:
     """Why there is no endpoint, when there is none."""
     predicted_cached_tokens: int | None = None
     """The prompt tokens the pick is expected to find in its prefix cache, when a scorer predicts it (for traces)."""
+    held: bool = False
+    """The request waited behind another attempt of its prefix before this decision (`Scheduler.decide`)."""
 
     @property
     def endpoint(self) -> Endpoint | None:
@@ -227,7 +231,7 @@ class Scheduler:
     ) -> None:
         """`scorers` are (scorer, weight) pairs, summed in this order; `order`: the order keyed requests' candidates
         are scored in; `hooks`: other plugins told of every attempt (after the filters and scorers); `holds`: what
-        `hold` waits on."""
+        `decide` waits on."""
         self.strategy = strategy
         self.in_flight = in_flight
         self.signals: LoadSignals = signals or NoSignals()
@@ -261,11 +265,21 @@ class Scheduler:
         ranked = self.picker.rank(positions, totals, ordered)
         return Decision(tuple(request.candidates[i] for i in ranked))
 
-    async def hold(self, request: Request, endpoint: Endpoint) -> bool:
-        """Wait while `endpoint` serves another attempt of the request's prefix, for an engine that reuses a cached
-        prompt serially (the caller knows the engine), at most what recomputing costs: whether it waited, and the
-        request should be scheduled again. Nothing to wait on without `holds`."""
-        return False if self.holds is None else await self.holds.wait(request, endpoint)
+    async def decide(self, request: Request, engine_of: Callable[[Endpoint], engines.Engine]) -> Decision:
+        """`schedule`, for a request's first attempt. When the pick's engine (`engine_of`) reuses a cached prompt
+        serially (`engines.PromptReuse.SERIAL`) and the pick serves another attempt of the request's prefix, the
+        request waits until that attempt ends, at most what recomputing costs (`holds`), and is scheduled again:
+        once. Without `holds` nothing waits."""
+        decision = self.schedule(request)
+        endpoint = decision.endpoint
+        if (
+            self.holds is None
+            or endpoint is None
+            or engine_of(endpoint).prompt_reuse is not engines.PromptReuse.SERIAL
+            or not await self.holds.wait(request, endpoint)
+        ):
+            return decision
+        return dataclasses.replace(self.schedule(request), held=True)
 
     def pre_request(self, request: Request, endpoint: Endpoint) -> None:
         """Before an attempt to `endpoint`: it counts in flight, and the plugins record it."""
