@@ -22,16 +22,13 @@
 # - The machine's Go builds it (GOTOOLCHAIN=local: no toolchain download); go refuses with its own message when the
 #   module's go directive asks for a newer one. Static (CGO_ENABLED=0), as llm-d's own Dockerfile.epp builds it.
 # - Network: the Go module proxy and checksum database of the machine's go env, for the dependencies go.sum pins.
+# The steps it shares with hack/llmaz-go/build.sh (source, key, cache, lock) are hack/lib/gobuild.sh's.
 set -euo pipefail
 shopt -s inherit_errexit
 
-cache="${LLMAZ_CACHE:-$HOME/.cache/llmaz}"
-root="$cache/llm-d"
-
-die() {
-  echo "hack/llm-d/build.sh: $*" >&2
-  exit 1
-}
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=hack/lib/gobuild.sh
+source "$here/../lib/gobuild.sh" hack/llm-d/build.sh llm-d
 
 [[ $# -eq 0 ]] || {
   echo "usage: LLMD_SRC=<llm-d-router checkout or git dir> GIE_SRC=<gateway-api-inference-extension checkout or git dir> [LLMD_REF=v0.10.0] [GIE_REF=v1.5.0] $0" >&2
@@ -42,14 +39,9 @@ gie_module=sigs.k8s.io/gateway-api-inference-extension
 
 # resolve <variable name> <path> <ref> <file that must exist> <what it is>: prints the commit.
 resolve() {
-  local name="$1" src="$2" ref="$3" must="$4" what="$5" commit
-  [[ -n "$src" ]] || die "set $name to a checkout or a git directory of $what"
-  [[ -d "$src" ]] || die "$name=$src is not a directory: give a checkout or a git directory of $what"
-  git -C "$src" rev-parse --git-dir >/dev/null 2>&1 ||
-    die "$name=$src is not a git checkout or git directory: clone or fetch $what and give its path"
-  commit="$(git -C "$src" rev-parse --verify --quiet "$ref^{commit}")" ||
-    die "$name=$src has no commit named $ref (its tags: git -C $src tag)"
-  git -C "$src" cat-file -e "$commit:$must" 2>/dev/null || die "$ref in $name=$src has no $must: is it $what?"
+  local commit
+  commit="$(gobuild_commit "$1" "$2" "$3" "$3" "$5" "$5")"
+  git -C "$2" cat-file -e "$commit:$4" 2>/dev/null || die "$3 in $1=$2 has no $4: is it $5?"
   echo "$commit"
 }
 
@@ -60,14 +52,10 @@ gie_commit="$(resolve GIE_SRC "${GIE_SRC:-}" "$gie_ref" go.mod "gateway-api-infe
 git -C "$GIE_SRC" show "$gie_commit:go.mod" | grep -qx "module $gie_module" ||
   die "$gie_ref in GIE_SRC=$GIE_SRC is not the module $gie_module"
 
-version="$(tr -c 'A-Za-z0-9_.\n-' '-' <<<"$llmd_ref-gie-$gie_ref")"
-version="${version#[.-]}"
+version="$(gobuild_version "$llmd_ref-gie-$gie_ref")"
 dir="$root/$version"
 
-command -v go >/dev/null || die "go not found: the EPP is built from llm-d-router's Go module"
-export GOTOOLCHAIN=local
-go_version="$(go env GOVERSION)"
-arch="$(go env GOHOSTARCH)"
+gobuild_go "the EPP is built from llm-d-router's Go module"
 
 # Everything a build depends on besides the commits: editing this function gives a new key, hence a rebuild.
 build_epp() { # <llm-d tree> <gie tree, relative to it> <output binary>
@@ -77,36 +65,19 @@ build_epp() { # <llm-d tree> <gie tree, relative to it> <output binary>
     CGO_ENABLED=0 GOOS=linux GOARCH="$arch" GOWORK=off GOFLAGS="-mod=mod -buildvcs=false" \
       go build -trimpath -ldflags="-s -w" -o "$3" ./cmd/epp)
 }
-key="$(printf '%s\n' "$llmd_commit" "$gie_commit" "$go_version" "linux/$arch" "$(declare -f build_epp)" |
-  sha256sum | cut -c1-16)"
+key="$(gobuild_key build_epp "$llmd_commit" "$gie_commit")"
 
-mkdir -p "$root"
-exec 9>"$root/.lock"
-flock 9
+built() { [[ -x "$1/epp" ]]; }
 
-scratch=""
-trap '[[ -z "$scratch" ]] || rm -rf "$scratch"' EXIT
-trap 'exit 130' INT TERM HUP
-
-if [[ -x "$dir/epp" && "$(cat "$dir/build.key" 2>/dev/null)" == "$key" ]]; then
-  echo "llm-d EPP $llmd_ref with GIE $gie_ref is already built in $dir" >&2
-else
-  start=$SECONDS
-  scratch="$(mktemp -d "$root/.build.XXXXXX")"
-  chmod 0755 "$scratch"
-  mkdir "$scratch/src" "$scratch/gie"
-  git -C "$LLMD_SRC" archive --format=tar "$llmd_commit" | tar -C "$scratch/src" -xf -
-  git -C "$GIE_SRC" archive --format=tar "$gie_commit" | tar -C "$scratch/gie" -xf -
+populate() { # <scratch directory>
+  gobuild_export "$LLMD_SRC" "$llmd_commit" "$1/src"
+  gobuild_export "$GIE_SRC" "$gie_commit" "$1/gie"
   echo "building llm-d EPP $llmd_ref (commit ${llmd_commit:0:12}) with GIE $gie_ref (commit ${gie_commit:0:12})" \
     "using $go_version for linux/$arch" >&2
   # The replace is relative (../gie), so the tree stays buildable after the scratch directory is renamed.
-  build_epp "$scratch/src" ../gie "$scratch/epp" >&2 ||
-    die "go build of llm-d EPP $llmd_ref failed (its output is above)"
-  echo "$key" >"$scratch/build.key"
-  rm -rf "$dir"
-  mv "$scratch" "$dir"
-  scratch=""
-  echo "built llm-d EPP $llmd_ref in $dir in $((SECONDS - start)) s" >&2
-fi
+  build_epp "$1/src" ../gie "$1/epp" >&2 || die "go build of llm-d EPP $llmd_ref failed (its output is above)"
+}
+
+gobuild_cached "$dir" "$key" built populate "llm-d EPP $llmd_ref with GIE $gie_ref" "llm-d EPP $llmd_ref"
 
 printf '%s=%s\n' version "$version" llmd_commit "$llmd_commit" gie_commit "$gie_commit" binary "$dir/epp"

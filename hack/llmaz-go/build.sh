@@ -25,18 +25,14 @@
 #   module's go directive asks for a newer one. Static (no cgo), so it runs from an empty image, as upstream's runs
 #   from distroless/static.
 # - Network: the Go module proxy and checksum database, for the dependencies the module's go.sum pins. Nothing else.
+# The steps it shares with hack/llm-d/build.sh (source, key, cache, lock) are hack/lib/gobuild.sh's.
 set -euo pipefail
 shopt -s inherit_errexit
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-cache="${LLMAZ_CACHE:-$HOME/.cache/llmaz}"
-root="$cache/llmaz-go"
-
-die() {
-  echo "hack/llmaz-go/build.sh: $*" >&2
-  exit 1
-}
+# shellcheck source=hack/lib/gobuild.sh
+source "$here/../lib/gobuild.sh" hack/llmaz-go/build.sh llmaz-go
 
 case "${1:-image}" in
   binary) with_image=false ;;
@@ -49,24 +45,15 @@ esac
 
 src="${LLMAZ_GO_SRC:-}"
 ref="${LLMAZ_GO_REF:-v0.1.4}"
-[[ -n "$src" ]] || die "set LLMAZ_GO_SRC to a checkout or a git directory of llmaz (github.com/InftyAI/llmaz)"
-[[ -d "$src" ]] || die "LLMAZ_GO_SRC=$src is not a directory: give a checkout or a git directory of llmaz"
-git -C "$src" rev-parse --git-dir >/dev/null 2>&1 ||
-  die "LLMAZ_GO_SRC=$src is not a git checkout or git directory: clone or fetch llmaz and give its path"
-commit="$(git -C "$src" rev-parse --verify --quiet "$ref^{commit}")" ||
-  die "LLMAZ_GO_SRC=$src has no commit named LLMAZ_GO_REF=$ref (its tags: git -C $src tag)"
+commit="$(gobuild_commit LLMAZ_GO_SRC "$src" "$ref" "LLMAZ_GO_REF=$ref" "llmaz (github.com/InftyAI/llmaz)" llmaz)"
 git -C "$src" cat-file -e "$commit:go.mod" 2>/dev/null && git -C "$src" cat-file -e "$commit:cmd" 2>/dev/null ||
   die "$ref in LLMAZ_GO_SRC=$src has no go.mod and cmd/: is it llmaz?"
 
-version="$(tr -c 'A-Za-z0-9_.\n-' '-' <<<"$ref")"
-version="${version#[.-]}"
+version="$(gobuild_version "$ref")"
 [[ -n "$version" ]] || die "LLMAZ_GO_REF=$ref gives no usable version name"
 dir="$root/$version"
 
-command -v go >/dev/null || die "go not found: the manager is built from llmaz's Go module"
-export GOTOOLCHAIN=local
-go_version="$(go env GOVERSION)"
-arch="$(go env GOHOSTARCH)"
+gobuild_go "the manager is built from llmaz's Go module"
 
 # Everything a build depends on besides the commit: editing this function gives a new key, hence a rebuild.
 build_manager() { # <source tree> <output binary>
@@ -74,34 +61,19 @@ build_manager() { # <source tree> <output binary>
   (cd "$1" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" \
     go build -trimpath -o "$2" ./cmd)
 }
-key="$(printf '%s\n' "$commit" "$go_version" "linux/$arch" "$(declare -f build_manager)" | sha256sum | cut -c1-16)"
+key="$(gobuild_key build_manager "$commit")"
 
-mkdir -p "$root"
-exec 9>"$root/.lock"
-flock 9
+built() { [[ -x "$1/manager" && -d "$1/src/config/crd/bases" ]]; }
 
-scratch=""
-trap '[[ -z "$scratch" ]] || rm -rf "$scratch"' EXIT
-trap 'exit 130' INT TERM HUP
-
-if [[ -x "$dir/manager" && -d "$dir/src/config/crd/bases" && "$(cat "$dir/build.key" 2>/dev/null)" == "$key" ]]; then
-  echo "llmaz $ref (commit ${commit:0:12}) is already built in $dir" >&2
-else
-  start=$SECONDS
-  scratch="$(mktemp -d "$root/.build.XXXXXX")"
-  chmod 0755 "$scratch"
-  mkdir "$scratch/src"
-  git -C "$src" archive --format=tar "$commit" | tar -C "$scratch/src" -xf -
-  [[ -n "$(find "$scratch/src/config/crd/bases" -maxdepth 1 -name '*.yaml' 2>/dev/null)" ]] ||
+populate() { # <scratch directory>
+  gobuild_export "$src" "$commit" "$1/src"
+  [[ -n "$(find "$1/src/config/crd/bases" -maxdepth 1 -name '*.yaml' 2>/dev/null)" ]] ||
     die "$ref has no CRDs in config/crd/bases"
   echo "building llmaz $ref (commit ${commit:0:12}) with $go_version for linux/$arch" >&2
-  build_manager "$scratch/src" "$scratch/manager" || die "go build of llmaz $ref failed (its output is above)"
-  echo "$key" >"$scratch/build.key"
-  rm -rf "$dir"
-  mv "$scratch" "$dir"
-  scratch=""
-  echo "built llmaz $ref in $dir in $((SECONDS - start)) s" >&2
-fi
+  build_manager "$1/src" "$1/manager" || die "go build of llmaz $ref failed (its output is above)"
+}
+
+gobuild_cached "$dir" "$key" built populate "llmaz $ref (commit ${commit:0:12})" "llmaz $ref"
 
 printf '%s=%s\n' version "$version" commit "$commit" binary "$dir/manager" crds "$dir/src/config/crd/bases" \
   source "$dir/src"
