@@ -47,7 +47,7 @@ import yaml
 from llmaz_dev.envtest._rest import RestClient
 from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE
 from llmaz_dev.testing.waiting import eventually_sync
-from suite.routing_bench import model_node, model_source, ready_count
+from suite.routing_bench import model_node, ready_count, served_model
 
 MODEL = "bench-autoscale"
 PLAYGROUND_NAMESPACE = "default"
@@ -285,25 +285,17 @@ async def hold_streams(url: str, traffic: Traffic, phase: str, streams: int, sec
 
 
 def model_objects(uri: str, endpoint_url: str, policy: Policy) -> list[dict[str, Any]]:
-    args = ["--alias", MODEL, "-c", str(CONTEXT), "-np", str(SLOTS), "-t", "1"]
-    return [
-        *model_source(MODEL, uri, PLAYGROUND_NAMESPACE),
-        {
-            "apiVersion": "inference.llmaz.io/v1alpha1",
-            "kind": "Playground",
-            "metadata": {"name": MODEL, "namespace": PLAYGROUND_NAMESPACE},
-            "spec": {
-                "replicas": policy.min_replicas,
-                "modelClaim": {"modelName": MODEL},
-                "backendRuntimeConfig": {
-                    "backendName": "llamacpp",
-                    "args": args,
-                    "envs": [{"name": "AWS_ENDPOINT_URL", "value": endpoint_url}],
-                },
-                "elasticConfig": policy.elastic_config(),
-            },
-        },
-    ]
+    """The model and its Playground, starting at the policy's floor and scaled by it."""
+    return served_model(
+        MODEL,
+        uri,
+        endpoint_url,
+        namespace=PLAYGROUND_NAMESPACE,
+        replicas=policy.min_replicas,
+        context=CONTEXT,
+        slots=SLOTS,
+        elastic_config=policy.elastic_config(),
+    )
 
 
 def _spec_replicas(api: RestClient) -> int:

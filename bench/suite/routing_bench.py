@@ -77,7 +77,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -411,6 +411,42 @@ def model_source(name: str, uri: str, namespace: str = "default") -> list[dict[s
     ]
 
 
+def served_model(
+    name: str,
+    uri: str,
+    endpoint_url: str,
+    *,
+    namespace: str = "default",
+    replicas: int = 1,
+    context: int,
+    slots: int,
+    engine_args: Sequence[str] = (),
+    elastic_config: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """`model_source`'s objects, then the Playground `name` in `namespace` serving it with llama.cpp: `replicas`
+    replicas of `context` tokens over `slots` slots on one thread, `engine_args` added before the thread count, the
+    object store at `endpoint_url`, and `elastic_config` when given. Shared by the node scenarios."""
+    args = ["--alias", name, "-c", str(context), "-np", str(slots), *engine_args, "-t", "1"]
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "modelClaim": {"modelName": name},
+        "backendRuntimeConfig": {
+            "backendName": "llamacpp",
+            "args": args,
+            "envs": [{"name": "AWS_ENDPOINT_URL", "value": endpoint_url}],
+        },
+    }
+    if elastic_config is not None:
+        spec["elasticConfig"] = elastic_config
+    playground: dict[str, Any] = {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Playground",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+    return [*model_source(name, uri, namespace), playground]
+
+
 def ready_count(pods: Iterable[dict[str, Any]]) -> int:
     """The pods that are Ready and not being deleted."""
     ready = 0
@@ -441,25 +477,9 @@ def cold_restart(cluster: NodeCluster) -> None:
 
 
 def _model_objects(uri: str, endpoint_url: str, workload: Workload) -> list[dict[str, Any]]:
-    args = ["--alias", MODEL, "-c", str(CONTEXT), "-np", str(SLOTS), "--cache-ram", str(workload.cache_ram_mib),
-            "-t", "1"]  # fmt: skip
-    return [
-        *model_source(MODEL, uri),
-        {
-            "apiVersion": "inference.llmaz.io/v1alpha1",
-            "kind": "Playground",
-            "metadata": {"name": MODEL, "namespace": "default"},
-            "spec": {
-                "replicas": REPLICAS,
-                "modelClaim": {"modelName": MODEL},
-                "backendRuntimeConfig": {
-                    "backendName": "llamacpp",
-                    "args": args,
-                    "envs": [{"name": "AWS_ENDPOINT_URL", "value": endpoint_url}],
-                },
-            },
-        },
-    ]
+    """The model and its Playground, with the workload's host prompt cache on every replica."""
+    cache = ("--cache-ram", str(workload.cache_ram_mib))
+    return served_model(MODEL, uri, endpoint_url, replicas=REPLICAS, context=CONTEXT, slots=SLOTS, engine_args=cache)
 
 
 def _cluster_ip(cluster: NodeCluster, namespace: str, name: str) -> str:

@@ -41,7 +41,7 @@ import yaml
 from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE
 from llmaz_dev.testing.waiting import eventually_sync
 from suite.autoscale_bench import percentile
-from suite.routing_bench import model_node, model_source, ready_count
+from suite.routing_bench import model_node, ready_count, served_model
 
 MODEL = "bench-tenancy"
 PLAYGROUND_NAMESPACE = "default"
@@ -315,24 +315,8 @@ def gateway_patch(flags: Sequence[str] = GATEWAY_FLAGS) -> list[dict[str, Any]]:
 
 
 def model_objects(uri: str, endpoint_url: str) -> list[dict[str, Any]]:
-    args = ["--alias", MODEL, "-c", str(CONTEXT), "-np", str(SLOTS), "-t", "1"]
-    return [
-        *model_source(MODEL, uri, PLAYGROUND_NAMESPACE),
-        {
-            "apiVersion": "inference.llmaz.io/v1alpha1",
-            "kind": "Playground",
-            "metadata": {"name": MODEL, "namespace": PLAYGROUND_NAMESPACE},
-            "spec": {
-                "replicas": 1,
-                "modelClaim": {"modelName": MODEL},
-                "backendRuntimeConfig": {
-                    "backendName": "llamacpp",
-                    "args": args,
-                    "envs": [{"name": "AWS_ENDPOINT_URL", "value": endpoint_url}],
-                },
-            },
-        },
-    ]
+    """The model and its one-replica Playground."""
+    return served_model(MODEL, uri, endpoint_url, namespace=PLAYGROUND_NAMESPACE, context=CONTEXT, slots=SLOTS)
 
 
 # The client

@@ -1,5 +1,6 @@
 """The routing benchmark's pure parts: the ceiling any router could reach, the median over runs, the caches'
-sizes, the same prompts for every strategy, the trace workload's arrivals and knee, and the goals it reports."""
+sizes, the same prompts for every strategy, the trace workload's arrivals and knee, the goals it reports, and the
+objects every node scenario serves its model with."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from suite.routing_bench import (
     past_knee,
     report,
     reusable_tokens,
+    served_model,
     sessions,
     step_figures,
     trace_documents,
@@ -380,3 +382,50 @@ async def test_a_trace_request_unanswered_in_its_time_fails_and_counts_as_that_t
     assert [s.ok for s in outcome.samples] == [True, False]
     assert outcome.samples[1].error
     assert step_figures(outcome, rate=2.0, timeout=0.5)["ttft_p90"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("options", "namespace", "replicas", "args", "elastic"),
+    [
+        ({}, "default", 1, ["--alias", "m", "-c", "4096", "-np", "2", "-t", "1"], None),
+        (
+            {"namespace": "tenants", "replicas": 4, "context": 1024, "slots": 3},
+            "tenants",
+            4,
+            ["--alias", "m", "-c", "1024", "-np", "3", "-t", "1"],
+            None,
+        ),
+        (
+            {"engine_args": ("--cache-ram", "1030")},
+            "default",
+            1,
+            ["--alias", "m", "-c", "4096", "-np", "2", "--cache-ram", "1030", "-t", "1"],
+            None,
+        ),
+        (
+            {"elastic_config": {"minReplicas": 1, "maxReplicas": 4}},
+            "default",
+            1,
+            ["--alias", "m", "-c", "4096", "-np", "2", "-t", "1"],
+            {"minReplicas": 1, "maxReplicas": 4},
+        ),
+    ],
+)
+def test_a_served_model_is_the_store_secret_the_open_model_and_a_llama_cpp_playground_of_the_options(
+    options: dict[str, Any], namespace: str, replicas: int, args: list[str], elastic: dict[str, Any] | None
+) -> None:
+    sizes = {"context": 4096, "slots": 2}
+    secret, model, playground = served_model("m", "s3://models/m.gguf", "http://10.0.0.9:9000", **(sizes | options))
+    assert (secret["kind"], secret["metadata"]["namespace"]) == ("Secret", namespace)
+    assert set(secret["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert (model["kind"], model["metadata"]) == ("OpenModel", {"name": "m"})
+    assert model["spec"]["source"] == {"uri": "s3://models/m.gguf"}
+    assert (playground["kind"], playground["metadata"]) == ("Playground", {"name": "m", "namespace": namespace})
+    spec = playground["spec"]
+    assert (spec["replicas"], spec["modelClaim"]) == (replicas, {"modelName": "m"})
+    assert spec["backendRuntimeConfig"] == {
+        "backendName": "llamacpp",
+        "args": args,
+        "envs": [{"name": "AWS_ENDPOINT_URL", "value": "http://10.0.0.9:9000"}],
+    }
+    assert spec.get("elasticConfig") == elastic
