@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 from prometheus_client import CollectorRegistry
 
@@ -412,6 +413,16 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
     )
 
 
+class _Shared(TypedDict):
+    """What the proxy and the Endpoint Picker of one replica are given alike."""
+
+    in_flight: InFlight
+    waker: Waker
+    api_keys: Authenticator | None
+    limits: Limits
+    metrics: GatewayMetrics
+
+
 def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys | None) -> None:
     """The gateway's parts, on the manager's informers: routing, scaling (when on), the activator, the server."""
     metrics = gateway_metrics()
@@ -439,35 +450,17 @@ def add_runnables(manager: Manager, args: argparse.Namespace, api_keys: ApiKeys 
     # Runs when disabled too: it then removes the slices an earlier configuration left behind.
     options = ActivatorOptions(port=activator_port(args), gateway_service=args.gateway_service)
     manager.add(activator_controller(Activator(manager.client, catalog, recorder, options), catalog))
-    gateway = Gateway(
-        catalog,
-        gateway_options(args),
-        api_keys=authenticator,
-        limits=limits,
-        metrics=metrics,
-        in_flight=in_flight,
-        waker=waker,
-        signals=signals,
-        adapters=signals,
-    )
+    # The proxy and the Endpoint Picker share the catalog, schedulers, in-flight count, waker, keys and limits: a
+    # request routes, is held, wakes its model, counts as load, is authenticated and spends its key's budget the same
+    # through either.
+    shared = _Shared(in_flight=in_flight, waker=waker, api_keys=authenticator, limits=limits, metrics=metrics)
+    gateway = Gateway(catalog, gateway_options(args), signals=signals, adapters=signals, **shared)
     if signals is not None and gateway.flow is not None:
         signals.on_cycle(gateway.flow.refresh)  # new loads: the queues of saturated models look for room
     manager.add(gateway)
     manager.add_readyz_check("gateway", gateway.serving)
     if args.epp_port:
-        # Beside the proxy, on its catalog, schedulers, in-flight count, waker, keys and limits: a request routes, is
-        # held, wakes its model, counts as load, is authenticated and spends its key's budget the same through either.
-        picker = EndpointPicker(
-            catalog,
-            gateway.pickers,
-            epp_options(args),
-            in_flight=in_flight,
-            waker=waker,
-            api_keys=authenticator,
-            limits=limits,
-            metrics=metrics,
-            recognised=signals,
-        )
+        picker = EndpointPicker(catalog, gateway.pickers, epp_options(args), recognised=signals, **shared)
         manager.add(picker)
     autoscaling = autoscaler_options(args)
     if autoscaling is not None:
