@@ -22,7 +22,14 @@ from prometheus_client import CollectorRegistry
 from llmaz.apis.routing import LEAST_OUTSTANDING, STRATEGIES, RoutingWeights, parse_weight
 from llmaz.gateway.epp.server import DEFAULT_PORT as EPP_PORT
 from llmaz.gateway.epp.server import EndpointPicker, EppOptions
-from llmaz.gateway.flow.control import DEFAULT_QUEUE_SIZE, DEFAULT_QUEUE_TTL, FlowOptions
+from llmaz.gateway.flow.control import (
+    DEFAULT_QUEUE_SIZE,
+    DEFAULT_QUEUE_TTL,
+    DEFAULT_RESERVED_BAND,
+    RESERVE_KEPT_FOR,
+    FlowOptions,
+    parse_reserved_band,
+)
 from llmaz.gateway.flow.saturation import (
     DEFAULT_ENDPOINT_REQUESTS,
     DEFAULT_ENGINE_WAITING,
@@ -261,6 +268,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"flow control: seconds a request may wait in its model's queue (default {DEFAULT_QUEUE_TTL:g})",
     )
     add(
+        "--flow-reserved-slots",
+        type=flags.non_negative_int,
+        default=0,
+        help="flow control: slots of each engine kept free for requests of --flow-reserved-band and above while "
+        f"such requests come (within {RESERVE_KEPT_FOR:g} s); lower bands wait in the gateway instead, never in an "
+        "engine's queue (default 0: no reserve)",
+    )
+    add(
+        "--flow-reserved-band",
+        type=flags.parsed_by(parse_reserved_band),
+        default=DEFAULT_RESERVED_BAND,
+        help=f"flow control: the lowest band that may use the reserved slots (default {DEFAULT_RESERVED_BAND})",
+    )
+    add(
         "--autoscaler",
         default="true",
         choices=["true", "false"],
@@ -338,6 +359,8 @@ def flow_options(args: argparse.Namespace) -> FlowOptions:
         ),
         queue_size=args.flow_queue_size,
         queue_ttl=args.flow_queue_ttl,
+        reserved_slots=args.flow_reserved_slots,
+        reserved_band=args.flow_reserved_band,
     )
 
 

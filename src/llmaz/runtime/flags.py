@@ -53,6 +53,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def positive_seconds(text: str) -> float:
     value = _number(text, float)
     if not (value > 0 and math.isfinite(value)):

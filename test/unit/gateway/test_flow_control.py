@@ -8,7 +8,15 @@ import math
 
 import pytest
 
-from llmaz.gateway.flow.control import NO_ENDPOINT, QUEUE_FULL, QUEUE_TTL, FlowControl, FlowOptions, ShedError
+from llmaz.gateway.flow.control import (
+    NO_ENDPOINT,
+    QUEUE_FULL,
+    QUEUE_TTL,
+    RESERVE_KEPT_FOR,
+    FlowControl,
+    FlowOptions,
+    ShedError,
+)
 from llmaz.gateway.flow.saturation import Saturation, SaturationOptions
 from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.routing.inflight import InFlight
@@ -29,7 +37,13 @@ class Signals:
 
 
 class Setup:
-    def __init__(self, queue_size: int = 10, ttl: float = 30.0, saturation: SaturationOptions | None = None) -> None:
+    def __init__(
+        self,
+        queue_size: int = 10,
+        ttl: float = 30.0,
+        saturation: SaturationOptions | None = None,
+        reserved_slots: int = 0,
+    ) -> None:
         self.clock = FakeClock()
         self.signals = Signals()
         self.in_flight = InFlight(clock=self.clock.now)
@@ -39,7 +53,7 @@ class Setup:
         self.flow = FlowControl(
             lambda model: list(self.endpoints),
             self.saturation,
-            FlowOptions(enabled=True, queue_size=queue_size, queue_ttl=ttl),
+            FlowOptions(enabled=True, queue_size=queue_size, queue_ttl=ttl, reserved_slots=reserved_slots),
             self.metrics,
             self.clock.now,
         )
@@ -62,6 +76,25 @@ async def queued(flow: FlowControl, model: str, count: int) -> None:
 
 
 # The saturation test
+
+
+def test_a_reserve_keeps_an_engines_last_slots_free_and_nothing_in_its_queue() -> None:
+    s = Setup(saturation=SaturationOptions(engine_waiting=4))
+    s.signals.loads[A] = EngineLoad(running=1, waiting=0, utilisation=0.5, observed_at=s.clock.now(), slots=2)
+    assert (s.saturation.room(A), s.saturation.room(A, reserve=1)) == (math.inf, 0)
+    s.signals.loads[A] = EngineLoad(running=0, waiting=0, utilisation=0.0, observed_at=s.clock.now(), slots=4)
+    assert s.saturation.room(A, reserve=1) == 3
+    s.clock.step(0.01)
+    s.in_flight.acquire(A)  # sent since the engine was read: it takes a slot too
+    assert s.saturation.room(A, reserve=1) == 2
+    # Slots not known: nothing into the engine's own queue once it is at capacity, where no reserve allows 4.
+    s.signals.loads[B] = EngineLoad(running=8, waiting=1, observed_at=s.clock.now())
+    assert (s.saturation.room(B), s.saturation.room(B, reserve=1)) == (3, 0)
+    s.signals.loads[B] = EngineLoad(running=3, waiting=0, utilisation=0.5, observed_at=s.clock.now())
+    assert s.saturation.room(B, reserve=1) == math.inf
+    del s.signals.loads[B]  # load not known: this replica's own requests count, the reserve off the bound
+    assert s.saturation.room(B, reserve=2) == SaturationOptions().endpoint_requests - 2
+
 
 
 def test_an_endpoint_whose_engine_is_not_at_capacity_has_room_whatever_its_load() -> None:
@@ -281,3 +314,37 @@ async def test_a_waiter_with_its_own_ttl_expires_then_and_not_at_the_queues() ->
 async def test_a_wait_with_a_ttl_that_is_not_positive_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="ttl must be a positive number of seconds, got 0"):
         await Setup().flow.wait("m", 5, "a", 10, ttl=0)
+
+
+# The reserve
+
+
+async def test_a_reserve_holds_lower_bands_back_only_while_a_band_that_may_use_it_comes() -> None:
+    s = Setup(ttl=4 * RESERVE_KEPT_FOR, reserved_slots=1)
+    s.endpoints = [A]
+    s.signals.loads[A] = EngineLoad(running=1, waiting=0, utilisation=0.5, observed_at=s.clock.now(), slots=2)
+    batch = s.flow.try_admit("m", 2, "batch", 10)
+    assert batch is not None  # no higher band has come: the batch may take the last slot
+    batch.finish(10)
+    interactive = s.flow.try_admit("m", 7, "interactive", 10)
+    assert interactive is not None  # the reserved band takes the last slot at once
+    interactive.finish(10)
+    assert s.flow.try_admit("m", 2, "batch", 10) is None  # now the last slot is kept for it
+    waiting = asyncio.create_task(s.flow.wait("m", 2, "batch", 10))
+    await queued(s.flow, "m", 1)
+    assert s.flow.try_admit("m", 7, "interactive", 10) is None  # the queue is not empty: it queues, ahead
+    ahead = asyncio.create_task(s.flow.wait("m", 7, "interactive", 10))
+    first = await ahead
+    first.finish(10)
+    assert not waiting.done()
+    s.clock.step(RESERVE_KEPT_FOR + 1)  # no request of the reserved band since: the reserve lapses
+    s.flow.refresh()
+    ticket = await waiting
+    assert ticket.queued
+
+
+def test_flow_options_refuse_a_negative_reserve_and_a_reserved_band_out_of_range() -> None:
+    with pytest.raises(ValueError, match="reserved_slots must be 0 or more"):
+        FlowOptions(reserved_slots=-1)
+    with pytest.raises(ValueError, match="reserved_band must be a band from 1 to 9"):
+        FlowOptions(reserved_band=0)

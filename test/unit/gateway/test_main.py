@@ -99,8 +99,29 @@ def test_flow_control_is_off_by_default_and_its_flags_map_to_its_options() -> No
         "--flow-endpoint-requests=16",
         "--flow-queue-size=50",
         "--flow-queue-ttl=10",
+        "--flow-reserved-slots=1",
+        "--flow-reserved-band=7",
     ]
-    assert gateway_options(parse_args(flags)).flow == FlowOptions(True, SaturationOptions(2, 0.95, 16), 50, 10.0)
+    expected = FlowOptions(True, SaturationOptions(2, 0.95, 16), 50, 10.0, reserved_slots=1, reserved_band=7)
+    assert gateway_options(parse_args(flags)).flow == expected
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--flow-reserved-slots=-1", "must be 0 or more, got -1"),
+        ("--flow-reserved-band=0", "must be a band from 1 to 9, got 0"),
+        ("--flow-reserved-band=high", "must be an integer from 0 to 9"),
+    ],
+)
+def test_a_reserve_flag_out_of_range_stops_the_gateway_naming_it(
+    flag: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args([flag])
+    error = capsys.readouterr().err
+    assert flag.partition("=")[0] in error
+    assert message in error
 
 
 def test_the_activator_listens_on_the_api_host_and_needs_scale_to_zero() -> None:

@@ -12,10 +12,13 @@ the model has room (`saturation`), by band, then fairly between tenants.
     refresh()                                 new engine signals: every queue's waiters dispatched as room allows
 
 Invariants:
-- A model that is not saturated is never held: with nothing queued and room, `try_admit` answers at once; nothing
-  is awaited, scheduled or counted but a pending grant.
+- A request with room for its band is never held: with nothing queued and room, `try_admit` answers at once;
+  nothing is awaited, scheduled or counted but a pending grant.
+- A reserve (`reserved_slots`): while requests of `reserved_band` or above come for a model (the last within
+  `RESERVE_KEPT_FOR`), lower bands leave that many slots of each engine free and take nothing into an engine's own
+  queue (`saturation`), so a higher band's request finds a slot at once instead of the rest of a running one.
 - No request overtakes a queued one: with waiters queued, a new request queues too, and waiters leave in the
-  queue's order (band, then tenant fairness).
+  queue's order (band, then tenant fairness); a band held back by the reserve holds back the bands below it.
 - Dispatches never outrun the room: a waiter given its turn counts as a pending grant until it is sent (and so
   counted in flight at an endpoint) or ends, and the room is the model's free slots less the pending grants.
 - Room is looked for when a request of the model ends, when a waiter arrives, at `refresh` (each cycle of the
@@ -36,12 +39,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from llmaz.gateway.flow.priority import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, PriorityError, parse_priority
 from llmaz.gateway.flow.queue import FlowQueue, Waiter
 from llmaz.gateway.flow.saturation import Saturation, SaturationOptions
 from llmaz.gateway.routing.routes import Endpoint
 
 DEFAULT_QUEUE_SIZE = 1000
 DEFAULT_QUEUE_TTL = 60.0
+DEFAULT_RESERVED_BAND = DEFAULT_PRIORITY + 1
+# A reserve is kept this long after the model's last request of a band that may use it, and no longer: with no
+# such request about, lower bands use every slot.
+RESERVE_KEPT_FOR = 30.0
 # Seconds a shed client is told to wait before trying again.
 RETRY_AFTER = 5
 
@@ -51,6 +59,14 @@ QUEUE_TTL: Final = "queue_ttl"
 """Waited the TTL while the model stayed saturated."""
 NO_ENDPOINT: Final = "no_endpoint"
 """Waited the TTL while the model had no endpoint."""
+
+
+def parse_reserved_band(text: str) -> int:
+    """A `reserved_band` flag value: a band above the lowest (every band using the reserve would reserve nothing)."""
+    band = parse_priority(text)
+    if band == MIN_PRIORITY:
+        raise PriorityError(f"must be a band from {MIN_PRIORITY + 1} to {MAX_PRIORITY}, got {band}")
+    return band
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +80,20 @@ class FlowOptions:
     """Requests a model's queue holds, every band together. Default 1000."""
     queue_ttl: float = DEFAULT_QUEUE_TTL
     """Seconds a request may wait in its model's queue. Default 60."""
+    reserved_slots: int = 0
+    """Slots of each endpoint's engine kept free for requests of `reserved_band` and above, while such requests
+    come (`RESERVE_KEPT_FOR`): lower bands leave them free and queue here, never inside an engine. Default 0: no
+    reserve."""
+    reserved_band: int = DEFAULT_RESERVED_BAND
+    """The lowest band that may use the reserved slots. Default 6, the first above the default band."""
+
+    def __post_init__(self) -> None:
+        if self.reserved_slots < 0:
+            raise ValueError(f"reserved_slots must be 0 or more, got {self.reserved_slots}")
+        if not MIN_PRIORITY < self.reserved_band <= MAX_PRIORITY:
+            raise ValueError(
+                f"reserved_band must be a band from {MIN_PRIORITY + 1} to {MAX_PRIORITY}, got {self.reserved_band}"
+            )
 
 
 class ShedError(Exception):
@@ -165,6 +195,8 @@ class FlowControl:
         self._metrics: FlowMetrics = metrics or _Unreported()
         self._clock = clock
         self._models: dict[str, _Model] = {}
+        self._reserved_seen: dict[str, float] = {}
+        """Per model, when a request of a band that may use the reserve last came (only with a reserve)."""
 
     def queued(self, model: str) -> list[Waiter]:
         """The waiters of `model`, in the queue's order of bands (for tests and debugging)."""
@@ -173,11 +205,12 @@ class FlowControl:
 
     def try_admit(self, model: str, band: int, tenant: str, cost: int) -> Ticket | None:
         """A ticket at once when `model` has nothing queued and room; None when the request must `wait`."""
+        self._note(model, band)
         state = self._models.get(model)
         if state is not None and state.queue:
             return None
         pending = 0 if state is None else state.pending
-        if self._free(model) - pending <= 0:
+        if self._free(model, band) - pending <= 0:
             return None
         self._state(model).pending += 1
         self._metrics.flow_waited(model, band, 0.0)
@@ -193,6 +226,7 @@ class FlowControl:
         queue's TTL when None). A cancelled wait (the client went away) leaves the queue."""
         if ttl is not None and not ttl > 0:
             raise ValueError(f"ttl must be a positive number of seconds, got {ttl}")
+        self._note(model, band)
         state = self._state(model)
         waiter = Waiter(band, tenant, cost, self._clock(), ttl)
         shed = state.queue.push(waiter)
@@ -234,24 +268,48 @@ class FlowControl:
             for gone in expired:
                 self._metrics.flow_queued(model, gone.band, gone.tenant, -1)
                 self._refuse(model, state, gone, reason)
-        if state.queue:
-            room = self._free(model) - state.pending
-            while room > 0 and (waiter := state.queue.pop()) is not None:
-                self._metrics.flow_queued(model, waiter.band, waiter.tenant, -1)
-                future = state.futures.pop(waiter)
-                if future.done():  # cancelled: its client went away
-                    continue
-                future.set_result(None)
-                state.pending += 1
-                room -= 1
-                self._metrics.flow_waited(model, waiter.band, self._clock() - waiter.arrived)
+        rooms: dict[int, float] = {}  # by the reserve the band at the head of the queue keeps
+        while (band := state.queue.top_band()) is not None:
+            reserve = self._reserve(model, band)
+            if reserve not in rooms:
+                rooms[reserve] = self._free(model, band) - state.pending
+            if rooms[reserve] <= 0:
+                break
+            waiter = state.queue.pop()
+            assert waiter is not None
+            self._metrics.flow_queued(model, waiter.band, waiter.tenant, -1)
+            future = state.futures.pop(waiter)
+            if future.done():  # cancelled: its client went away
+                continue
+            future.set_result(None)
+            state.pending += 1
+            for kept in rooms:
+                rooms[kept] -= 1
+            self._metrics.flow_waited(model, waiter.band, self._clock() - waiter.arrived)
         self._arm(model, state)
         self._forget_if_idle(model, state)
 
     # Internals
 
-    def _free(self, model: str) -> float:
-        return self.saturation.free_slots(self._endpoints_of(model))
+    def _free(self, model: str, band: int) -> float:
+        return self.saturation.free_slots(self._endpoints_of(model), self._reserve(model, band))
+
+    def _note(self, model: str, band: int) -> None:
+        if self.options.reserved_slots > 0 and band >= self.options.reserved_band:
+            self._reserved_seen[model] = self._clock()
+
+    def _reserve(self, model: str, band: int) -> int:
+        """The slots a request of `band` leaves free at each endpoint of `model` now."""
+        opts = self.options
+        if opts.reserved_slots <= 0 or band >= opts.reserved_band:
+            return 0
+        seen = self._reserved_seen.get(model)
+        if seen is None:
+            return 0
+        if self._clock() - seen > RESERVE_KEPT_FOR:
+            del self._reserved_seen[model]
+            return 0
+        return opts.reserved_slots
 
     def _state(self, model: str) -> _Model:
         state = self._models.get(model)

@@ -116,6 +116,10 @@ class FlowQueue:
         heapq.heappush(self._deadlines, (waiter.deadline, waiter.seq, waiter))
         return shed
 
+    def top_band(self) -> int | None:
+        """The band `pop` takes from next, None when the queue is empty."""
+        return max(self._bands) if self._bands else None
+
     def pop(self) -> Waiter | None:
         """The next waiter to dispatch (highest band, then the tenant served least), charged to its tenant; None
         when the queue is empty."""

@@ -12,6 +12,12 @@ own requests in flight to it: full at `endpoint_requests`.
 
 `free_slots` is the model's room: the sum over its endpoints of what each takes before it is full, infinite when
 one is not at capacity. Nothing here awaits or changes state.
+
+With a `reserve` (requests of a band below flow control's reserved band while the reserve is kept), an endpoint
+keeps its engine's last `reserve` slots free and takes nothing into the engine's own queue: where the engine says
+how many slots it has (llama.cpp), its room is slots - reserve - (running + waiting + sent since - ended since);
+where it does not, its room is 0 once it is at capacity (infinite before, as above); where its load is not known,
+`endpoint_requests - reserve` less this replica's requests in flight to it.
 """
 
 from __future__ import annotations
@@ -56,26 +62,33 @@ class Saturation:
         self.signals = signals
         self.options = options
 
-    def room(self, endpoint: Endpoint) -> float:
-        """Requests `endpoint` takes before it is full (0 when it is); infinite when it is not at capacity."""
+    def room(self, endpoint: Endpoint, reserve: int = 0) -> float:
+        """Requests `endpoint` takes before it is full (0 when it is), keeping `reserve` slots free (see the module
+        docstring); infinite when it is not at capacity and nothing is reserved, or its slots are not known."""
         opts = self.options
         load = self.signals.load(endpoint)
         if load is None:
-            return max(0, opts.endpoint_requests - self.in_flight.outstanding(endpoint))
+            return max(0, opts.endpoint_requests - reserve - self.in_flight.outstanding(endpoint))
         utilisation = load.utilisation
-        if load.waiting <= 0 and (utilisation is None or utilisation < opts.utilisation):
+        at_capacity = load.waiting > 0 or (utilisation is not None and utilisation >= opts.utilisation)
+        if not at_capacity and (reserve <= 0 or load.slots is None):
             return math.inf
         queued = load.waiting
         if load.observed_at is not None:
             sent = self.in_flight.acquired_since(endpoint, load.observed_at)
             queued += sent - self.in_flight.released_since(endpoint, load.observed_at)
-        return max(0, opts.engine_waiting - queued)
+        if reserve <= 0:
+            return max(0, opts.engine_waiting - queued)
+        if load.slots is None:
+            return 0  # at capacity: nothing more into the engine's own queue
+        return max(0, load.slots - reserve - (load.running + queued))
 
-    def free_slots(self, candidates: Iterable[Endpoint]) -> float:
-        """The requests the candidates take before every one is full; 0 (saturated) when there is none."""
+    def free_slots(self, candidates: Iterable[Endpoint], reserve: int = 0) -> float:
+        """The requests the candidates take before every one is full, each keeping `reserve` slots free; 0
+        (saturated) when there is none."""
         total = 0.0
         for endpoint in candidates:
-            total += self.room(endpoint)
+            total += self.room(endpoint, reserve)
             if total == math.inf:
                 break
         return total
