@@ -182,7 +182,13 @@ def routing(suite: Suite) -> None:
     ladder = routing_bench.Ladder(s.trace_unloaded_rate, s.trace_rates, s.trace_step_seconds)
     llmd = llmd_epp.llmd_binary(os.environ, s.cache_dir)  # llm-d's EPP as one more strategy when it is built
     run = partial(
-        routing_bench.run_once, suite.log_dir, s.repeats, workloads=s.serving_workloads, ladder=ladder, llmd=llmd
+        routing_bench.run_once,
+        suite.log_dir,
+        s.repeats,
+        workloads=s.serving_workloads,
+        ladder=ladder,
+        llmd=llmd,
+        strategies=s.serving_strategies,
     )
     suite.record("routing", {"subject": "python"}, run)
 

@@ -55,7 +55,7 @@ EPP_FIGURES = (
 )
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -168,27 +168,49 @@ def peer(
     exit; ready when an answer has come through Envoy. Files and logs in `work`; `watch`: processes whose exit
     fails the wait (the engines, when they are local); `model`: the name the readiness chat asks for."""
     work.mkdir(parents=True, exist_ok=True)
-    ports = llmd_epp.Ports(_free_port(), _free_port(), _free_port())
-    api, admin = _free_port(), _free_port()
+    ports = llmd_epp.Ports(free_port(), free_port(), free_port())
+    api, admin = free_port(), free_port()
     endpoints = llmd_epp.discovery(engines, llmd_epp.ENGINE_TYPE if llamacpp_metrics else None)
     config = llmd_epp.epp_config(work / "endpoints.yaml", llamacpp_metrics=llamacpp_metrics, affinity=affinity)
     (work / "endpoints.yaml").write_text(json.dumps(endpoints, indent=2) + "\n")
     (work / "config.yaml").write_text(json.dumps(config, indent=2) + "\n")
-    (work / "envoy.json").write_text(json.dumps(llmd_epp.envoy_bootstrap(api, admin, ports.grpc), indent=2) + "\n")
     epp_argv = llmd_epp.epp_command(binary, work / "config.yaml", ports, verbosity=verbosity)
-    envoy_argv = [envoy or envoy_binary(), "-c", str(work / "envoy.json"), "--log-level", "warn", "--concurrency", "1"]
-    url = f"http://127.0.0.1:{api}"
-    with _process(epp_argv, work / "epp.log") as epp, _process(envoy_argv, work / "envoy.log") as proxy:
-        procs = [*watch, epp, proxy]
-        _until("envoy", lambda: "LIVE" in _get(f"http://127.0.0.1:{admin}/ready"), procs)
-        _until("an answer through envoy and the EPP", lambda: _chat(url, "ping", "ping", 1, model)[0] == 200, procs)
+    bootstrap = llmd_epp.envoy_bootstrap(api, admin, ports.grpc)
+    with ExitStack() as stack:
+        epp = stack.enter_context(_process(epp_argv, work / "epp.log"))
+        front = envoy_front(bootstrap, api, admin, work, model=model, watch=[*watch, epp], envoy=envoy)
+        url = stack.enter_context(front)
         yield Peer(url, f"http://127.0.0.1:{ports.metrics}/metrics", work, epp_argv)
+
+
+@contextmanager
+def envoy_front(
+    bootstrap: Mapping[str, Any],
+    api_port: int,
+    admin_port: int,
+    work: Path,
+    *,
+    model: str = MODEL,
+    watch: Sequence[subprocess.Popen[bytes]] = (),
+    envoy: str = "",
+) -> Iterator[str]:
+    """Envoy (one worker) run with `bootstrap` (its API on 127.0.0.1:`api_port`, its admin on `admin_port`),
+    stopped on exit; ready when a chat for `model` has been answered through it. Yields the API's URL. Files and
+    logs in `work`; `watch`: processes whose exit fails the wait."""
+    (work / "envoy.json").write_text(json.dumps(bootstrap, indent=2) + "\n")
+    envoy_argv = [envoy or envoy_binary(), "-c", str(work / "envoy.json"), "--log-level", "warn", "--concurrency", "1"]
+    url = f"http://127.0.0.1:{api_port}"
+    with _process(envoy_argv, work / "envoy.log") as proxy:
+        procs = [*watch, proxy]
+        _until("envoy", lambda: "LIVE" in _get(f"http://127.0.0.1:{admin_port}/ready"), procs)
+        _until("an answer through envoy and the EPP", lambda: _chat(url, "ping", "ping", 1, model)[0] == 200, procs)
+        yield url
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work or tempfile.mkdtemp(prefix="llmd-loopback-"))
     work.mkdir(parents=True, exist_ok=True)
-    engines = [llmd_epp.Engine(f"engine-{i}", "127.0.0.1", _free_port()) for i in range(args.engines)]
+    engines = [llmd_epp.Engine(f"engine-{i}", "127.0.0.1", free_port()) for i in range(args.engines)]
     result: dict[str, Any] = {"work": str(work)}
     with ExitStack() as stack:
         procs = []

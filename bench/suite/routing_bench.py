@@ -17,6 +17,9 @@ before each strategy, so none finds another's prefixes in the caches):
 - `least-outstanding`: through llmaz-gateway, fewest requests in flight (the gateway's default);
 - `prefix-aware`: through llmaz-gateway with the `llmaz.io/routing-strategy: prefix-aware` annotation;
 - `prefix-aware x2`: the same behind two gateway replicas (the gateway Service spreads the connections);
+- `envoy+epp`: Envoy on the node's host (one worker, the install variant's bootstrap, BUFFERED) asking
+  llmaz-gateway's Endpoint Picker in the gateway's pod (`--epp-port` 9002), the Playground `prefix-aware`: the path
+  a GIE gateway takes to our routing;
 - `llm-d EPP`, the peer, only when its binary is there (`BENCH_LLMD_BINARY`, or `BENCH_LLMD_SRC` with the binary
   `make llm-d` built for `BENCH_LLMD_REF`/`BENCH_GIE_REF`, suite/llmd_epp.py): llm-d's Endpoint Picker as a process
   on the node's host, with file discovery of the model's Ready pods (their IPs and `http` port, read after each
@@ -86,13 +89,14 @@ from typing import Any
 import aiohttp
 import yaml
 
+from llmaz.gateway import envoy
 from llmaz_dev.envtest.images import find_images
 from llmaz_dev.envtest.node import NodeCluster
 from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
 from llmaz_dev.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore, tiny_model
 from llmaz_dev.tinymodel import PREFILL_HEAVY
 from suite import llmd_epp
-from suite.llmd_peer import peer
+from suite.llmd_peer import envoy_front, free_port, peer
 from suite.settings import REPO, ROUTING_WORKLOADS
 
 MODEL = "bench-llama"
@@ -117,6 +121,10 @@ STRATEGIES = ("kube-proxy", "least-outstanding", "prefix-aware", "prefix-aware x
 # The peer, run only when its binary is there (suite.llmd_epp.llmd_binary): llm-d's EPP on the node's host, with
 # file discovery of the model's pods and Envoy in front.
 LLMD_STRATEGY = llmd_epp.STRATEGY
+# llmaz's own Endpoint Picker behind Envoy on the node's host: the GIE path to the prefix-aware picker.
+EPP_STRATEGY = "envoy+epp"
+EPP_PORT = 9002
+GATEWAY_SELECTOR = "app.kubernetes.io/name=llmaz,app.kubernetes.io/component=gateway"
 ROUTING_ANNOTATION = "llmaz.io/routing-strategy"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 # Common English words: the SPM vocabulary has a token for each, so a prompt of N words is about N tokens.
@@ -539,6 +547,18 @@ def with_peer(base: tuple[str, ...], llmd: Path | None) -> tuple[str, ...]:
     return (*base, LLMD_STRATEGY) if llmd is not None else base
 
 
+def select_strategies(available: tuple[str, ...], wanted: Iterable[str] | None) -> tuple[str, ...]:
+    """The strategies of `available` that are `wanted` (None: all), in `available`'s order; ValueError naming any
+    that cannot run."""
+    if wanted is None:
+        return available
+    wanted = tuple(wanted)
+    unknown = [name for name in wanted if name not in available]
+    if unknown:
+        raise ValueError(f"strategies {unknown} cannot run here; choose from {list(available)}")
+    return tuple(name for name in available if name in wanted)
+
+
 def pod_engines(pods: Iterable[dict[str, Any]]) -> list[llmd_epp.Engine]:
     """The model's Ready pods as the EPP's engines: name, pod IP, the port of the container port named `http`
     (llama.cpp's server); a Ready pod without an IP or that port is an error naming it."""
@@ -559,6 +579,11 @@ def pod_engines(pods: Iterable[dict[str, Any]]) -> list[llmd_epp.Engine]:
 def strategy_url(cluster: NodeCluster, strategy: str, llmd: Path | None, log_dir: Path) -> Iterator[str]:
     """`use_strategy`, or for llm-d's EPP: the gateway at one replica, the EPP and Envoy on this host in front of
     the model's Ready pods, stopped on exit (their files and logs under `log_dir`)."""
+    if strategy == EPP_STRATEGY:
+        use_strategy(cluster, "prefix-aware")
+        with epp_front(cluster, Path(tempfile.mkdtemp(prefix="routing-envoy-epp-", dir=log_dir))) as url:
+            yield url
+        return
     if strategy != LLMD_STRATEGY:
         yield use_strategy(cluster, strategy)
         return
@@ -568,6 +593,22 @@ def strategy_url(cluster: NodeCluster, strategy: str, llmd: Path | None, log_dir
     work = Path(tempfile.mkdtemp(prefix="routing-llmd-", dir=log_dir))
     with peer(llmd, pod_engines(_pods(cluster)), work, model=MODEL) as running:
         yield running.url
+
+
+@contextmanager
+def epp_front(cluster: NodeCluster, work: Path) -> Iterator[str]:
+    """Envoy on this host with the install variant's bootstrap, asking the Endpoint Picker of the one Ready gateway
+    pod; stopped on exit. Yields the URL clients send to."""
+    gateways = json.loads(cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", GATEWAY_SELECTOR, "-o", "json"))
+    ready = [pod for pod in gateways["items"] if ready_count([pod]) == 1 and (pod.get("status") or {}).get("podIP")]
+    if len(ready) != 1:
+        raise RuntimeError(f"expected one Ready gateway pod for Envoy's picker, found {len(ready)}")
+    api, admin = free_port(), free_port()
+    loopback = envoy.loopback(api, admin, EPP_PORT)
+    picker = envoy.Address(str(ready[0]["status"]["podIP"]), EPP_PORT)
+    bootstrap = envoy.bootstrap(envoy.Addresses(loopback.api, loopback.admin, picker))
+    with envoy_front(bootstrap, api, admin, work, model=MODEL) as url:
+        yield url
 
 
 def _wait_answering(url: str) -> None:
@@ -864,10 +905,12 @@ def run_once(
     workloads: Iterable[str] = ROUTING_WORKLOADS,
     ladder: Ladder = Ladder(),
     llmd: Path | None = None,
+    strategies: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Every chosen workload and strategy: (a)-(d) `runs` times each over the same prompts per run, the trace once
-    up its ladder; cold engines for each strategy. `llmd`: llm-d's EPP binary, run as one more strategy."""
-    chosen_strategies = with_peer(STRATEGIES, llmd)
+    up its ladder; cold engines for each strategy. `llmd`: llm-d's EPP binary, run as one more strategy;
+    `strategies`: those to run (None: every one)."""
+    chosen_strategies = select_strategies(with_peer((*STRATEGIES, EPP_STRATEGY), llmd), strategies)
     chosen = set(workloads)
     selected = [w for w in WORKLOADS if w.name in chosen]
     results: dict[str, Any] = {
@@ -958,7 +1001,16 @@ def goals(figures_: dict[str, dict[str, dict[str, Any]]], trace: dict[str, Any] 
          ratio(get("saturation", "prefix-aware", "requests_per_second"),
                get("saturation", "least-outstanding", "requests_per_second")), lambda v: v >= 0.95),
     ]  # fmt: skip
-    failed = sum(get(w.name, s, "failed") or 0 for w in WORKLOADS for s in STRATEGIES)
+    for workload in WORKLOADS:  # our EPP against llm-d's, when it ran: at least its cached tokens, its TTFT at most
+        if workload.name == TRACE.name or get(workload.name, LLMD_STRATEGY, "cached_ratio") is None:
+            continue
+        rows.append((f"{workload.title.split()[0]} cached-token ratio, {EPP_STRATEGY} / {LLMD_STRATEGY} >= 1",
+                     ratio(get(workload.name, EPP_STRATEGY, "cached_ratio"),
+                           get(workload.name, LLMD_STRATEGY, "cached_ratio")), lambda v: v >= 1.0))  # fmt: skip
+        rows.append((f"{workload.title.split()[0]} TTFT p50, {EPP_STRATEGY} / {LLMD_STRATEGY} <= 1",
+                     ratio(get(workload.name, EPP_STRATEGY, "ttft_p50"), get(workload.name, LLMD_STRATEGY, "ttft_p50")),
+                     lambda v: v <= 1.0))  # fmt: skip
+    failed = sum(get(w, s, "failed") or 0 for w, by_strategy in figures_.items() for s in by_strategy)
     found = [{"goal": goal, "measured": value, "pass": None if value is None else passes(value)}
              for goal, value, passes in rows]  # fmt: skip
     knees = (trace or {}).get("knees", {})

@@ -63,6 +63,17 @@ def _names(name: str, choices: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(c for c in choices if c in chosen)
 
 
+def _comma_list(name: str) -> tuple[str, ...] | None:
+    """The comma-separated names of `name`, None when it is not set."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    listed = tuple(part.strip() for part in raw.split(",") if part.strip())
+    if not listed:
+        raise SystemExit(f"{name} names nothing; give a comma-separated list, or leave it unset for all")
+    return listed
+
+
 def _ladder(unloaded: float, rates: tuple[float, ...], seconds: float) -> tuple[float, tuple[float, ...], float]:
     if unloaded <= 0:
         raise SystemExit(f"BENCH_TRACE_UNLOADED_RATE must be above 0 requests/s, got {unloaded:g}")
@@ -182,6 +193,10 @@ class Settings:
     serving_workloads: tuple[str, ...]
     """BENCH_SERVING_WORKLOADS: scenario 12's workloads, a subset of shared-prefix, multi-turn, unique, saturation,
     trace (default: all)."""
+    serving_strategies: tuple[str, ...] | None
+    """BENCH_SERVING_STRATEGIES: scenario 12's strategies, comma-separated (their names have spaces), a subset of
+    kube-proxy, least-outstanding, prefix-aware, prefix-aware x2, envoy+epp, llm-d EPP (default: all, llm-d EPP
+    when its binary is there)."""
     trace_unloaded_rate: float
     """BENCH_TRACE_UNLOADED_RATE: requests/s of the trace workload's unloaded step (1)."""
     trace_rates: tuple[float, ...]
@@ -251,6 +266,7 @@ class Settings:
             tenancy_tpm=_int("BENCH_TENANCY_TPM", 1200),
             manager_args=tuple(shlex.split(os.environ.get("BENCH_MANAGER_ARGS", ""))),
             serving_workloads=_names("BENCH_SERVING_WORKLOADS", ROUTING_WORKLOADS),
+            serving_strategies=_comma_list("BENCH_SERVING_STRATEGIES"),
             trace_unloaded_rate=unloaded,
             trace_rates=rates,
             trace_step_seconds=step_seconds,

@@ -2,9 +2,10 @@
 real node.
 
 `make bench-tenancy` (`BENCH_SCENARIOS=tenancy`, needs root and the node tier: `make node-bins image-build`): one
-real node with llmaz installed by `make deploy`, the gateway patched to `--flow-control=true` and
-`--api-key-secrets=true`, API keys as Secrets (`KEYS`), and one replica of the prefill-heavy random llama whose
-llama.cpp server has 2 slots (`-np 2 -t 1`): a few concurrent streams saturate it.
+real node with llmaz installed by `make deploy`, the gateway patched to `--flow-control=true`,
+`--api-key-secrets=true` and `--flow-reserved-slots=1` (a slot kept for bands 6 and above while they send), API
+keys as Secrets (`KEYS`), and one replica of the prefill-heavy random llama whose llama.cpp server has 2 slots
+(`-np 2 -t 1`): a few concurrent streams saturate it.
 
 Three parts, each bounded in time and in requests, every request with a timeout; a status other than 200 is
 counted (429 and 503 as shed, anything else or a broken stream as failed):
@@ -46,6 +47,8 @@ from suite.routing_bench import model_node, ready_count, served_model
 MODEL = "bench-tenancy"
 PLAYGROUND_NAMESPACE = "default"
 SLOTS = 2
+# One of the two kept for the interactive key's band while it sends (the gateway's --flow-reserved-slots).
+RESERVED_SLOTS = 1
 CONTEXT = 4096
 MAX_TOKENS = 32
 REQUEST_TIMEOUT = 90.0  # past the queue's TTL (60 s): a request that waits it out is shed (429), not timed out
@@ -55,7 +58,7 @@ PROMPT = "Tell me a long story about the sea, the wind and a small boat."
 PRIORITY_GOAL = 1.5
 FAIRNESS_GOAL = 0.95
 SHED_STATUSES = frozenset({429, 503})
-GATEWAY_FLAGS = ("--flow-control=true", "--api-key-secrets=true")
+GATEWAY_FLAGS = ("--flow-control=true", "--api-key-secrets=true", f"--flow-reserved-slots={RESERVED_SLOTS}")
 
 
 @dataclass(frozen=True, slots=True)

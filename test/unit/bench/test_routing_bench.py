@@ -15,7 +15,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from suite.routing_bench import (
+    EPP_STRATEGY,
     KV_BYTES_PER_TOKEN,
+    LLMD_STRATEGY,
     MIB,
     STRATEGIES,
     TRACE,
@@ -38,6 +40,7 @@ from suite.routing_bench import (
     past_knee,
     report,
     reusable_tokens,
+    select_strategies,
     served_model,
     sessions,
     step_figures,
@@ -128,6 +131,26 @@ def test_the_goals_judge_efficiency_against_the_ceiling_and_requests_per_second_
     assert verdicts["(d) requests/s at 16 in flight, prefix-aware / least-outstanding >= 0.95"] is False
     assert verdicts["(b) efficiency, prefix-aware >= 0.92 of the ceiling"] is None  # not measured
     assert verdicts["failed requests, every strategy and workload = 0"] is True
+
+
+def test_our_epp_is_judged_against_llm_ds_on_each_workload_only_when_that_epp_ran() -> None:
+    assert not [row for row in goals(_figures()) if LLMD_STRATEGY in row["goal"]]
+    found = _figures()
+    found["shared-prefix"][EPP_STRATEGY] = {"failed": 0, "cached_ratio": 0.70, "ttft_p50": 0.30}
+    found["shared-prefix"][LLMD_STRATEGY] = {"failed": 2, "cached_ratio": 0.60, "ttft_p50": 0.25}
+    verdicts = {row["goal"]: row["pass"] for row in goals(found)}
+    assert verdicts[f"(a) cached-token ratio, {EPP_STRATEGY} / {LLMD_STRATEGY} >= 1"] is True
+    assert verdicts[f"(a) TTFT p50, {EPP_STRATEGY} / {LLMD_STRATEGY} <= 1"] is False
+    assert not [goal for goal in verdicts if goal.startswith("(b)") and LLMD_STRATEGY in goal]  # it did not run there
+    assert verdicts["failed requests, every strategy and workload = 0"] is False  # the peer's failures count too
+
+
+def test_a_run_may_choose_its_strategies_in_the_benchs_order_and_is_told_which_cannot_run() -> None:
+    available = (*STRATEGIES, EPP_STRATEGY)
+    assert select_strategies(available, None) == available
+    assert select_strategies(available, [EPP_STRATEGY, "prefix-aware"]) == ("prefix-aware", EPP_STRATEGY)
+    with pytest.raises(ValueError, match="strategies \\['llm-d EPP'\\] cannot run here"):
+        select_strategies(available, [LLMD_STRATEGY])
 
 
 def test_the_report_shows_the_ceiling_and_the_efficiency_beside_the_ratio() -> None:

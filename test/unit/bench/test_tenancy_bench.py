@@ -154,9 +154,13 @@ def stored_policy(secret: dict[str, Any]) -> KeyPolicy:
     return entry.policy
 
 
-def test_the_gateway_is_patched_with_flow_control_and_api_key_secrets() -> None:
+def test_the_gateway_is_patched_with_flow_control_api_key_secrets_and_a_reserved_slot() -> None:
     patch = gateway_patch()
-    assert [op["value"] for op in patch] == ["--flow-control=true", "--api-key-secrets=true"]
+    assert [op["value"] for op in patch] == [
+        "--flow-control=true",
+        "--api-key-secrets=true",
+        "--flow-reserved-slots=1",
+    ]
     assert {op["path"] for op in patch} == {"/spec/template/spec/containers/0/args/-"}
 
 
