@@ -99,6 +99,33 @@ async def test_a_prefix_aware_scheduler_holds_a_request_its_bound_moved_off_a_bu
     assert decision.endpoint == home  # scheduled again: home, where its prompt is
 
 
+async def test_a_request_waits_for_a_slot_at_its_home_busy_with_other_prefixes_not_recomputing_elsewhere() -> None:
+    aware = PrefixAware(InFlight())
+    first = request()
+    home = aware.schedule(first).endpoint
+    assert home is not None
+    aware.pre_request(first, home)
+    aware.post_response(first, home)  # the prefix's home, and its prompt cached there
+    others = [Request("m", [HOME, OTHER], RoutingKey((9, n), ring=90 + n)) for n in range(2)]
+    for other in others:  # two other prefixes fill the home
+        aware.pre_request(other, home)
+    second = request()
+    moved = aware.schedule(second).endpoint
+    assert moved is not None
+    assert moved != home  # the request bound moves it on
+    assert aware.prefix_holds.behind(second, moved) == home
+    deciding = asyncio.create_task(aware.decide(second, lambda endpoint: engine("llamacpp")))
+    await eventually(lambda: aware.prefix_holds.waiting() == 1)
+    aware.post_response(others[0], home)  # a slot frees at the home
+    decision = await deciding
+    assert (decision.endpoint, decision.held) == (home, True)
+
+
+def test_a_home_serving_nothing_is_not_waited_for() -> None:
+    holds = PrefixHolds(home_of=lambda key: HOME)
+    assert holds.behind(Request("m", [HOME, OTHER], KEY), OTHER) is None
+
+
 async def test_a_request_for_an_engine_that_shares_cached_prompts_is_decided_without_waiting() -> None:
     aware = PrefixAware(InFlight())
     _, second, _, moved = _busy_home(aware)

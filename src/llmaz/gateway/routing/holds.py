@@ -6,9 +6,11 @@ whole prompt again, wherever it goes, and where it goes it pushes another prefix
 first to end costs its remaining time; recomputing costs the prompt's whole prefill. So, for an engine whose reuse
 is serial (`engines.PromptReuse.SERIAL`), a request whose pick is already serving an attempt of the request's
 prefix waits until that attempt ends, at most the hold deadline, and is then scheduled again. So does a request
-scheduled away from its prefix's home (`homes.PrefixHomes`; the home was over the request bound) while the home
-serves its prefix: once that attempt ends, the home has room again, and the request finds its prompt there
-instead of prefilling it elsewhere.
+scheduled away from its prefix's home (`homes.PrefixHomes`; the home was full, over the request bound) while the
+home serves other attempts: once one of them ends, the home has a slot again, and the request finds its prompt
+there instead of prefilling it elsewhere. Its prompt's whole prefill elsewhere costs the deadline; waiting for the
+home costs the rest of a running attempt, which is less as long as the wait stays within the deadline: a request
+leaves its home only when the home would keep it waiting longer than recomputing takes.
 
 The deadline is what recomputing costs, learned from the engines' own answers: per model, the mean time of an
 attempt that found little of its prompt cached, less that of one that found most of it (exponentially weighted,
@@ -16,7 +18,8 @@ ALPHA), clamped to [MIN_HOLD, MAX_HOLD]; DEFAULT_HOLD until both are known. Wait
 recomputing at once.
 
 A prefix is the request's ring key (`prefix.RoutingKey.ring`): a system prompt's requests, a conversation's turns.
-Waiters of one (endpoint, prefix) are released one per ended attempt, oldest first. A request is held at most once.
+An attempt that ends releases one waiter at its endpoint, oldest first: one behind its prefix, else one waiting for
+a slot at its home. A request is held at most once.
 Memory: at most TRACKED_ATTEMPTS attempts followed (the oldest let go past that), one future per waiting request,
 one pair of means per model (at most MAX_MODELS).
 """
@@ -28,7 +31,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from llmaz.gateway.routing.prefix import RoutingKey
 from llmaz.gateway.routing.routes import Endpoint
@@ -44,6 +47,8 @@ HIT_SHARE: Final = 0.75
 MAX_MODELS: Final = 1024
 # Attempts followed at once: the gateway's default bound on client connections.
 TRACKED_ATTEMPTS: Final = 4096
+
+_K = TypeVar("_K")
 
 
 @dataclass(slots=True)
@@ -74,7 +79,12 @@ class PrefixHolds(Plugin):
         self._clock = clock
         self._home_of = home_of
         self._busy: dict[tuple[Endpoint, int], int] = {}
+        self._active: dict[Endpoint, int] = {}
+        """Attempts in flight per endpoint, every prefix together."""
         self._waiting: dict[tuple[Endpoint, int], deque[asyncio.Future[None]]] = {}
+        """Requests waiting behind an attempt of their prefix at an endpoint."""
+        self._homeward: dict[Endpoint, deque[asyncio.Future[None]]] = {}
+        """Requests waiting for a slot at their prefix's home."""
         # Attempts in flight, oldest first: their (endpoint, prefix) and when they were sent.
         self._open: OrderedDict[tuple[int, Endpoint], tuple[tuple[Endpoint, int], float]] = OrderedDict()
         self._means: OrderedDict[str, _Means] = OrderedDict()
@@ -92,29 +102,36 @@ class PrefixHolds(Plugin):
 
     def behind(self, request: Request, endpoint: Endpoint) -> Endpoint | None:
         """Where the request would wait: `endpoint` while it serves the request's prefix; else the prefix's home,
-        when the request was scheduled elsewhere (its home over the request bound) while the home serves it."""
+        when the request was scheduled elsewhere (its home full) while the home serves attempts."""
         if request.key is None:
             return None
         if self.busy(request, endpoint):
             return endpoint
-        home = None if self._home_of is None else self._home_of(request.key)
-        if home is not None and home != endpoint and home in request.candidates and self.busy(request, home):
-            return home
-        return None
+        return self._home_away(request, endpoint)
 
     async def wait(self, request: Request, endpoint: Endpoint) -> bool:
-        """Wait while the request's pick (`endpoint`) or its prefix's home serves an attempt of its prefix (`behind`),
-        until one ends there or the deadline passes: whether it waited at all (False at once when there is nothing
-        to wait behind)."""
-        busy = self.behind(request, endpoint)
-        if busy is None or request.key is None:
+        """Wait while the request's pick (`endpoint`) serves an attempt of its prefix, or its prefix's home, which
+        the request was scheduled away from, serves attempts (`behind`), until one ends there or the deadline passes:
+        whether it waited at all (False at once when there is nothing to wait behind)."""
+        key = request.key
+        if key is None:
             return False
-        slot = (busy, request.key.ring)
+        if self.busy(request, endpoint):
+            await self._wait_in(self._waiting, (endpoint, key.ring), request.model)
+            return True
+        home = self._home_away(request, endpoint)
+        if home is None:
+            return False
+        await self._wait_in(self._homeward, home, request.model)
+        return True
+
+    async def _wait_in(self, table: dict[_K, deque[asyncio.Future[None]]], slot: _K, model: str) -> None:
+        """Wait in `table[slot]` until released (`_end`) or the deadline of `model` passes."""
+        queue = table.setdefault(slot, deque())
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue = self._waiting.setdefault(slot, deque())
         queue.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.deadline(request.model))
+            await asyncio.wait_for(asyncio.shield(waiter), self.deadline(model))
         except TimeoutError:
             pass
         finally:
@@ -122,13 +139,21 @@ class PrefixHolds(Plugin):
                 waiter.cancel()
             if waiter in queue:
                 queue.remove(waiter)
-            if not queue and self._waiting.get(slot) is queue:
-                del self._waiting[slot]
-        return True
+            if not queue and table.get(slot) is queue:
+                del table[slot]
+
+    def _home_away(self, request: Request, endpoint: Endpoint) -> Endpoint | None:
+        """The prefix's home, when the request was scheduled to another `endpoint` while the home, still one of its
+        candidates, serves attempts."""
+        key = request.key
+        home = None if self._home_of is None or key is None else self._home_of(key)
+        if home is None or home == endpoint or home not in request.candidates or home in request.excluded:
+            return None
+        return home if self._active.get(home, 0) > 0 else None
 
     def waiting(self) -> int:
-        """Requests waiting behind a prefix, over every endpoint."""
-        return sum(len(queue) for queue in self._waiting.values())
+        """Requests waiting behind a prefix or for a slot at its home, over every endpoint."""
+        return sum(len(queue) for queue in (*self._waiting.values(), *self._homeward.values()))
 
     def pre_request(self, request: Request, endpoint: Endpoint) -> None:
         if request.key is None:
@@ -137,6 +162,7 @@ class PrefixHolds(Plugin):
         attempt = (id(request), endpoint)
         self._end(attempt)
         self._busy[slot] = self._busy.get(slot, 0) + 1
+        self._active[endpoint] = self._active.get(endpoint, 0) + 1
         self._open[attempt] = (slot, self._clock())
         while len(self._open) > TRACKED_ATTEMPTS:  # attempts that never end (`Scheduler.pick`) are let go
             self._end(next(iter(self._open)))
@@ -152,17 +178,11 @@ class PrefixHolds(Plugin):
         if found is None:
             return None
         slot, started = found
-        left = self._busy[slot] - 1
-        if left:
-            self._busy[slot] = left
-        else:
-            del self._busy[slot]
-        queue = self._waiting.get(slot)
-        while queue:
-            waiter = queue.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                break
+        endpoint = slot[0]
+        _decrement(self._busy, slot)
+        _decrement(self._active, endpoint)
+        if not _release(self._waiting.get(slot)):  # the freed slot goes to its prefix first, else to a homeward one
+            _release(self._homeward.get(endpoint))
         return started
 
     def _learn(self, model: str, usage: PromptUsage, seconds: float) -> None:
@@ -180,3 +200,21 @@ class PrefixHolds(Plugin):
         else:
             self._means.move_to_end(model)
         means.add(share >= HIT_SHARE, seconds)
+
+
+def _decrement(counts: dict[_K, int], key: _K) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+
+
+def _release(queue: deque[asyncio.Future[None]] | None) -> bool:
+    """Let the oldest waiter of `queue` go; whether one went."""
+    while queue:
+        waiter = queue.popleft()
+        if not waiter.done():
+            waiter.set_result(None)
+            return True
+    return False
