@@ -23,6 +23,9 @@ Choices, all in `bootstrap`:
   run with longer holds);
 - body size: the listener buffers up to the Python proxy's `--max-request-bytes` default (10 MiB), which a BUFFERED
   body must fit in (Envoy answers 413 above it);
+- a request whose engine connection is reset before any answer (a kept-alive connection the engine closed just as
+  Envoy reused it: llama.cpp closes one after each stream) is sent once more, on a new connection, as the Python
+  proxy retries a pooled connection that lost that race; once an answer has begun nothing is retried;
 - admin on loopback only; the kubelet's readiness probe reaches `/ready` alone, through a listener of its own that
   forwards that one path to the admin port.
 
@@ -79,6 +82,9 @@ class Addresses:
     epp: Address
     ready: Address | None = None
 
+
+# Envoy's retry condition for an attempt reset before its answer's headers.
+RETRY_ON = "reset"
 
 # In llmaz-gateway's pod: the API on the gateway's API port (the Service's `http`), the picker in the gateway
 # container (same network namespace), admin on loopback, /ready for the kubelet on a port of its own.
@@ -140,7 +146,10 @@ def bootstrap(
         "message_timeout": timeout,
         "processing_mode": processing_mode(body_mode),
     }
-    api_routes = [{"match": {"prefix": "/"}, "route": {"cluster": "engines", "timeout": "0s"}}]
+    # An engine may close a kept-alive connection just as Envoy reuses it (llama.cpp closes after each stream):
+    # that attempt is reset before any answer, and goes once more, on a new connection.
+    retry = {"retry_on": RETRY_ON, "num_retries": 1}
+    api_routes = [{"match": {"prefix": "/"}, "route": {"cluster": "engines", "timeout": "0s", "retry_policy": retry}}]
     api = _http_listener(
         "gateway",
         addresses.api,

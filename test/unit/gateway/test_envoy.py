@@ -115,7 +115,11 @@ def test_engines_are_reached_at_the_pickers_header_and_no_timeout_cuts_a_live_st
     assert engines["original_dst_lb_config"]["http_header_name"] == DESTINATION_HEADER
     manager = _api_manager(config)
     (route,) = manager["route_config"]["virtual_hosts"][0]["routes"]
-    assert route["route"] == {"cluster": "engines", "timeout": "0s"}
+    assert route["route"] == {
+        "cluster": "engines",
+        "timeout": "0s",
+        "retry_policy": {"retry_on": "reset", "num_retries": 1},  # a kept-alive connection the engine closed
+    }
     # A stalled engine is cut after as long as the Python proxy waits for an engine read.
     assert manager["stream_idle_timeout"] == f"{ProxyOptions().read_timeout:.0f}s"
     assert parse_args([]).upstream_timeout == envoy.STREAM_IDLE_SECONDS
