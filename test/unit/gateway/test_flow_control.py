@@ -96,7 +96,6 @@ def test_a_reserve_keeps_an_engines_last_slots_free_and_nothing_in_its_queue() -
     assert s.saturation.room(B, reserve=2) == SaturationOptions().endpoint_requests - 2
 
 
-
 def test_an_endpoint_whose_engine_is_not_at_capacity_has_room_whatever_its_load() -> None:
     s = Setup()
     s.signals.loads[A] = EngineLoad(running=300, waiting=0, utilisation=0.9, observed_at=s.clock.now())
