@@ -340,6 +340,7 @@ async def test_a_reserve_holds_lower_bands_back_only_while_a_band_that_may_use_i
     s.flow.refresh()
     ticket = await waiting
     assert ticket.queued
+    assert s.flow._reserved_seen == {}  # and nothing is kept of it
 
 
 def test_flow_options_refuse_a_negative_reserve_and_a_reserved_band_out_of_range() -> None:

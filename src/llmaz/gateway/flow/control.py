@@ -254,6 +254,9 @@ class FlowControl:
 
     def refresh(self) -> None:
         """Room may have freed anywhere (new engine signals): dispatch every queue's waiters it allows."""
+        horizon = self._clock() - RESERVE_KEPT_FOR
+        for model in [m for m, seen in self._reserved_seen.items() if seen < horizon]:
+            del self._reserved_seen[model]  # lapsed: a model no longer asked for is not remembered
         for model in list(self._models):
             self.pump(model)
 
