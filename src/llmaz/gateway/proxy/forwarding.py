@@ -23,8 +23,9 @@ Invariants:
   the scheduler's plugins) and `post_response` (released, with the prompt's usage when the engine reported it),
   however it ends (`try`/`finally`).
 - To an engine that reuses a cached prompt serially (`engines.PromptReuse.SERIAL`: llama.cpp), a request whose
-  pick is serving another attempt of its prefix first waits for that attempt to end, at most what recomputing
-  the prompt costs (`Scheduler.decide`, `routing.holds`), and is then scheduled again; on its first attempt only.
+  pick is serving another attempt of its prefix, or that was moved off its prefix's full home, first waits for an
+  attempt there to end, at most what recomputing the prompt costs (`Scheduler.decide`, `routing.holds`), and is
+  then scheduled again; on its first attempt only.
 - A streamed request to an engine whose rule says so (`engines.Engine.close_after_stream`: llama.cpp, and an
   engine not known) goes on a connection of its own, closed at its end (`Connection: close`): llama.cpp closes a
   connection after a stream while its headers still say keep-alive, so a pooled one would lose the next request.

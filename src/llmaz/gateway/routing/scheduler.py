@@ -4,8 +4,8 @@
     pre_request(request, endpoint)          before each attempt: counted in flight, plugins record it
     post_response(request, endpoint, usage) after each attempt, however it ended: released, plugins hear how it went
     decide(request, engine_of)              a request's first schedule: for a pick whose engine reuses prompts
-                                            serially, waits while that endpoint serves the request's prefix
-                                            (`holds`), then schedules again
+                                            serially, waits while that endpoint serves the request's prefix, or
+                                            for a slot at the prefix's full home (`holds`), then schedules again
 
 The strategies (`llmaz.apis.routing`) are configurations of this one Scheduler, lists of plugins and weights:
 `balancer.LeastOutstanding` and `picker.PrefixAware`. The plugins are `filters` (narrow the candidates) and
@@ -267,9 +267,9 @@ class Scheduler:
 
     async def decide(self, request: Request, engine_of: Callable[[Endpoint], engines.Engine]) -> Decision:
         """`schedule`, for a request's first attempt. When the pick's engine (`engine_of`) reuses a cached prompt
-        serially (`engines.PromptReuse.SERIAL`) and the pick serves another attempt of the request's prefix, the
-        request waits until that attempt ends, at most what recomputing costs (`holds`), and is scheduled again:
-        once. Without `holds` nothing waits."""
+        serially (`engines.PromptReuse.SERIAL`) and the pick serves another attempt of the request's prefix, or the
+        request was moved off its prefix's full home, the request waits until an attempt there ends, at most what
+        recomputing costs (`holds`), and is scheduled again: once. Without `holds` nothing waits."""
         decision = self.schedule(request)
         endpoint = decision.endpoint
         if (
