@@ -10,7 +10,8 @@ given), `--activator-port 0` (one listener) and `--log-format json`; flags for p
 the metrics server, the activator, API keys, the kubeconfig) are parsed and have no effect.
 
 The four informers are replaced by static ones holding one OpenModel, one Playground serving it and one
-EndpointSlice of its `-lb` Service with a single ready endpoint, the engine on 127.0.0.1; the slice goes through
+EndpointSlice of its `-lb` Service with a single ready endpoint, the engine on 127.0.0.1, and a second OpenModel
+and Playground (`HELD_MODEL`) whose replica never becomes ready, so that its requests are held; the slice goes through
 the production informer transform (`routes.compact_endpoint_slice`) and every object sits in the production
 `IndexedStore`, so lookups on the request path run the same code as in a cluster. The Playground does not opt in
 to scale to zero, so the scaling client (pointed at an address where nothing listens) is never called; idle
@@ -62,6 +63,9 @@ from llmaz.runtime.server import listener
 MODEL = "bench-model"
 PLAYGROUND = "bench"
 NAMESPACE = "default"
+# A second model whose one replica never becomes ready: its requests are held (the EPP's memory per held request).
+HELD_MODEL = "bench-held"
+HELD_PLAYGROUND = "bench-held"
 # Where the scaling client would send requests: port 9 (discard) on loopback, where nothing listens.
 NO_API_SERVER = "https://127.0.0.1:9"
 
@@ -139,6 +143,24 @@ def objects(engine_port: int, extra_endpoints: int = 0) -> tuple[Obj, Obj, Obj]:
     return open_model, playground, endpoint_slice
 
 
+def held_objects() -> tuple[Obj, Obj]:
+    """The OpenModel and Playground of `HELD_MODEL`: one replica asked for, no endpoint ever, so a request for it is
+    held until the gateway's hold timeout (the replica is starting, as far as the gateway can tell)."""
+    open_model = {
+        "apiVersion": "llmaz.io/v1alpha1",
+        "kind": "OpenModel",
+        "metadata": {"name": HELD_MODEL, "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {"familyName": "bench", "source": {"modelHub": {"modelID": "bench/held"}}},
+    }
+    playground = {
+        "apiVersion": "inference.llmaz.io/v1alpha1",
+        "kind": "Playground",
+        "metadata": {"name": HELD_PLAYGROUND, "namespace": NAMESPACE},
+        "spec": {"replicas": 1, "modelClaim": {"modelName": HELD_MODEL}},
+    }
+    return open_model, playground
+
+
 def gateway_args(port: int, flags: Sequence[str]) -> argparse.Namespace:
     """The command's flags as `llmaz-gateway` parses them, serving on 127.0.0.1:`port` with no activator, logging
     JSON (a `--log-*` flag in `flags` wins)."""
@@ -158,10 +180,11 @@ def _reuse_port_socket(host: str, port: int) -> socket.socket:
 
 async def serve(args: argparse.Namespace, engine_port: int, extra_endpoints: int = 0, metrics_port: int = 0) -> None:
     open_model, playground, endpoint_slice = objects(engine_port, extra_endpoints)
+    held_model, held_playground = held_objects()
     catalog = Catalog(
-        StaticInformer([playground]),
+        StaticInformer([playground, held_playground]),
         StaticInformer([]),
-        StaticInformer([open_model]),
+        StaticInformer([open_model, held_model]),
         [StaticInformer([routes.compact_endpoint_slice(endpoint_slice)])],
     )
     client = Client(RestConfig(host=NO_API_SERVER))

@@ -61,7 +61,7 @@ from llmaz_dev.envoy import alone, bootstrap, envoy_binary
 from llmaz_dev.envtest._process import free_loopback_ports
 from suite import gateway_goals as goals
 from suite import procstat
-from suite.gateway_streams import analyse_streams, hold_streams
+from suite.gateway_streams import HELD_MODEL, analyse_streams, hold_requests, hold_streams
 from suite.settings import BENCH_DIR, REPO
 from suite.subjects import Subject, SubjectFailedError
 
@@ -69,6 +69,7 @@ LAUNCHER = BENCH_DIR / "suite" / "gateway_launcher.py"
 ENGINE = BENCH_DIR / "suite" / "gateway_engine.py"
 MODEL = "bench-model"
 CHAT = "/v1/chat/completions"
+HELD_SECONDS = 120
 DECISION_METRIC = "llmaz_gateway_epp_decision_seconds"
 # The prefix-index phase's slice: enough endpoints that every prompt's blocks stay indexed (8,192 blocks each).
 PREFIX_ENDPOINTS = 32
@@ -374,7 +375,8 @@ def epp_phases(epp: EppLoad, flags: Sequence[str], log_dir: Path) -> dict[str, A
     (engine_port,) = free_loopback_ports(1)
     engine = Subject("gateway-engine-epp", [sys.executable, str(ENGINE), "--port", str(engine_port)],
                      {"PYTHONPATH": str(REPO / "src")}, log_dir / "gateway-engine-epp.log")  # fmt: skip
-    strategy = ["--routing-strategy", "prefix-aware"]
+    # Held requests wait past the time it takes to hold them all (the hold's default, 30 s, is cut close).
+    strategy = ["--routing-strategy", "prefix-aware", "--hold-timeout", str(HELD_SECONDS)]
     result: dict[str, Any] = {"routing_strategy": "prefix-aware"}
     try:
         engine.start()
@@ -395,6 +397,9 @@ def epp_phases(epp: EppLoad, flags: Sequence[str], log_dir: Path) -> dict[str, A
             if epp.streams > 0:
                 pid = front.processes["epp"].process.pid
                 result["streams"] = asyncio.run(hold_streams(front.url + CHAT, pid, epp.streams))
+                metrics_url = front.metrics_url
+                held = hold_requests(front.url + CHAT, pid, epp.streams, HELD_MODEL, lambda: scrape(metrics_url))
+                result["held"] = asyncio.run(held)
             front.check_running()
         finally:
             front.stop()

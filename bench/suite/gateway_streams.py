@@ -1,6 +1,6 @@
 """What the gateway scenario reads from streams: the load generator's stream blocks (percentiles per subject, the
-added figures, chunks a second) and a process's memory with streams held open through it. Shared by phases 2 and 3
-and the endpoint picker's phases."""
+added figures, chunks a second), a process's memory with streams held open through it, and the picker's with
+requests held in it. Shared by phases 2 and 3 and the endpoint picker's phases."""
 
 from __future__ import annotations
 
@@ -9,13 +9,17 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
+from llmaz_dev.testing.waiting import eventually
 from suite import procstat
 
 MODEL = "bench-model"  # what the launcher's Playground serves (gateway_launcher.MODEL)
+HELD_MODEL = "bench-held"  # the launcher's model whose replica never becomes ready (gateway_launcher.HELD_MODEL)
 SUBJECTS = ("direct", "gateway")  # go-gwload's two subjects
 SETTLE_SECONDS = 1.0
 HOLD_OPEN_TIMEOUT = 60.0
@@ -80,6 +84,65 @@ async def hold_streams(url: str, pid: int, streams: int) -> dict[str, Any]:
             "kib_per_stream_second_half": (full["rss_mb"] - half["rss_mb"]) * MB / KIB / (streams - streams // 2),
             "rss_before_mb": none["rss_mb"], "rss_open_mb": full["rss_mb"], "rss_closed_mb": closed["rss_mb"],
             "fds_before": none["fds"], "fds_open": full["fds"]}  # fmt: skip
+
+
+HELD_GAUGE = "llmaz_gateway_requests_held"
+HELD_POLL_SECONDS = 0.2
+
+
+def held_count(metrics_text: str, model: str) -> float:
+    """The gateway's held-requests gauge of `model` in a `/metrics` page (0 when it has no series)."""
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == HELD_GAUGE and sample.labels.get("model") == model:
+                return float(sample.value)
+    return 0.0
+
+
+async def hold_requests(url: str, pid: int, requests: int, model: str, metrics: Callable[[], str]) -> dict[str, Any]:
+    """The RSS of process `pid` (the picker) with 0, requests/2 and `requests` requests for `model` held in it (a
+    model whose replica never becomes ready: each waits for an endpoint), counted by its held-requests gauge
+    (`metrics()`: its `/metrics` page), then after their clients went away."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "held"}]}).encode()
+    readings: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+
+    async def until_held(count: int) -> None:
+        async def reached() -> bool:
+            return held_count(await loop.run_in_executor(None, metrics), model) == count
+
+        await eventually(reached, HOLD_OPEN_TIMEOUT, f"{count} requests held", HELD_POLL_SECONDS)
+
+    def read(held: int) -> None:
+        usage = procstat.usage(pid)
+        readings.append({"held": held, "rss_mb": usage.rss_bytes / MB})
+        print(f"[gateway] memory: {held} requests held, RSS {usage.rss_bytes / MB:.1f} MB", file=sys.stderr)
+
+    async def one(session: aiohttp.ClientSession) -> None:
+        async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+            await resp.read()
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await asyncio.sleep(SETTLE_SECONDS)
+        read(0)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for target in (requests // 2, requests):
+                tasks += [asyncio.create_task(one(session)) for _ in range(target - len(tasks))]
+                await until_held(target)
+                await asyncio.sleep(SETTLE_SECONDS)
+                read(target)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await until_held(0)  # the picker saw the clients go and let the requests go
+        await asyncio.sleep(SETTLE_SECONDS)
+        read(0)
+    none, _, full, gone = readings
+    return {"requests": requests, "readings": readings,
+            "kib_per_request": (full["rss_mb"] - none["rss_mb"]) * MB / KIB / requests,
+            "rss_before_mb": none["rss_mb"], "rss_held_mb": full["rss_mb"], "rss_after_mb": gone["rss_mb"]}  # fmt: skip
 
 
 PERCENTILES = (("p50", 499), ("p99", 989), ("p999", 998))  # indices into 999 cut points

@@ -301,6 +301,10 @@ def _gateway_epp(results: dict[str, Any]) -> list[str]:
         lines += [row("EPP RSS, no stream open MB", "streams", lambda m: m["rss_before_mb"]),
                   row("EPP RSS, K streams open MB", "streams", lambda m: m["rss_open_mb"]),
                   row("EPP KiB per open stream", "streams", lambda m: m["kib_per_stream"])]  # fmt: skip
+    if any("held" in e for e in es):
+        lines += [row("EPP RSS, no request held MB", "held", lambda m: m["rss_before_mb"]),
+                  row("EPP RSS, K requests held (a model not ready) MB", "held", lambda m: m["rss_held_mb"]),
+                  row("EPP KiB per held request", "held", lambda m: m["kib_per_request"])]  # fmt: skip
     if any("prefixes" in e for e in es):
         lines += [row("EPP RSS, prefix index empty MB", "prefixes", lambda m: m["rss_before_mb"]),
                   row("EPP RSS, prefix index filled MB", "prefixes", lambda m: m["rss_full_mb"]),

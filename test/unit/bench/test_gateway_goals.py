@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 from suite import gateway_goals as goals
+from suite.gateway_launcher import HELD_MODEL, StaticInformer, held_objects
 from suite.gateway_proxies import DECISION_METRIC, decision_reading
+from suite.gateway_streams import held_count
 from suite.settings import Settings
+
+from llmaz.gateway.routing.catalog import Catalog
+from llmaz.gateway.scaling.outlook import Coming
+from llmaz.gateway.scaling.waker import Waker
 
 PAGE = """# HELP llmaz_gateway_epp_decision_seconds The endpoint picker's time
 # TYPE llmaz_gateway_epp_decision_seconds histogram
@@ -127,3 +133,26 @@ def test_the_stream_subjects_are_named_comma_separated_and_an_unknown_one_is_ref
     monkeypatch.setenv("BENCH_GATEWAY_STREAM_SUBJECTS", "envoy,nginx")
     with pytest.raises(ValueError, match="BENCH_GATEWAY_STREAM_SUBJECTS: unknown nginx"):
         Settings.from_env()
+
+
+HELD_PAGE = """# HELP llmaz_gateway_requests_held Requests waiting for a ready endpoint, by model.
+# TYPE llmaz_gateway_requests_held gauge
+llmaz_gateway_requests_held{model="bench-model"} 0.0
+llmaz_gateway_requests_held{model="bench-held"} 250.0
+"""
+
+
+def test_the_held_requests_of_a_model_are_read_from_the_pickers_gauge_and_none_is_zero() -> None:
+    assert held_count(HELD_PAGE, "bench-held") == 250
+    assert held_count(HELD_PAGE, "bench-model") == 0
+    assert held_count(HELD_PAGE, "another") == 0
+    assert held_count("", "bench-held") == 0
+
+
+async def test_the_launchers_held_model_is_served_and_its_requests_wait_for_a_starting_replica() -> None:
+    open_model, playground = held_objects()
+    catalog = Catalog(StaticInformer([playground]), StaticInformer([]), StaticInformer([open_model]), [])
+    assert catalog.serves(HELD_MODEL)
+    assert catalog.endpoints(HELD_MODEL) == []
+    coming = await Waker(catalog, None).wake(HELD_MODEL)
+    assert coming is Coming.STARTING
