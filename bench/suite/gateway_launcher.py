@@ -112,18 +112,7 @@ def objects(engine_port: int, extra_endpoints: int = 0) -> tuple[Obj, Obj, Obj]:
     `extra_endpoints` more ready endpoints at 127.0.1.1.. (nothing listens there)."""
     if not 0 <= extra_endpoints <= 254:
         raise ValueError(f"--extra-endpoints {extra_endpoints}: give 0 to 254 (addresses 127.0.1.1 to .254)")
-    open_model = {
-        "apiVersion": "llmaz.io/v1alpha1",
-        "kind": "OpenModel",
-        "metadata": {"name": MODEL, "creationTimestamp": "2025-01-01T00:00:00Z"},
-        "spec": {"familyName": "bench", "source": {"modelHub": {"modelID": "bench/model"}}},
-    }
-    playground = {
-        "apiVersion": "inference.llmaz.io/v1alpha1",
-        "kind": "Playground",
-        "metadata": {"name": PLAYGROUND, "namespace": NAMESPACE},
-        "spec": {"replicas": 1, "modelClaim": {"modelName": MODEL}},
-    }
+    open_model, playground = served_model(MODEL, PLAYGROUND, "bench/model")
     endpoint_slice = {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -143,22 +132,28 @@ def objects(engine_port: int, extra_endpoints: int = 0) -> tuple[Obj, Obj, Obj]:
     return open_model, playground, endpoint_slice
 
 
-def held_objects() -> tuple[Obj, Obj]:
-    """The OpenModel and Playground of `HELD_MODEL`: one replica asked for, no endpoint ever, so a request for it is
-    held until the gateway's hold timeout (the replica is starting, as far as the gateway can tell)."""
+def served_model(model: str, playground: str, model_id: str) -> tuple[Obj, Obj]:
+    """The OpenModel `model` (hub id `model_id`) and the Playground `playground` asking one replica of it, as the API
+    server lists them."""
     open_model = {
         "apiVersion": "llmaz.io/v1alpha1",
         "kind": "OpenModel",
-        "metadata": {"name": HELD_MODEL, "creationTimestamp": "2025-01-01T00:00:00Z"},
-        "spec": {"familyName": "bench", "source": {"modelHub": {"modelID": "bench/held"}}},
+        "metadata": {"name": model, "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {"familyName": "bench", "source": {"modelHub": {"modelID": model_id}}},
     }
-    playground = {
+    served = {
         "apiVersion": "inference.llmaz.io/v1alpha1",
         "kind": "Playground",
-        "metadata": {"name": HELD_PLAYGROUND, "namespace": NAMESPACE},
-        "spec": {"replicas": 1, "modelClaim": {"modelName": HELD_MODEL}},
+        "metadata": {"name": playground, "namespace": NAMESPACE},
+        "spec": {"replicas": 1, "modelClaim": {"modelName": model}},
     }
-    return open_model, playground
+    return open_model, served
+
+
+def held_objects() -> tuple[Obj, Obj]:
+    """The OpenModel and Playground of `HELD_MODEL`: one replica asked for, no endpoint ever, so a request for it is
+    held until the gateway's hold timeout (the replica is starting, as far as the gateway can tell)."""
+    return served_model(HELD_MODEL, HELD_PLAYGROUND, "bench/held")
 
 
 def gateway_args(port: int, flags: Sequence[str]) -> argparse.Namespace:
