@@ -113,16 +113,13 @@ class PrefixHolds(Plugin):
         """Wait while the request's pick (`endpoint`) serves an attempt of its prefix, or its prefix's home, which
         the request was scheduled away from, serves attempts (`behind`), until one ends there or the deadline passes:
         whether it waited at all (False at once when there is nothing to wait behind)."""
-        key = request.key
-        if key is None:
+        where = self.behind(request, endpoint)
+        if where is None or request.key is None:
             return False
-        if self.busy(request, endpoint):
-            await self._wait_in(self._waiting, (endpoint, key.ring), request.model)
-            return True
-        home = self._home_away(request, endpoint)
-        if home is None:
-            return False
-        await self._wait_in(self._homeward, home, request.model)
+        if where == endpoint:  # behind an attempt of its prefix there
+            await self._wait_in(self._waiting, (endpoint, request.key.ring), request.model)
+        else:  # for a slot at its home
+            await self._wait_in(self._homeward, where, request.model)
         return True
 
     async def _wait_in(self, table: dict[_K, deque[asyncio.Future[None]]], slot: _K, model: str) -> None:
