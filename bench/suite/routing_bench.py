@@ -123,7 +123,6 @@ STRATEGIES = ("kube-proxy", "least-outstanding", "prefix-aware", "prefix-aware x
 LLMD_STRATEGY = llmd_epp.STRATEGY
 # llmaz's own Endpoint Picker behind Envoy on the node's host: the GIE path to the prefix-aware picker.
 EPP_STRATEGY = "envoy+epp"
-EPP_PORT = 9002
 GATEWAY_SELECTOR = "app.kubernetes.io/name=llmaz,app.kubernetes.io/component=gateway"
 ROUTING_ANNOTATION = "llmaz.io/routing-strategy"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -604,8 +603,8 @@ def epp_front(cluster: NodeCluster, work: Path) -> Iterator[str]:
     if len(ready) != 1:
         raise RuntimeError(f"expected one Ready gateway pod for Envoy's picker, found {len(ready)}")
     api, admin = free_port(), free_port()
-    loopback = envoy.loopback(api, admin, EPP_PORT)
-    picker = envoy.Address(str(ready[0]["status"]["podIP"]), EPP_PORT)
+    loopback = envoy.loopback(api, admin, envoy.EPP_PORT)
+    picker = envoy.Address(str(ready[0]["status"]["podIP"]), envoy.EPP_PORT)  # the gateway's --epp-port
     bootstrap = envoy.bootstrap(envoy.Addresses(loopback.api, loopback.admin, picker))
     with envoy_front(bootstrap, api, admin, work, model=MODEL) as url:
         yield url
