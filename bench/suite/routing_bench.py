@@ -41,7 +41,10 @@ ceiling is that sum over the prompts sent; the efficiency is the cached-token ra
 
 Figures per strategy and workload, the median of `runs` runs: the cached-token ratio (prompt tokens the engine
 reused / prompt tokens sent), the ceiling and the efficiency, and the prefill tokens computed, which the machine's
-noise cannot move, and beside them TTFT p50/p90, end-to-end p50 and requests per second.
+noise cannot move, and beside them TTFT p50/p90, end-to-end p50 and requests per second. Each run's requests are
+kept in the log directory, `routing-<workload>-<strategy>-run<N>.json` (`request_records`): per request its
+session, turn, send time, prompt, cached and at best reusable tokens and times, to see which requests a strategy
+lost.
 
 (e) The trace workload, shaped like the shared-prefix and multi-turn traces published for prefix-cache routing
 benchmarks and scaled to this machine, and its knee. Sizes, and why:
@@ -77,6 +80,7 @@ import asyncio
 import json
 import math
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -202,6 +206,10 @@ class Sample:
     cached_tokens: int = 0
     prefill_tokens: int = 0
     error: str = ""
+    session: int = -1
+    """Which of the workload's sessions sent it (-1: none, the trace's documents)."""
+    sent_at: float = 0.0
+    """When it was sent, in seconds from the run's start."""
 
 
 @dataclass(slots=True)
@@ -295,14 +303,16 @@ async def drive(url: str, workload: Workload, seed: int) -> Outcome:
     # A connection per request: through the gateway Service, kube-proxy then spreads requests, not connections.
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
 
-    async def run(http: aiohttp.ClientSession, session: Session) -> None:
+    async def run(http: aiohttp.ClientSession, number: int, session: Session) -> None:
         messages = [{"role": "system", "content": session.system}]
         for turn in session.turns:
             messages.append({"role": "user", "content": turn})
             async with gate:
                 sending = len(outcome.samples)
                 outcome.samples.append(Sample(ok=False))  # its place in the sending order
-                sample, answer = await _stream(http, url, messages, workload.max_tokens)
+                sent = time.monotonic()
+                sample, answer = await _stream(http, url, messages, workload.max_tokens, sent)
+                sample.session, sample.sent_at = number, sent - started
                 outcome.samples[sending] = sample
             if not sample.ok:
                 return
@@ -310,7 +320,7 @@ async def drive(url: str, workload: Workload, seed: int) -> Outcome:
 
     started = time.monotonic()
     async with aiohttp.ClientSession(timeout=timeout, connector=connector, trust_env=False) as http:
-        await asyncio.gather(*(run(http, s) for s in sessions(workload.kind, seed)))
+        await asyncio.gather(*(run(http, i, s) for i, s in enumerate(sessions(workload.kind, seed))))
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -322,10 +332,10 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def reusable_tokens(prompts: list[list[int]]) -> tuple[int, int]:
-    """Of the token lists in the order they were sent: the tokens that could at best be reused (each list's
-    longest common prefix with any earlier one, less its last token) and all the tokens."""
-    reusable = total = 0
+def reusable_each(prompts: list[list[int]]) -> list[int]:
+    """Of the token lists in the order they were sent: the tokens each could at best reuse, its longest common
+    prefix with any earlier one, less its last token."""
+    found = []
     for i, tokens in enumerate(prompts):
         best = 0
         for earlier in prompts[:i]:
@@ -335,9 +345,32 @@ def reusable_tokens(prompts: list[list[int]]) -> tuple[int, int]:
                     break
                 shared += 1
             best = max(best, shared)
-        reusable += min(best, max(len(tokens) - 1, 0))
-        total += len(tokens)
-    return reusable, total
+        found.append(min(best, max(len(tokens) - 1, 0)))
+    return found
+
+
+def reusable_tokens(prompts: list[list[int]]) -> tuple[int, int]:
+    """The tokens the prompts could at best reuse (`reusable_each`), and all their tokens."""
+    return sum(reusable_each(prompts)), sum(len(tokens) for tokens in prompts)
+
+
+def _slug(name: str) -> str:
+    """A strategy's name as a file name's part: "prefix-aware x2" -> "prefix-aware-x2"."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def request_records(outcome: Outcome, reusable: list[int]) -> list[dict[str, Any]]:
+    """Each request of a run in the order sent, for a look at where a strategy lost what it could have reused:
+    its session and turn, when it was sent, its tokens (prompt, cached, at best reusable) and times."""
+    records = []
+    for sample, best in zip(outcome.samples, reusable, strict=True):
+        records.append({
+            "session": sample.session, "turn": sum(1 for m in sample.messages if m["role"] == "user"),
+            "sent_at": round(sample.sent_at, 3), "ok": sample.ok, "prompt_tokens": sample.prompt_tokens,
+            "cached_tokens": sample.cached_tokens, "reusable_tokens": best,
+            "ttft": round(sample.ttft, 4), "total": round(sample.total, 4),
+        })  # fmt: skip
+    return records
 
 
 async def tokenised(url: str, samples: list[Sample]) -> list[list[int]]:
@@ -932,8 +965,11 @@ def run_once(
                     with strategy_url(cluster, strategy, llmd, log_dir) as url:
                         _wait_answering(url)
                         outcome = asyncio.run(drive(url, workload, seed))
-                    reusable, total = reusable_tokens(asyncio.run(tokenised(engine, outcome.samples)))
+                    prompts = asyncio.run(tokenised(engine, outcome.samples))
+                    reusable, total = reusable_tokens(prompts)
                     found = figures(outcome, reusable / total if total else None)
+                    records = log_dir / f"routing-{workload.name}-{_slug(strategy)}-run{seed + 1}.json"
+                    records.write_text(json.dumps(request_records(outcome, reusable_each(prompts)), indent=0))
                     per_run[strategy].append(found)
                     say(f"[routing]   run {seed + 1}/{runs} {strategy:<18} {_line(found)}")
             results["per_run"][workload.name] = per_run

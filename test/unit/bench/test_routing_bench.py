@@ -39,6 +39,8 @@ from suite.routing_bench import (
     median_figures,
     past_knee,
     report,
+    request_records,
+    reusable_each,
     reusable_tokens,
     select_strategies,
     served_model,
@@ -75,6 +77,33 @@ def test_the_ceiling_of_groups_sharing_a_system_prompt_is_every_request_but_each
     reusable, total = reusable_tokens(prompts)
     assert reusable == 2 * 3 * 1001  # 3 later requests of each group reuse the group's 1,001-token prefix
     assert total == 8 * 1003
+
+
+def test_each_requests_record_says_its_session_turn_and_what_it_reused_against_what_it_could_have() -> None:
+    prompts = [[1, 2, 3], [1, 2, 3, 4, 5], [7, 8]]
+    assert reusable_each(prompts) == [0, 3, 0]
+    system = {"role": "system", "content": "s"}
+    turn = [system, {"role": "user", "content": "q1"}]
+    samples = [
+        Sample(ok=True, messages=turn, prompt_tokens=3, session=0, sent_at=0.0, ttft=0.5, total=1.0),
+        Sample(
+            ok=True,
+            messages=[*turn, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}],
+            prompt_tokens=5,
+            cached_tokens=2,
+            session=0,
+            sent_at=1.25,
+        ),
+        Sample(ok=False, messages=turn, session=1, sent_at=1.5, error="HTTP 503"),
+    ]
+    records = request_records(Outcome(samples, 2.0), reusable_each(prompts))
+    assert [(r["session"], r["turn"], r["sent_at"]) for r in records] == [(0, 1, 0.0), (0, 2, 1.25), (1, 1, 1.5)]
+    assert [(r["prompt_tokens"], r["cached_tokens"], r["reusable_tokens"], r["ok"]) for r in records] == [
+        (3, 0, 0, True), (5, 2, 3, True), (0, 0, 0, False)
+    ]  # fmt: skip
+    assert json.loads(json.dumps(records)) == records
+    with pytest.raises(ValueError, match="shorter"):  # one reusable figure per request, never a silent cut
+        request_records(Outcome(samples, 2.0), [0, 3])
 
 
 def test_efficiency_is_the_cached_ratio_over_the_ceiling() -> None:
