@@ -202,6 +202,44 @@ def test_the_deadline_is_what_recomputing_costs_learned_from_the_engines_answers
     assert holds.deadline("another-model") == DEFAULT_HOLD
 
 
+@pytest.mark.parametrize(
+    ("sharing", "deadline"),
+    [(0, 1.1), (1, 2.2), (2, 3.3), (-1, 1.1), (20, MAX_HOLD)],
+    ids=["alone", "one-running", "two-running", "negative-as-none", "at-most-max"],
+)
+def test_the_deadline_counts_the_recompute_once_more_for_each_request_the_pick_serves(
+    sharing: int, deadline: float
+) -> None:
+    clock = Clock()
+    holds = PrefixHolds(clock)
+    learn(holds, clock, 0, 1.4)
+    learn(holds, clock, 990, 0.3)
+    assert holds.deadline("m", sharing) == pytest.approx(deadline)
+
+
+@pytest.mark.parametrize(
+    ("answers", "slots", "allowance"),
+    [
+        ([], 2, 0),  # nothing learned: no queue
+        ([(0, 1.4)], 2, 0),  # what a hit costs not known yet
+        ([(0, 0.76), (990, 0.49)], 2, 1),  # 0.27 s of recompute; the first waiter starts after ~0.245 s
+        ([(0, 0.76), (990, 0.49)], 1, 0),  # one slot: it would wait ~0.49 s, more than a recompute
+        ([(0, 3.0), (990, 0.2)], 2, 2),  # recompute far dearer: at most as many as the slots
+        ([(0, 0.3), (990, 0.5)], 2, 0),  # a hit slower than a miss: no queue
+    ],
+    ids=["unknown", "miss-only", "one-waits", "one-slot", "at-most-slots", "no-gain"],
+)
+def test_the_queue_allowed_at_a_full_engine_is_what_still_starts_sooner_than_a_recompute(
+    answers: list[tuple[int, float]], slots: int, allowance: int
+) -> None:
+    clock = Clock()
+    holds = PrefixHolds(clock)
+    for cached, seconds in answers:
+        learn(holds, clock, cached, seconds)
+    assert holds.queue_allowance("m", slots) == allowance
+    assert holds.queue_allowance("another-model", slots) == 0
+
+
 async def test_a_request_waits_no_longer_than_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(holds_module, "DEFAULT_HOLD", 0.01)
     holds = PrefixHolds()

@@ -13,6 +13,7 @@ from aiohttp import web
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights
 from llmaz.gateway.routing.adapters import Adapter, EngineAdapters, ServedAdapters
 from llmaz.gateway.routing.balancer import LeastOutstanding
+from llmaz.gateway.routing.engines import engine
 from llmaz.gateway.routing.filters import HoldsAdapter, Untried, WithinBound
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import EngineLoad
@@ -127,6 +128,31 @@ def test_within_bound_counts_the_engines_own_load() -> None:
     assert state.bound == 4
 
 
+@pytest.mark.parametrize(
+    ("loads", "allowance", "left"),
+    [
+        ({A: EngineLoad(2, 0, slots=2)}, 0, [B, C, D]),  # every slot busy and no queue allowed: over its room
+        ({A: EngineLoad(2, 0, slots=2)}, 1, [A, B, C, D]),  # one may wait there: A stays a candidate
+        ({A: EngineLoad(2, 1, slots=2)}, 1, [B, C, D]),  # one already waits: past it
+        ({A: EngineLoad(2, 0)}, 1, [B, C, D]),  # an engine that does not say its slots gets no queue
+    ],
+)
+def test_within_bound_keeps_a_full_engine_while_its_queue_is_within_the_learned_allowance(
+    loads: dict[Endpoint, EngineLoad], allowance: int, left: list[Endpoint]
+) -> None:
+    asked: list[tuple[str, int]] = []
+
+    def queue_allowance(model: str, slots: int) -> int:
+        asked.append((model, slots))
+        return allowance
+
+    state = cycle([A, B, C, D], loads=loads)
+    kept = WithinBound(1.25, queue_allowance).filter(state, everyone([A, B, C, D]))
+    assert state.bound in (1, 2)  # under the slots: they, not the bound, give A its room
+    assert [state.candidates[i] for i in kept] == left
+    assert set(asked) <= {("m", 2)}
+
+
 def test_a_load_factor_below_one_is_refused_naming_the_minimum() -> None:
     with pytest.raises(ValueError, match=r"at least 1, got 0\.5"):
         WithinBound(0.5)
@@ -170,6 +196,7 @@ def test_queue_scores_load_against_the_bound(
         (EngineLoad(1, 0, -0.2), 0, 1.0),
         (EngineLoad(2, 0, None), 0, 0.5),  # not said: load / bound
         (None, 1, 0.75),  # no engine load: this replica's count / bound
+        (EngineLoad(2, 0, 1.0, slots=2), 0, 1.0),  # busy slots are the queue's: not counted twice
     ],
 )
 def test_free_capacity_scores_what_the_engine_has_left(load: EngineLoad | None, in_flight: int, score: float) -> None:
@@ -289,6 +316,38 @@ def test_scheduling_changes_nothing_and_the_hooks_count_record_and_release_an_at
     scheduler.post_response(request, endpoint, PromptUsage(120, 96))
     assert in_flight.busy() == {}
     assert heard == [(endpoint, PromptUsage(120, 96))]
+
+
+@pytest.mark.parametrize(
+    ("engine_name", "pick_load", "asked"),
+    [
+        ("llamacpp", EngineLoad(2, 1), [(B, 3)]),  # serial reuse: asked, with what the pick serves (2 + 1 waiting)
+        ("llamacpp", None, [(B, 0)]),  # nothing known of the pick: no one shares it
+        ("vllm", EngineLoad(2, 1), []),  # shared reuse: never held
+    ],
+)
+async def test_decide_asks_the_holds_with_the_requests_the_pick_serves(
+    engine_name: str, pick_load: EngineLoad | None, asked: list[tuple[Endpoint, int]]
+) -> None:
+    heard: list[tuple[Endpoint, int]] = []
+
+    class Holds:
+        async def wait(self, request: Request, endpoint: Endpoint, sharing: int = 0) -> bool:
+            heard.append((endpoint, sharing))
+            return False
+
+    scheduler = Scheduler(
+        PREFIX_AWARE,
+        InFlight(),
+        filters=[],
+        scorers=[],
+        picker=MaxScore(random.Random(1)),
+        signals=Signals({B: pick_load} if pick_load else {}),
+        holds=Holds(),
+    )
+    decision = await scheduler.decide(Request("m", [B]), lambda endpoint: engine(engine_name))
+    assert (decision.endpoint, decision.held) == (B, False)
+    assert heard == asked
 
 
 def test_the_two_strategies_are_configurations_of_one_scheduler() -> None:

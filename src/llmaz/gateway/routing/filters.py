@@ -6,8 +6,11 @@
 - `WithinBound`: CHWBL's bound. An endpoint is within it while load + 1 <= ceil(load_factor x (total load + 1) /
   endpoints), over the candidates it is given, or while its engine has a free slot (load + 1 <= the slots it
   says it has, `scheduler.Load.room`): a request there is served at once, so a prefix stays on its engine until
-  the engine is full, not until it carries more than the average. When none is within, every one stays (the least
-  bad is still picked). It leaves the bound in the cycle for the scorers that score load against it.
+  the engine is full, not until it carries more than the average. Past its slots, an engine stays within while a
+  request would wait there less than recomputing its prompt elsewhere costs (`queue_allowance`, learned from the
+  engines' timings, `holds.PrefixHolds.queue_allowance`): sticky until saturated. When none is within, every one
+  stays (the least bad is still picked). It leaves the bound in the cycle for the scorers that score load against
+  it.
 
 A filter keeps the candidates' order and changes no state.
 """
@@ -15,7 +18,7 @@ A filter keeps the candidates' order and changes no state.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from llmaz.gateway.routing.adapters import Adapter
@@ -62,12 +65,24 @@ class Untried(Filter):
 class WithinBound(Filter):
     name = "within-bound"
 
-    def __init__(self, load_factor: float = DEFAULT_LOAD_FACTOR) -> None:
+    def __init__(
+        self, load_factor: float = DEFAULT_LOAD_FACTOR, queue_allowance: Callable[[str, int], int] | None = None
+    ) -> None:
+        """`queue_allowance(model, slots)`: the requests that may wait at a full engine of `slots` slots (none when
+        not given)."""
         if not load_factor >= 1:
             raise ValueError(f"the load factor must be at least 1, got {load_factor}")
         self.load_factor = load_factor
+        self.queue_allowance = queue_allowance
 
     def filter(self, cycle: Cycle, positions: list[int]) -> list[int]:
         total = sum(cycle.load(i).requests for i in positions)
         bound = cycle.bound = math.ceil(self.load_factor * (total + 1) / len(positions))
-        return [i for i in positions if cycle.load(i).requests + 1 <= cycle.load(i).room(bound)] or positions
+        return [i for i in positions if cycle.load(i).requests + 1 <= self._room(cycle, i, bound)] or positions
+
+    def _room(self, cycle: Cycle, position: int, bound: int) -> int:
+        load = cycle.load(position)
+        room = load.room(bound)
+        if load.slots is None or self.queue_allowance is None:
+            return room
+        return max(room, load.slots + self.queue_allowance(cycle.request.model, load.slots))

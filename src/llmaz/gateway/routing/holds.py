@@ -14,8 +14,11 @@ leaves its home only when the home would keep it waiting longer than recomputing
 
 The deadline is what recomputing costs, learned from the engines' own answers: per model, the mean time of an
 attempt that found little of its prompt cached, less that of one that found most of it (exponentially weighted,
-ALPHA), clamped to [MIN_HOLD, MAX_HOLD]; DEFAULT_HOLD until both are known. Waiting longer than that is worse than
-recomputing at once.
+ALPHA; DEFAULT_HOLD until both are known), times one plus the requests the pick is serving, clamped to
+[MIN_HOLD, MAX_HOLD]. An engine prefills a prompt in the batch it decodes its running requests in, so a recompute
+there delays each of them about as long as it delays the request itself: not waiting costs the prefill once for the
+request and once for every request it shares the engine with. Waiting longer than that is worse than recomputing
+at once.
 
 A prefix is the request's ring key (`prefix.RoutingKey.ring`): a system prompt's requests, a conversation's turns.
 An attempt that ends releases one waiter at its endpoint, oldest first: one behind its prefix, else one waiting for
@@ -93,12 +96,25 @@ class PrefixHolds(Plugin):
         """Whether `endpoint` is serving an attempt of the request's prefix."""
         return request.key is not None and (endpoint, request.key.ring) in self._busy
 
-    def deadline(self, model: str) -> float:
-        """How long a request of `model` may wait behind its prefix: what recomputing costs (module docstring)."""
+    def deadline(self, model: str, sharing: int = 0) -> float:
+        """How long a request of `model` may wait: what recomputing costs, for the request and for the `sharing`
+        requests its pick serves (module docstring)."""
         means = self._means.get(model)
-        if means is None or means.miss is None or means.hit is None:
-            return DEFAULT_HOLD
-        return min(MAX_HOLD, max(MIN_HOLD, means.miss - means.hit))
+        recompute = DEFAULT_HOLD
+        if means is not None and means.miss is not None and means.hit is not None:
+            recompute = means.miss - means.hit
+        return min(MAX_HOLD, max(MIN_HOLD, recompute * (1 + max(0, sharing))))
+
+    def queue_allowance(self, model: str, slots: int) -> int:
+        """How many requests of `model` may wait at an engine of `slots` slots, every one busy, and still start
+        sooner than recomputing their prompt elsewhere: the n-th waits for n attempts to end, one every attempt's
+        time over `slots` (a cached prompt's attempt, learned), so n x hit / slots <= what recomputing costs. At most
+        `slots` (a queue no longer than the engine is wide); 0 until both means are known."""
+        means = self._means.get(model)
+        if means is None or means.miss is None or means.hit is None or slots <= 0 or means.hit <= 0:
+            return 0
+        recompute = min(MAX_HOLD, max(0.0, means.miss - means.hit))
+        return min(slots, int(recompute * slots / means.hit))
 
     def behind(self, request: Request, endpoint: Endpoint) -> Endpoint | None:
         """Where the request would wait: `endpoint` while it serves the request's prefix; else the prefix's home,
@@ -109,26 +125,28 @@ class PrefixHolds(Plugin):
             return endpoint
         return self._home_away(request, endpoint)
 
-    async def wait(self, request: Request, endpoint: Endpoint) -> bool:
-        """Wait while the request's pick (`endpoint`) serves an attempt of its prefix, or its prefix's home, which
-        the request was scheduled away from, serves attempts (`behind`), until one ends there or the deadline passes:
-        whether it waited at all (False at once when there is nothing to wait behind)."""
+    async def wait(self, request: Request, endpoint: Endpoint, sharing: int = 0) -> bool:
+        """Wait while the request's pick (`endpoint`, serving `sharing` requests) serves an attempt of its prefix, or
+        its prefix's home, which the request was scheduled away from, serves attempts (`behind`), until one ends
+        there or the deadline passes: whether it waited at all (False at once when there is nothing to wait
+        behind)."""
         where = self.behind(request, endpoint)
         if where is None or request.key is None:
             return False
+        deadline = self.deadline(request.model, sharing)
         if where == endpoint:  # behind an attempt of its prefix there
-            await self._wait_in(self._waiting, (endpoint, request.key.ring), request.model)
+            await self._wait_in(self._waiting, (endpoint, request.key.ring), deadline)
         else:  # for a slot at its home
-            await self._wait_in(self._homeward, where, request.model)
+            await self._wait_in(self._homeward, where, deadline)
         return True
 
-    async def _wait_in(self, table: dict[_K, deque[asyncio.Future[None]]], slot: _K, model: str) -> None:
-        """Wait in `table[slot]` until released (`_end`) or the deadline of `model` passes."""
+    async def _wait_in(self, table: dict[_K, deque[asyncio.Future[None]]], slot: _K, deadline: float) -> None:
+        """Wait in `table[slot]` until released (`_end`) or `deadline` seconds pass."""
         queue = table.setdefault(slot, deque())
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.deadline(model))
+            await asyncio.wait_for(asyncio.shield(waiter), deadline)
         except TimeoutError:
             pass
         finally:

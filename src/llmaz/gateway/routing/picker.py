@@ -17,8 +17,10 @@ scorers, a picker; the rules below are theirs, `filters` and `scorers`):
     prefixes (CHWBL over prefixes, not requests), and keeps it while it is active. The candidates are scored home
     first, then in the ring's order from the key;
   - CHWBL over requests as the hard cap: an endpoint whose load would pass load + 1 <= ceil(load_factor x
-    (total load + 1) / endpoints) is passed over (`filters.WithinBound`). The same conversation lands on its home
-    while it has room, and spills to the next endpoint on the ring, always the same one, when it has not;
+    (total load + 1) / endpoints) is passed over (`filters.WithinBound`), unless its engine has a free slot, or
+    every slot busy and a queue short enough that a request there starts sooner than a recompute elsewhere
+    (learned, `holds.PrefixHolds.queue_allowance`): sticky until saturated. The same conversation lands on its
+    home while it has room, and spills to the next endpoint on the ring, always the same one, when it has not;
   - a prefix index: per endpoint, the block hashes this replica sent there (an LRU), recorded before each attempt
     (the scheduler's `pre_request`), and corrected after it when the engine's usage shows it evicted blocks the
     index holds (`post_response`, `scorers.PrefixMatch`); an endpoint's prefix match is the longest chain of the
@@ -310,7 +312,7 @@ class Rings:
 class PrefixAware(Scheduler):
     """The prefix-aware strategy (see the module docstring): a configuration of the Scheduler.
 
-        filters:  HoldsAdapter, Untried, WithinBound(load_factor)
+        filters:  HoldsAdapter, Untried, WithinBound(load_factor, PrefixHolds.queue_allowance)
         order:    the prefix's home, then the ring of the candidates (`Rings`) from the request's ring key
         hooks:    PrefixHomes (records a new prefix's home), PrefixHolds (attempts in flight per prefix)
         holds:    PrefixHolds (`Scheduler.decide`: for engines that reuse a prompt serially)
@@ -351,7 +353,7 @@ class PrefixAware(Scheduler):
         super().__init__(
             PREFIX_AWARE,
             in_flight,
-            filters=[HoldsAdapter(adapters), Untried(), WithinBound(load_factor)],
+            filters=[HoldsAdapter(adapters), Untried(), WithinBound(load_factor, self.prefix_holds.queue_allowance)],
             scorers=[
                 (Queue(), self.weights.queue),
                 (FreeCapacity(), self.weights.utilisation),

@@ -132,10 +132,11 @@ class Cycle:
     def load(self, position: int) -> Load:
         found = self._loads.get(position)
         if found is None:
-            found = self._loads[position] = self._read_load(self.candidates[position])
+            found = self._loads[position] = self.read_load(self.candidates[position])
         return found
 
-    def _read_load(self, endpoint: Endpoint) -> Load:
+    def read_load(self, endpoint: Endpoint) -> Load:
+        """The endpoint's load now, read afresh (`load` reads a candidate's once per cycle)."""
         own = self.in_flight.outstanding(endpoint)
         engine = self.signals.load(endpoint)
         if engine is None:
@@ -179,7 +180,9 @@ class Scorer(Plugin):
 class Holds(Protocol):
     """What holds a request behind another attempt of its prefix (`holds.PrefixHolds`)."""
 
-    async def wait(self, request: Request, endpoint: Endpoint) -> bool: ...
+    async def wait(self, request: Request, endpoint: Endpoint, sharing: int = 0) -> bool:
+        """Wait while the pick, `endpoint`, serving `sharing` requests, is worth waiting for; whether it waited."""
+        ...
 
 
 class Picker(Protocol):
@@ -269,15 +272,14 @@ class Scheduler:
         """`schedule`, for a request's first attempt. When the pick's engine (`engine_of`) reuses a cached prompt
         serially (`engines.PromptReuse.SERIAL`) and the pick serves another attempt of the request's prefix, or the
         request was moved off its prefix's full home, the request waits until an attempt there ends, at most what
-        recomputing costs (`holds`), and is scheduled again: once. Without `holds` nothing waits."""
+        recomputing costs there (`holds`: for the request and the requests the pick serves, whose batch a recompute
+        joins), and is scheduled again: once. Without `holds` nothing waits."""
         decision = self.schedule(request)
         endpoint = decision.endpoint
-        if (
-            self.holds is None
-            or endpoint is None
-            or engine_of(endpoint).prompt_reuse is not engines.PromptReuse.SERIAL
-            or not await self.holds.wait(request, endpoint)
-        ):
+        if self.holds is None or endpoint is None or engine_of(endpoint).prompt_reuse is not engines.PromptReuse.SERIAL:
+            return decision
+        sharing = Cycle(request, self.in_flight, self.signals).read_load(endpoint).requests
+        if not await self.holds.wait(request, endpoint, sharing):
             return decision
         return dataclasses.replace(self.schedule(request), held=True)
 

@@ -6,8 +6,10 @@
   the larger (`scheduler.Load`), against the cycle's CHWBL bound (`filters.WithinBound`; without one, the largest
   load + 1), or the engine's slots when it says it has more (`scheduler.Load.room`). Scored against the bound,
   not the least loaded, one request more moves a score by a fraction.
-- `FreeCapacity` (balance): 1 - the engine's utilisation (KV-cache use, busy slots), clamped to [0, 1]; an engine
-  that does not say counts load / bound.
+- `FreeCapacity` (balance): 1 - the engine's utilisation (KV-cache use), clamped to [0, 1]; an engine that does
+  not say counts load / bound. An engine of slots (llama.cpp) scores 1: its utilisation is its busy slots, the
+  queue it is already scored by, and counting them twice would move a prompt off the engine holding it while a
+  request there still starts sooner than a recompute elsewhere (`filters.WithinBound`).
 - `PrefixMatch` (affinity): the longest chain of the request's blocks the endpoint was sent (`PrefixIndex`), over
   the request's blocks; 0 without a key. When no candidate holds any of them (a prefix new here), the first in
   the cycle's order (the home: the first on the ring within the bound) counts as a full match, so every gateway
@@ -93,6 +95,9 @@ class FreeCapacity(Scorer):
         scores = []
         for i in positions:
             load = cycle.load(i)
+            if load.slots is not None:
+                scores.append(1.0)
+                continue
             used = load.utilisation if load.utilisation is not None else load.requests / bound
             scores.append(1.0 - min(1.0, max(0.0, used)))
         return scores
