@@ -242,11 +242,29 @@ def test_the_queue_allowed_at_a_full_engine_is_what_still_starts_sooner_than_a_r
 
 async def test_a_request_waits_no_longer_than_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(holds_module, "DEFAULT_HOLD", 0.01)
-    holds = PrefixHolds()
+    waits: list[tuple[str, str, str]] = []
+    holds = PrefixHolds(waited=lambda model, where, outcome, seconds: waits.append((model, where, outcome)))
     holds.pre_request(request(), HOME)
     assert await asyncio.wait_for(holds.wait(request(), HOME), WAIT) is True  # it waited, and gave up
     assert holds.waiting() == 0
     assert holds.busy(request(), HOME)
+    assert waits == [("m", "prefix", "expired")]
+
+
+async def test_each_wait_is_told_where_it_waited_and_how_it_ended_and_one_with_nothing_to_wait_for_is_not() -> None:
+    clock = Clock()
+    waits: list[tuple[str, str, str, float]] = []
+    holds = PrefixHolds(clock, home_of=lambda key: HOME, waited=lambda *wait: waits.append(wait))
+    running = request()
+    holds.pre_request(running, HOME)
+    waiting = asyncio.create_task(holds.wait(request(), OTHER))  # moved off its full home
+    await eventually(lambda: holds.waiting() == 1)
+    clock.now += 0.25
+    holds.post_response(running, HOME, None)
+    assert await waiting is True
+    assert waits == [("m", "home", "released", 0.25)]
+    assert await holds.wait(request(), OTHER) is False  # the home serves nothing now
+    assert len(waits) == 1
 
 
 def test_attempts_that_never_end_are_let_go_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,3 +340,6 @@ async def test_through_the_gateway_a_serial_engine_serves_one_prefix_at_a_time_a
             gate.set()
             assert [(await first)[0], (await second)[0]] == [200, 200]
             assert len(home.requests) == 2  # either way, both went to the prefix's home
+            released = gw.sample("llmaz_gateway_prefix_holds_total", model="m", where="prefix", outcome="released")
+            assert released == (1 if held else 0)
+            assert gw.sample("llmaz_gateway_prefix_hold_seconds_count", model="m") == released

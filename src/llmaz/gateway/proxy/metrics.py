@@ -138,6 +138,21 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.prefix_holds = Counter(
+            "llmaz_gateway_prefix_holds",
+            "Requests held at the gateway for an engine that reuses a cached prompt serially (llama.cpp), by where "
+            "they waited (prefix: behind a request of their prefix; home: for a slot at their prefix's home) and how "
+            "the wait ended (released: a request there ended; expired: recomputing was cheaper than waiting longer).",
+            ["model", "where", "outcome"],
+            registry=r,
+        )
+        self.prefix_hold_seconds = Histogram(
+            "llmaz_gateway_prefix_hold_seconds",
+            "How long requests were held behind their prefix (see llmaz_gateway_prefix_holds_total).",
+            ["model"],
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=r,
+        )
         self.upstream_retries = Counter(
             "llmaz_gateway_upstream_retries",
             "Requests sent to another endpoint, by why the previous one failed (connect_error, unavailable).",
@@ -239,6 +254,11 @@ class GatewayMetrics:
     def prefix_index_corrected(self, model: str) -> None:
         """The prefix index was corrected from an engine's usage (`routing.scorers.PrefixMatch`)."""
         self._prefix_index_corrections(model).inc()
+
+    def prefix_held(self, model: str, where: str, outcome: str, seconds: float) -> None:
+        """A request was held behind its prefix (`routing.holds.PrefixHolds`)."""
+        self.prefix_holds.labels(model=model, where=where, outcome=outcome).inc()
+        self.prefix_hold_seconds.labels(model=model).observe(seconds)
 
     def tenant_answered(self, tenant: str, code: int, usage: Usage | None, rejection: str | None) -> None:
         """One request of `tenant` (the tenant of a key the gateway holds: bounded by the keys file and Secrets)."""

@@ -205,6 +205,7 @@ class Gateway:
             opts.routing,
             adapters=self.adapters,
             corrected=self.metrics.prefix_index_corrected,
+            held=self.metrics.prefix_held,
         )
         self.flow: FlowControl | None = None
         """Flow control (`llmaz.gateway.flow`), None when off; `refresh` it when new engine signals arrive."""

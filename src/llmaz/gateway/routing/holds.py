@@ -20,6 +20,10 @@ there delays each of them about as long as it delays the request itself: not wai
 request and once for every request it shares the engine with. Waiting longer than that is worse than recomputing
 at once.
 
+Each wait is told to `waited(model, where, outcome, seconds)` (a metric): where it waited (PREFIX, behind an
+attempt of its prefix; HOME, for a slot at its home) and how it ended (RELEASED, an attempt there ended; EXPIRED,
+the deadline passed first, so the request recomputes its prompt).
+
 A prefix is the request's ring key (`prefix.RoutingKey.ring`): a system prompt's requests, a conversation's turns.
 An attempt that ends releases one waiter at its endpoint, oldest first: one behind its prefix, else one waiting for
 a slot at its home. A request is held at most once.
@@ -51,6 +55,11 @@ MAX_MODELS: Final = 1024
 # Attempts followed at once: the gateway's default bound on client connections.
 TRACKED_ATTEMPTS: Final = 4096
 
+PREFIX: Final = "prefix"
+HOME: Final = "home"
+RELEASED: Final = "released"
+EXPIRED: Final = "expired"
+
 _K = TypeVar("_K")
 
 
@@ -77,10 +86,13 @@ class PrefixHolds(Plugin):
         self,
         clock: Callable[[], float] = time.monotonic,
         home_of: Callable[[RoutingKey], Endpoint | None] | None = None,
+        waited: Callable[[str, str, str, float], None] | None = None,
     ) -> None:
-        """`home_of(key)`: the home of a request's prefix (`homes.PrefixHomes.home_of`), if it has one."""
+        """`home_of(key)`: the home of a request's prefix (`homes.PrefixHomes.home_of`), if it has one;
+        `waited(model, where, outcome, seconds)`: told of each wait (module docstring)."""
         self._clock = clock
         self._home_of = home_of
+        self._waited = waited
         self._busy: dict[tuple[Endpoint, int], int] = {}
         self._active: dict[Endpoint, int] = {}
         """Attempts in flight per endpoint, every prefix together."""
@@ -134,21 +146,26 @@ class PrefixHolds(Plugin):
         if where is None or request.key is None:
             return False
         deadline = self.deadline(request.model, sharing)
+        started = self._clock()
         if where == endpoint:  # behind an attempt of its prefix there
-            await self._wait_in(self._waiting, (endpoint, request.key.ring), deadline)
+            kind, released = PREFIX, await self._wait_in(self._waiting, (endpoint, request.key.ring), deadline)
         else:  # for a slot at its home
-            await self._wait_in(self._homeward, where, deadline)
+            kind, released = HOME, await self._wait_in(self._homeward, where, deadline)
+        if self._waited is not None:
+            self._waited(request.model, kind, RELEASED if released else EXPIRED, self._clock() - started)
         return True
 
-    async def _wait_in(self, table: dict[_K, deque[asyncio.Future[None]]], slot: _K, deadline: float) -> None:
-        """Wait in `table[slot]` until released (`_end`) or `deadline` seconds pass."""
+    async def _wait_in(self, table: dict[_K, deque[asyncio.Future[None]]], slot: _K, deadline: float) -> bool:
+        """Wait in `table[slot]` until released (`_end`) or `deadline` seconds pass: whether it was released."""
         queue = table.setdefault(slot, deque())
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.append(waiter)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), deadline)
         except TimeoutError:
-            pass
+            return False
+        else:
+            return True
         finally:
             if not waiter.done():
                 waiter.cancel()

@@ -337,16 +337,20 @@ class PrefixAware(Scheduler):
         homes: PrefixHomes | None = None,
         prefix_holds: PrefixHolds | None = None,
         corrected: Callable[[str], None] | None = None,
+        held: Callable[[str, str, str, float], None] | None = None,
     ) -> None:
         """`index`, `rings`, `homes`, `prefix_holds` and `prefix_match` may be shared by schedulers of different
         weights: they learn from the same traffic. `corrected(model)` is called each time the engine's usage
-        corrects the index (`scorers.PrefixMatch`)."""
+        corrects the index (`scorers.PrefixMatch`); `held(model, where, outcome, seconds)` after each wait of a
+        request behind its prefix (`holds.PrefixHolds`)."""
         self.weights = weights or RoutingWeights()
         self.load_factor = load_factor
         self.index = index or PrefixIndex()
         self.rings = rings or Rings(self.index)
         self.homes = PrefixHomes(self.rings) if homes is None else homes
-        self.prefix_holds = PrefixHolds(home_of=self.homes.home_of) if prefix_holds is None else prefix_holds
+        self.prefix_holds = (
+            PrefixHolds(home_of=self.homes.home_of, waited=held) if prefix_holds is None else prefix_holds
+        )
         self.prefix_match = prefix_match or PrefixMatch(self.index, corrected, self._found)
         self._rng = rng or random.Random()
         self._adapters = adapters
@@ -416,15 +420,24 @@ class Pickers:
         rng: random.Random | None = None,
         adapters: AdapterSignals | None = None,
         corrected: Callable[[str], None] | None = None,
+        held: Callable[[str, str, str, float], None] | None = None,
     ) -> None:
         """`adapters`: which endpoints hold which LoRA adapters (not given: every endpoint holds them all);
-        `corrected(model)`: called each time an engine's usage corrects the prefix index (a metric)."""
+        `corrected(model)`: called each time an engine's usage corrects the prefix index; `held(model, where,
+        outcome, seconds)`: after each wait behind a prefix (metrics)."""
         self.options = opts = options or RoutingOptions()
         self.holds_adapter = HoldsAdapter(adapters)
         """The adapter filter's rule, for a caller that waits for an endpoint holding the request's adapter."""
         self.least_outstanding = LeastOutstanding(in_flight, rng, adapters)
         self.prefix_aware = PrefixAware(
-            in_flight, signals, opts.weights, opts.load_factor, rng=rng, adapters=adapters, corrected=corrected
+            in_flight,
+            signals,
+            opts.weights,
+            opts.load_factor,
+            rng=rng,
+            adapters=adapters,
+            corrected=corrected,
+            held=held,
         )
         self._weighted: OrderedDict[RoutingWeights, PrefixAware] = OrderedDict()
 
