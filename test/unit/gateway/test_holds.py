@@ -19,6 +19,8 @@ from llmaz.gateway.routing import holds as holds_module
 from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.engines import engine
 from llmaz.gateway.routing.holds import DEFAULT_HOLD, MAX_HOLD, MIN_HOLD, PrefixHolds
+from llmaz.gateway.routing.holds import HOME as HOME_WAIT
+from llmaz.gateway.routing.holds import PREFIX as PREFIX_WAIT
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.picker import PrefixAware, RoutingOptions
 from llmaz.gateway.routing.prefix import RoutingKey
@@ -117,6 +119,24 @@ async def test_a_request_waits_for_a_slot_at_its_home_busy_with_other_prefixes_n
     deciding = asyncio.create_task(aware.decide(second, lambda endpoint: engine("llamacpp")))
     await eventually(lambda: aware.prefix_holds.waiting() == 1)
     aware.post_response(others[0], home)  # a slot frees at the home
+    decision = await deciding
+    assert (decision.endpoint, decision.held) == (home, True)
+
+
+async def test_a_request_that_got_a_slot_at_its_home_still_serving_its_prefix_waits_for_that_attempt_too() -> None:
+    aware = PrefixAware(InFlight())
+    first, second, other = request(), request(), Request("m", [HOME, OTHER], RoutingKey((9,), ring=9))
+    home = aware.schedule(first).endpoint
+    assert home is not None
+    aware.pre_request(first, home)
+    aware.pre_request(other, home)  # the home serves the prefix's first request and another prefix's
+    assert aware.schedule(second).endpoint != home  # full: the request bound moves the second on
+    deciding = asyncio.create_task(aware.decide(second, lambda endpoint: engine("llamacpp")))
+    await eventually(lambda: aware.prefix_holds.waiting(HOME_WAIT) == 1)
+    aware.post_response(other, home)  # a slot frees at the home, but its prefix's first request still runs there
+    await eventually(lambda: aware.prefix_holds.waiting(PREFIX_WAIT) == 1)  # behind `first`, not beside it
+    assert aware.prefix_holds.waiting(HOME_WAIT) == 0
+    aware.post_response(first, home)
     decision = await deciding
     assert (decision.endpoint, decision.held) == (home, True)
 

@@ -26,7 +26,8 @@ the deadline passed first, so the request recomputes its prompt).
 
 A prefix is the request's ring key (`prefix.RoutingKey.ring`): a system prompt's requests, a conversation's turns.
 An attempt that ends releases one waiter at its endpoint, oldest first: one behind its prefix, else one waiting for
-a slot at its home. A request is held at most once.
+a slot at its home. A request is held at most twice (`scheduler.MAX_HOLDS`): for a slot at its home, then, when
+its prefix is still being served there, behind that attempt.
 Memory: at most TRACKED_ATTEMPTS attempts followed (the oldest let go past that), one future per waiting request,
 one pair of means per model (at most MAX_MODELS).
 """
@@ -183,9 +184,12 @@ class PrefixHolds(Plugin):
             return None
         return home if self._active.get(home, 0) > 0 else None
 
-    def waiting(self) -> int:
-        """Requests waiting behind a prefix or for a slot at its home, over every endpoint."""
-        return sum(len(queue) for queue in (*self._waiting.values(), *self._homeward.values()))
+    def waiting(self, where: str | None = None) -> int:
+        """Requests waiting behind a prefix (`where` PREFIX), for a slot at their home (HOME), or either (None), over
+        every endpoint."""
+        behind = sum(len(queue) for queue in self._waiting.values()) if where != HOME else 0
+        homeward = sum(len(queue) for queue in self._homeward.values()) if where != PREFIX else 0
+        return behind + homeward
 
     def pre_request(self, request: Request, endpoint: Endpoint) -> None:
         if request.key is None:

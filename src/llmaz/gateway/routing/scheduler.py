@@ -6,6 +6,7 @@
     decide(request, engine_of)              a request's first schedule: for a pick whose engine reuses prompts
                                             serially, waits while that endpoint serves the request's prefix, or
                                             for a slot at the prefix's full home (`holds`), then schedules again
+                                            (at most MAX_HOLDS waits)
 
 The strategies (`llmaz.apis.routing`) are configurations of this one Scheduler, lists of plugins and weights:
 `balancer.LeastOutstanding` and `picker.PrefixAware`. The plugins are `filters` (narrow the candidates) and
@@ -47,6 +48,8 @@ AFFINITY: Final = "affinity"
 """A scorer that prefers where the request, or its like, went before (its prefix, its session)."""
 BALANCE: Final = "balance"
 """A scorer that prefers the less loaded."""
+MAX_HOLDS: Final = 2
+"""How many times `decide` lets a request wait: for a slot at its home, then behind its prefix there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,15 +276,24 @@ class Scheduler:
         serially (`engines.PromptReuse.SERIAL`) and the pick serves another attempt of the request's prefix, or the
         request was moved off its prefix's full home, the request waits until an attempt there ends, at most what
         recomputing costs there (`holds`: for the request and the requests the pick serves, whose batch a recompute
-        joins), and is scheduled again: once. Without `holds` nothing waits."""
+        joins), and is scheduled again: at most MAX_HOLDS times, so a request that waited for a slot at its home
+        and finds its prefix still served there waits for that attempt too. Without `holds` nothing waits."""
         decision = self.schedule(request)
-        endpoint = decision.endpoint
-        if self.holds is None or endpoint is None or engine_of(endpoint).prompt_reuse is not engines.PromptReuse.SERIAL:
-            return decision
-        sharing = Cycle(request, self.in_flight, self.signals).read_load(endpoint).requests
-        if not await self.holds.wait(request, endpoint, sharing):
-            return decision
-        return dataclasses.replace(self.schedule(request), held=True)
+        held = False
+        for _ in range(MAX_HOLDS):
+            endpoint = decision.endpoint
+            if (
+                self.holds is None
+                or endpoint is None
+                or engine_of(endpoint).prompt_reuse is not engines.PromptReuse.SERIAL
+            ):
+                break
+            sharing = Cycle(request, self.in_flight, self.signals).read_load(endpoint).requests
+            if not await self.holds.wait(request, endpoint, sharing):
+                break
+            held = True
+            decision = self.schedule(request)
+        return dataclasses.replace(decision, held=True) if held else decision
 
     def pre_request(self, request: Request, endpoint: Endpoint) -> None:
         """Before an attempt to `endpoint`: it counts in flight, and the plugins record it."""
