@@ -253,11 +253,15 @@ def test_the_queue_allowed_at_a_full_engine_is_what_still_starts_sooner_than_a_r
     answers: list[tuple[int, float]], slots: int, allowance: int
 ) -> None:
     clock = Clock()
-    holds = PrefixHolds(clock)
+    holds = PrefixHolds(clock, home_of=lambda key: HOME if key == KEY else None)
     for cached, seconds in answers:
         learn(holds, clock, cached, seconds)
-    assert holds.queue_allowance("m", slots) == allowance
-    assert holds.queue_allowance("another-model", slots) == 0
+    assert holds.queue_allowance(request(), HOME, slots) == allowance
+    assert holds.queue_allowance(request(model="another-model"), HOME, slots) == 0
+    # Only at the prefix's home, where its prompt is: elsewhere, or for a prefix with no home, it is computed whole.
+    assert holds.queue_allowance(request(), OTHER, slots) == 0
+    assert holds.queue_allowance(request(RoutingKey((5,), ring=5)), HOME, slots) == 0
+    assert holds.queue_allowance(request(None), HOME, slots) == 0
 
 
 async def test_a_request_waits_no_longer_than_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:

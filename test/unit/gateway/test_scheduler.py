@@ -140,17 +140,17 @@ def test_within_bound_counts_the_engines_own_load() -> None:
 def test_within_bound_keeps_a_full_engine_while_its_queue_is_within_the_learned_allowance(
     loads: dict[Endpoint, EngineLoad], allowance: int, left: list[Endpoint]
 ) -> None:
-    asked: list[tuple[str, int]] = []
+    asked: list[tuple[str, Endpoint, int]] = []
 
-    def queue_allowance(model: str, slots: int) -> int:
-        asked.append((model, slots))
+    def queue_allowance(request: Request, endpoint: Endpoint, slots: int) -> int:
+        asked.append((request.model, endpoint, slots))
         return allowance
 
     state = cycle([A, B, C, D], loads=loads)
     kept = WithinBound(1.25, queue_allowance).filter(state, everyone([A, B, C, D]))
     assert state.bound in (1, 2)  # under the slots: they, not the bound, give A its room
     assert [state.candidates[i] for i in kept] == left
-    assert set(asked) <= {("m", 2)}
+    assert set(asked) <= {("m", A, 2)}
 
 
 def test_a_load_factor_below_one_is_refused_naming_the_minimum() -> None:

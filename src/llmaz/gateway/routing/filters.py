@@ -6,9 +6,10 @@
 - `WithinBound`: CHWBL's bound. An endpoint is within it while load + 1 <= ceil(load_factor x (total load + 1) /
   endpoints), over the candidates it is given, or while its engine has a free slot (load + 1 <= the slots it
   says it has, `scheduler.Load.room`): a request there is served at once, so a prefix stays on its engine until
-  the engine is full, not until it carries more than the average. Past its slots, an engine stays within while a
-  request would wait there less than recomputing its prompt elsewhere costs (`queue_allowance`, learned from the
-  engines' timings, `holds.PrefixHolds.queue_allowance`): sticky until saturated. When none is within, every one
+  the engine is full, not until it carries more than the average. Past its slots, the home of the request's prefix
+  stays within while the request would wait there less than recomputing its prompt elsewhere costs
+  (`queue_allowance`, learned from the engines' timings, `holds.PrefixHolds.queue_allowance`): sticky until
+  saturated. When none is within, every one
   stays (the least bad is still picked). It leaves the bound in the cycle for the scorers that score load against
   it.
 
@@ -24,7 +25,7 @@ from typing import Final
 from llmaz.gateway.routing.adapters import Adapter
 from llmaz.gateway.routing.load import AdapterSignals, NoSignals
 from llmaz.gateway.routing.routes import Endpoint
-from llmaz.gateway.routing.scheduler import Cycle, Filter
+from llmaz.gateway.routing.scheduler import Cycle, Filter, Request
 
 DEFAULT_LOAD_FACTOR: Final = 1.25
 
@@ -66,10 +67,12 @@ class WithinBound(Filter):
     name = "within-bound"
 
     def __init__(
-        self, load_factor: float = DEFAULT_LOAD_FACTOR, queue_allowance: Callable[[str, int], int] | None = None
+        self,
+        load_factor: float = DEFAULT_LOAD_FACTOR,
+        queue_allowance: Callable[[Request, Endpoint, int], int] | None = None,
     ) -> None:
-        """`queue_allowance(model, slots)`: the requests that may wait at a full engine of `slots` slots (none when
-        not given)."""
+        """`queue_allowance(request, endpoint, slots)`: the requests that may wait at the endpoint, a full engine of
+        `slots` slots (none when not given)."""
         if not load_factor >= 1:
             raise ValueError(f"the load factor must be at least 1, got {load_factor}")
         self.load_factor = load_factor
@@ -85,4 +88,5 @@ class WithinBound(Filter):
         room = load.room(bound)
         if load.slots is None or self.queue_allowance is None:
             return room
-        return max(room, load.slots + self.queue_allowance(cycle.request.model, load.slots))
+        allowance = self.queue_allowance(cycle.request, cycle.candidates[position], load.slots)
+        return max(room, load.slots + allowance)

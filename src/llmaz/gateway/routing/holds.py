@@ -118,12 +118,17 @@ class PrefixHolds(Plugin):
             recompute = means.miss - means.hit
         return min(MAX_HOLD, max(MIN_HOLD, recompute * (1 + max(0, sharing))))
 
-    def queue_allowance(self, model: str, slots: int) -> int:
-        """How many requests of `model` may wait at an engine of `slots` slots, every one busy, and still start
+    def queue_allowance(self, request: Request, endpoint: Endpoint, slots: int) -> int:
+        """How many requests may wait at `endpoint`, an engine of `slots` slots, every one busy, and still start
         sooner than recomputing their prompt elsewhere: the n-th waits for n attempts to end, one every attempt's
-        time over `slots` (a cached prompt's attempt, learned), so n x hit / slots <= what recomputing costs. At most
-        `slots` (a queue no longer than the engine is wide); 0 until both means are known."""
-        means = self._means.get(model)
+        time over `slots` (a cached prompt's attempt, learned per model), so n x hit / slots <= what recomputing
+        costs. Only at the home of the request's prefix, where its prompt is: anywhere else it is computed whole
+        whether it waits or not. At most `slots` (a queue no longer than the engine is wide); 0 until both means
+        are known."""
+        key = request.key
+        if key is None or self._home_of is None or self._home_of(key) != endpoint:
+            return 0
+        means = self._means.get(request.model)
         if means is None or means.miss is None or means.hit is None or slots <= 0 or means.hit <= 0:
             return 0
         recompute = min(MAX_HOLD, max(0.0, means.miss - means.hit))

@@ -18,8 +18,8 @@ scorers, a picker; the rules below are theirs, `filters` and `scorers`):
     first, then in the ring's order from the key;
   - CHWBL over requests as the hard cap: an endpoint whose load would pass load + 1 <= ceil(load_factor x
     (total load + 1) / endpoints) is passed over (`filters.WithinBound`), unless its engine has a free slot, or
-    every slot busy and a queue short enough that a request there starts sooner than a recompute elsewhere
-    (learned, `holds.PrefixHolds.queue_allowance`): sticky until saturated. The same conversation lands on its
+    it is the prefix's home with every slot busy and a queue short enough that a request there starts sooner
+    than a recompute elsewhere (learned, `holds.PrefixHolds.queue_allowance`): sticky until saturated. The same conversation lands on its
     home while it has room, and spills to the next endpoint on the ring, always the same one, when it has not;
   - a prefix index: per endpoint, the block hashes this replica sent there (an LRU), recorded before each attempt
     (the scheduler's `pre_request`), and corrected after it when the engine's usage shows it evicted blocks the
