@@ -77,6 +77,7 @@ benchmarks and scaled to this machine, and its knee. Sizes, and why:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import random
@@ -129,6 +130,9 @@ LLMD_STRATEGY = llmd_epp.STRATEGY
 EPP_STRATEGY = "envoy+epp"
 GATEWAY_SELECTOR = "app.kubernetes.io/name=llmaz,app.kubernetes.io/component=gateway"
 ROUTING_ANNOTATION = "llmaz.io/routing-strategy"
+# For the node scenarios that measure something else than routing with one short prompt for every request
+# (autoscaling, tenancy): least outstanding, so no request waits behind another of the same prompt.
+LEAST_OUTSTANDING_ROUTING = {ROUTING_ANNOTATION: "least-outstanding"}
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 # Common English words: the SPM vocabulary has a token for each, so a prompt of N words is about N tokens.
 _WORD_TEXT = (
@@ -462,10 +466,12 @@ def served_model(
     slots: int,
     engine_args: Sequence[str] = (),
     elastic_config: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """`model_source`'s objects, then the Playground `name` in `namespace` serving it with llama.cpp: `replicas`
     replicas of `context` tokens over `slots` slots on one thread, `engine_args` added before the thread count, the
-    object store at `endpoint_url`, and `elastic_config` when given. Shared by the node scenarios."""
+    object store at `endpoint_url`, and `elastic_config` and `annotations` when given. Shared by the node
+    scenarios."""
     args = ["--alias", name, "-c", str(context), "-np", str(slots), *engine_args, "-t", "1"]
     spec: dict[str, Any] = {
         "replicas": replicas,
@@ -484,6 +490,8 @@ def served_model(
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }
+    if annotations:
+        playground["metadata"]["annotations"] = dict(annotations)
     return [*model_source(name, uri, namespace), playground]
 
 
@@ -712,6 +720,9 @@ TRACE_ANSWER_WORDS = 16
 TRACE_TIMEOUT = 30.0
 """Seconds a trace request may take; a failed request counts as this in its step's TTFT."""
 KNEE_FACTOR = 2.0
+# Within this share of the ceiling a strategy counts as at it: there an engine's own accounting moves the cached
+# tokens by a token or two a run (which token of a restored prompt it computes again), not the router.
+AT_CEILING = 0.999
 """A step is within the knee while its TTFT p90 is at most this times the unloaded TTFT p90."""
 
 
@@ -1002,6 +1013,10 @@ def _line(f: dict[str, Any]) -> str:
 # Goals
 
 
+def _at_least_or_at_ceiling(ratio: float, at_ceiling: bool) -> bool:
+    return ratio >= 1.0 or at_ceiling
+
+
 def goals(figures_: dict[str, dict[str, dict[str, Any]]], trace: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The goals, each with what was measured and PASS or FAIL (None when a figure is missing); `trace`: the
     trace workload's ladders and knees (`run_trace`)."""
@@ -1039,9 +1054,12 @@ def goals(figures_: dict[str, dict[str, dict[str, Any]]], trace: dict[str, Any] 
     for workload in WORKLOADS:  # our EPP against llm-d's, when it ran: at least its cached tokens, its TTFT at most
         if workload.name == TRACE.name or get(workload.name, LLMD_STRATEGY, "cached_ratio") is None:
             continue
-        rows.append((f"{workload.title.split()[0]} cached-token ratio, {EPP_STRATEGY} / {LLMD_STRATEGY} >= 1",
+        at_ceiling = (get(workload.name, EPP_STRATEGY, "efficiency") or 0.0) >= AT_CEILING
+        rows.append((f"{workload.title.split()[0]} cached-token ratio, {EPP_STRATEGY} / {LLMD_STRATEGY} >= 1 "
+                     f"(or at the ceiling)",
                      ratio(get(workload.name, EPP_STRATEGY, "cached_ratio"),
-                           get(workload.name, LLMD_STRATEGY, "cached_ratio")), lambda v: v >= 1.0))  # fmt: skip
+                           get(workload.name, LLMD_STRATEGY, "cached_ratio")),
+                     functools.partial(_at_least_or_at_ceiling, at_ceiling=at_ceiling)))  # fmt: skip
         rows.append((f"{workload.title.split()[0]} TTFT p50, {EPP_STRATEGY} / {LLMD_STRATEGY} <= 1",
                      ratio(get(workload.name, EPP_STRATEGY, "ttft_p50"), get(workload.name, LLMD_STRATEGY, "ttft_p50")),
                      lambda v: v <= 1.0))  # fmt: skip
