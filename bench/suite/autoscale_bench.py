@@ -47,7 +47,7 @@ import yaml
 from llmaz_dev.envtest._rest import RestClient
 from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE
 from llmaz_dev.testing.waiting import eventually_sync
-from suite.routing_bench import model_node, ready_count, served_model
+from suite.routing_bench import LEAST_OUTSTANDING_ROUTING, model_node, ready_count, served_model
 
 MODEL = "bench-autoscale"
 PLAYGROUND_NAMESPACE = "default"
@@ -295,6 +295,7 @@ def model_objects(uri: str, endpoint_url: str, policy: Policy) -> list[dict[str,
         context=CONTEXT,
         slots=SLOTS,
         elastic_config=policy.elastic_config(),
+        annotations=LEAST_OUTSTANDING_ROUTING,
     )
 
 

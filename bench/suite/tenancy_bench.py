@@ -42,7 +42,7 @@ import yaml
 from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE
 from llmaz_dev.testing.waiting import eventually_sync
 from suite.autoscale_bench import percentile
-from suite.routing_bench import model_node, ready_count, served_model
+from suite.routing_bench import LEAST_OUTSTANDING_ROUTING, model_node, ready_count, served_model
 
 MODEL = "bench-tenancy"
 PLAYGROUND_NAMESPACE = "default"
@@ -319,7 +319,15 @@ def gateway_patch(flags: Sequence[str] = GATEWAY_FLAGS) -> list[dict[str, Any]]:
 
 def model_objects(uri: str, endpoint_url: str) -> list[dict[str, Any]]:
     """The model and its one-replica Playground."""
-    return served_model(MODEL, uri, endpoint_url, namespace=PLAYGROUND_NAMESPACE, context=CONTEXT, slots=SLOTS)
+    return served_model(
+        MODEL,
+        uri,
+        endpoint_url,
+        namespace=PLAYGROUND_NAMESPACE,
+        context=CONTEXT,
+        slots=SLOTS,
+        annotations=LEAST_OUTSTANDING_ROUTING,
+    )
 
 
 # The client

@@ -19,7 +19,7 @@ from typing import TypedDict
 
 from prometheus_client import CollectorRegistry
 
-from llmaz.apis.routing import LEAST_OUTSTANDING, STRATEGIES, RoutingWeights, parse_weight
+from llmaz.apis.routing import PREFIX_AWARE, STRATEGIES, RoutingWeights, parse_weight
 from llmaz.gateway.epp.server import DEFAULT_PORT as EPP_PORT
 from llmaz.gateway.epp.server import EndpointPicker, EppOptions
 from llmaz.gateway.flow.control import (
@@ -161,10 +161,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     add(
         "--routing-strategy",
-        default=LEAST_OUTSTANDING,
+        default=PREFIX_AWARE,
         choices=STRATEGIES,
         help="how an endpoint is picked; a Playground's llmaz.io/routing-strategy overrides it "
-        f"(default {LEAST_OUTSTANDING})",
+        f"(default {PREFIX_AWARE})",
     )
     weights = RoutingWeights()
     add("--prefix-weight", type=_weight, default=weights.prefix, help="prefix-aware: prefix affinity's weight")

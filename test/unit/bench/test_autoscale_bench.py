@@ -129,6 +129,8 @@ def test_the_served_playground_is_admissible_and_states_the_benchs_policy() -> N
     args = playground["spec"]["backendRuntimeConfig"]["args"]
     assert args[args.index("-np") + 1] == "2"
     assert args[args.index("-t") + 1] == "1"
+    # One short prompt for every stream: routed by load, not held behind itself (prefix-aware's holds).
+    assert playground["metadata"]["annotations"] == {"llmaz.io/routing-strategy": "least-outstanding"}
 
 
 def test_a_policy_with_fractional_durations_renders_them_as_go_durations() -> None:

@@ -169,6 +169,8 @@ def test_the_playground_runs_one_llama_cpp_replica_with_two_slots() -> None:
     assert playground["spec"]["replicas"] == 1
     args = playground["spec"]["backendRuntimeConfig"]["args"]
     assert args[args.index("-np") + 1] == "2"
+    # Every tenant sends one short prompt: routed by load, so no band waits behind another's request of it.
+    assert playground["metadata"]["annotations"] == {"llmaz.io/routing-strategy": "least-outstanding"}
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,10 @@ import orjson
 from aiohttp import web
 from structlog.testing import capture_logs
 
+from llmaz.apis.routing import LEAST_OUTSTANDING
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.adapters import Adapter, LoraSlots, ServedAdapters
+from llmaz.gateway.routing.picker import RoutingOptions
 from llmaz.gateway.routing.signals import STALE_AFTER_FAILURES
 from llmaz_dev.testing.clock import FakeClock
 from llmaz_dev.testing.waiting import eventually
@@ -36,6 +38,8 @@ from .support import (
 CHAT = "/v1/chat/completions"
 HUB = {"modelHub": {"modelID": "x/lora"}}
 SQL = Adapter("sql", "m", 0, 0.5)
+
+LEAST_OUTSTANDING_GATEWAY = GatewayOptions(routing=RoutingOptions(strategy=LEAST_OUTSTANDING))
 
 
 def llamacpp(engine: FakeEngine, *paths: str, listing_status: int = 200) -> None:
@@ -253,7 +257,7 @@ async def test_the_base_models_requests_to_llamacpp_set_every_adapter_to_zero() 
         llamacpp(old)  # started before the adapters were added: sent the body as it came
         serve_with_adapters(cluster, holder, old)
         await signals.scrape()
-        async with running_gateway(cluster, adapters=signals) as gw:
+        async with running_gateway(cluster, LEAST_OUTSTANDING_GATEWAY, adapters=signals) as gw:
             request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
             for _ in range(64):  # idle replicas tie and are picked at random: until each has had one
                 assert (await gw.post(CHAT, request))[0] == 200

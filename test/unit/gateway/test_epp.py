@@ -34,6 +34,7 @@ from test.unit.gateway.test_adapter_routing import HUB, llamacpp, serve_with_ada
 from test.unit.gateway.test_waker import asleep, engine_starts
 from test.unit.gateway.test_waker import setup as scaling_setup
 
+from llmaz.apis.routing import LEAST_OUTSTANDING
 from llmaz.gateway.epp.processor import DESTINATION_HEADER, LB_NAMESPACE, SUBSET_KEY, SUBSET_NAMESPACE, usage_of
 from llmaz.gateway.epp.server import EndpointPicker, EppOptions
 from llmaz.gateway.proxy import errors
@@ -43,7 +44,7 @@ from llmaz.gateway.proxy.metrics import GatewayMetrics
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import AdapterSignals
-from llmaz.gateway.routing.picker import Pickers
+from llmaz.gateway.routing.picker import Pickers, RoutingOptions
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import PromptUsage
 from llmaz.gateway.scaling.outlook import Coming
@@ -103,8 +104,10 @@ async def running_epp(
     api_keys: Authenticator | None = None,
     adapters: AdapterSignals | None = None,
     metrics: GatewayMetrics | None = None,
+    strategy: str = LEAST_OUTSTANDING,
 ) -> AsyncIterator[Epp]:
-    """An EPP on loopback over `cluster` (or `catalog`, one of its catalogs)."""
+    """An EPP on loopback over `cluster` (or `catalog`, one of its catalogs), routing by `strategy` (least
+    outstanding by default: one request in flight decides its pick)."""
     in_flight = CountingInFlight()
     options = EppOptions(
         host="127.0.0.1",
@@ -115,7 +118,7 @@ async def running_epp(
         hold_timeout=hold_timeout,
         wake_timeout=wake_timeout,
     )
-    pickers = Pickers(in_flight, adapters=adapters)
+    pickers = Pickers(in_flight, options=RoutingOptions(strategy=strategy), adapters=adapters)
     picker = EndpointPicker(
         catalog or cluster.catalog(), pickers, options, waker=waker, api_keys=api_keys, metrics=metrics
     )

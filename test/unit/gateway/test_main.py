@@ -79,7 +79,8 @@ def test_flags_map_to_the_gateway_options() -> None:
 
 def test_routing_flags_map_to_the_routing_options() -> None:
     default = gateway_options(parse_args([])).routing
-    assert default == RoutingOptions(LEAST_OUTSTANDING, RoutingWeights(3.0, 2.0, 2.0), 1.25)
+    assert default == RoutingOptions(PREFIX_AWARE, RoutingWeights(3.0, 2.0, 2.0), 1.25)
+    assert gateway_options(parse_args(["--routing-strategy=least-outstanding"])).routing.strategy == LEAST_OUTSTANDING
     flags = [
         "--routing-strategy=prefix-aware",
         "--prefix-weight=5",

@@ -438,12 +438,12 @@ def annotated(name: str, namespace: str = "default", **annotations: str) -> dict
 
 
 def test_the_gateways_strategy_applies_unless_a_playground_names_another() -> None:
-    pickers = Pickers(InFlight())
+    pickers = Pickers(InFlight(), options=RoutingOptions(strategy=LEAST_OUTSTANDING))
     assert isinstance(pickers.for_playgrounds([]), LeastOutstanding)
     assert isinstance(pickers.for_playgrounds([annotated("p")]), LeastOutstanding)
     prefix = pickers.for_playgrounds([annotated("p", **{c.ROUTING_STRATEGY_ANNOTATION: PREFIX_AWARE})])
     assert prefix is pickers.prefix_aware
-    aware = Pickers(InFlight(), options=RoutingOptions(strategy=PREFIX_AWARE))
+    aware = Pickers(InFlight())  # the default: prefix-aware
     assert aware.for_playgrounds([]) is aware.prefix_aware
     assert isinstance(
         aware.for_playgrounds([annotated("p", **{c.ROUTING_STRATEGY_ANNOTATION: LEAST_OUTSTANDING})]), LeastOutstanding
@@ -467,7 +467,7 @@ def test_weights_named_by_a_playground_replace_the_gateways_and_share_its_index(
     [{c.ROUTING_STRATEGY_ANNOTATION: "round-robin"}, {c.ROUTING_WEIGHTS_ANNOTATION: "prefix=lots"}],
 )
 def test_a_stored_bad_annotation_is_ignored_and_the_next_playground_decides(annotations: dict[str, str]) -> None:
-    pickers = Pickers(InFlight())
+    pickers = Pickers(InFlight(), options=RoutingOptions(strategy=LEAST_OUTSTANDING))
     bad = annotated("a", **annotations)
     good = annotated("b", **{c.ROUTING_STRATEGY_ANNOTATION: PREFIX_AWARE})
     assert pickers.for_playgrounds([good, bad]) is pickers.prefix_aware

@@ -17,6 +17,7 @@ from .support import Cluster, FakeEngine, engines, refused_endpoint, running_gat
 CHAT = "/v1/chat/completions"
 SYSTEM = "You are the support assistant of a bicycle shop. Answer briefly and politely. " * 8
 PREFIX_AWARE_GATEWAY = GatewayOptions(routing=RoutingOptions(strategy=PREFIX_AWARE))
+LEAST_OUTSTANDING_GATEWAY = GatewayOptions(routing=RoutingOptions(strategy=LEAST_OUTSTANDING))
 
 
 def chat(question: str, **extra: Any) -> dict[str, Any]:
@@ -51,7 +52,11 @@ async def test_with_prefix_aware_a_shared_prompt_keeps_to_one_engine_and_least_o
         assert len(served_by(fleet)) == 1  # one system prompt: one home, never over its bound one at a time
         for engine in fleet:
             engine.requests.clear()
-        await send(cluster, None, *questions)  # the default: least outstanding, idle ties at random
+        await send(cluster, None, *questions)  # the default is prefix-aware too
+        assert len(served_by(fleet)) == 1
+        for engine in fleet:
+            engine.requests.clear()
+        await send(cluster, LEAST_OUTSTANDING_GATEWAY, *questions)  # idle ties at random
         assert len(served_by(fleet)) > 1
 
 
@@ -61,7 +66,7 @@ async def test_a_playgrounds_annotation_overrides_the_gateways_strategy() -> Non
         cluster = Cluster().synced()
         cluster.serve("m", *(engine.endpoint for engine in fleet))
         annotate(cluster, **{c.ROUTING_STRATEGY_ANNOTATION: PREFIX_AWARE})
-        await send(cluster, None, *questions)
+        await send(cluster, LEAST_OUTSTANDING_GATEWAY, *questions)
         assert len(served_by(fleet)) == 1
         for engine in fleet:
             engine.requests.clear()

@@ -11,13 +11,14 @@ import pytest
 from aiohttp import web
 
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights
+from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.adapters import Adapter, EngineAdapters, ServedAdapters
 from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.engines import engine
 from llmaz.gateway.routing.filters import HoldsAdapter, Untried, WithinBound
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import EngineLoad
-from llmaz.gateway.routing.picker import PrefixAware, PrefixIndex, Ring
+from llmaz.gateway.routing.picker import PrefixAware, PrefixIndex, Ring, RoutingOptions
 from llmaz.gateway.routing.prefix import RoutingKey
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import (
@@ -381,7 +382,8 @@ async def test_the_proxy_schedules_each_attempt_and_ends_each_with_post_response
             cluster.serve("m", refused, engine.endpoint)
             in_flight = InFlight()
             in_flight.acquire(engine.endpoint)  # the refusing endpoint is the least loaded: tried first
-            async with running_gateway(cluster, in_flight=in_flight) as gw:
+            options = GatewayOptions(routing=RoutingOptions(strategy=LEAST_OUTSTANDING))
+            async with running_gateway(cluster, options, in_flight=in_flight) as gw:
                 scheduler = gw.gateway.pickers.least_outstanding
                 ended: list[tuple[Endpoint, PromptUsage | None, frozenset[Endpoint]]] = []
                 post_response = scheduler.post_response

@@ -101,7 +101,7 @@ async def test_a_streamed_request_is_one_trace_of_its_steps_and_the_engine_is_se
     assert (
         dict(named["pick"].attributes or {}).items()
         >= {
-            "llmaz.routing.strategy": "least-outstanding",
+            "llmaz.routing.strategy": "prefix-aware",  # the gateway's default
             "llmaz.endpoint": str(engine.endpoint),
             "llmaz.attempt": 1,
         }.items()

@@ -19,8 +19,9 @@ scorers, a picker; the rules below are theirs, `filters` and `scorers`):
   - CHWBL over requests as the hard cap: an endpoint whose load would pass load + 1 <= ceil(load_factor x
     (total load + 1) / endpoints) is passed over (`filters.WithinBound`), unless its engine has a free slot, or
     it is the prefix's home with every slot busy and a queue short enough that a request there starts sooner
-    than a recompute elsewhere (learned, `holds.PrefixHolds.queue_allowance`): sticky until saturated. The same conversation lands on its
-    home while it has room, and spills to the next endpoint on the ring, always the same one, when it has not;
+    than a recompute elsewhere (learned, `holds.PrefixHolds.queue_allowance`): sticky until saturated. The same
+    conversation lands on its home while it has room, and spills to the next endpoint on the ring, always the same
+    one, when it has not;
   - a prefix index: per endpoint, the block hashes this replica sent there (an LRU), recorded before each attempt
     (the scheduler's `pre_request`), and corrected after it when the engine's usage shows it evicted blocks the
     index holds (`post_response`, `scorers.PrefixMatch`); an endpoint's prefix match is the longest chain of the
@@ -62,7 +63,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights, routing_override
+from llmaz.apis.routing import PREFIX_AWARE, RoutingWeights, routing_override
 from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.filters import DEFAULT_LOAD_FACTOR, HoldsAdapter, Untried, WithinBound
 from llmaz.gateway.routing.holds import PrefixHolds
@@ -393,9 +394,9 @@ class PrefixAware(Scheduler):
 
 @dataclass(frozen=True, slots=True)
 class RoutingOptions:
-    strategy: str = LEAST_OUTSTANDING
+    strategy: str = PREFIX_AWARE
     """The gateway's strategy (`llmaz.apis.routing.STRATEGIES`); a Playground may name another. Default
-    least-outstanding."""
+    prefix-aware."""
     weights: RoutingWeights = field(default_factory=RoutingWeights)
     """The prefix-aware scorers' weights; a Playground may name others. Default prefix 3, queue 2, utilisation 2."""
     load_factor: float = DEFAULT_LOAD_FACTOR
