@@ -24,12 +24,13 @@ import orjson
 import pytest
 from aiohttp import web
 
+from llmaz.apis.routing import LEAST_OUTSTANDING
 from llmaz.gateway import envoy as data_plane
 from llmaz.gateway.epp.server import EndpointPicker, EppOptions
 from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
-from llmaz.gateway.routing.picker import Pickers
+from llmaz.gateway.routing.picker import Pickers, RoutingOptions
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz_dev.envoy import alone, bootstrap, envoy_binary
 from llmaz_dev.envtest._process import free_loopback_ports
@@ -125,7 +126,9 @@ async def envoy_in_front(
     served = {"m": [e.endpoint for e in engines], "sleeping": []}
     slices = FakeInformer()
     options = EppOptions(host="127.0.0.1", port=0, hold_timeout=hold_timeout)
-    picker = EndpointPicker(catalog(served, slices), Pickers(in_flight), options, api_keys=api_keys)
+    # Least outstanding: a test steers the pick by the requests in flight (prefix-aware would send "hello" home).
+    pickers = Pickers(in_flight, options=RoutingOptions(strategy=LEAST_OUTSTANDING))
+    picker = EndpointPicker(catalog(served, slices), pickers, options, api_keys=api_keys)
     stopping = asyncio.Event()
     task = asyncio.create_task(picker.run(stopping))
     envoy: asyncio.subprocess.Process | None = None

@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from llmaz.apis.routing import LEAST_OUTSTANDING
 from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.proxy.keys import compact_secret
 from llmaz.gateway.proxy.limits import Limits
@@ -30,6 +31,7 @@ from llmaz.gateway.proxy.server import Gateway, GatewayOptions
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import AdapterSignals, LoadSignals
+from llmaz.gateway.routing.picker import RoutingOptions
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.signals import EngineSignals
 from llmaz.gateway.scaling.waker import Waker
@@ -47,6 +49,9 @@ from llmaz_dev.testing.informer import FakeInformer
 EngineHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Bounds every wait in these tests; reached only when something is broken.
 WAIT = 10.0
+LEAST_OUTSTANDING_GATEWAY = GatewayOptions(routing=RoutingOptions(strategy=LEAST_OUTSTANDING))
+"""For the tests of the proxy's own steps (retries, failures, streams) that steer a request's pick by the requests
+in flight: least outstanding, where the default (prefix-aware) sends a prompt to its home."""
 # What `/v1/models` says a model serves: on vLLM; on llama.cpp without flags; on an engine not known.
 VLLM_CAPABILITIES = [
     *("chat", "completion", "embedding", "responses", "rerank", "score"),

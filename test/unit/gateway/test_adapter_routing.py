@@ -11,16 +11,15 @@ import orjson
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from llmaz.apis.routing import LEAST_OUTSTANDING
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.adapters import Adapter, LoraSlots, ServedAdapters
-from llmaz.gateway.routing.picker import RoutingOptions
 from llmaz.gateway.routing.signals import STALE_AFTER_FAILURES
 from llmaz_dev.testing.clock import FakeClock
 from llmaz_dev.testing.waiting import eventually
 
 from . import engine_pages as pages
 from .support import (
+    LEAST_OUTSTANDING_GATEWAY,
     LLAMACPP_CAPABILITIES,
     VLLM_CAPABILITIES,
     WAIT,
@@ -38,8 +37,6 @@ from .support import (
 CHAT = "/v1/chat/completions"
 HUB = {"modelHub": {"modelID": "x/lora"}}
 SQL = Adapter("sql", "m", 0, 0.5)
-
-LEAST_OUTSTANDING_GATEWAY = GatewayOptions(routing=RoutingOptions(strategy=LEAST_OUTSTANDING))
 
 
 def llamacpp(engine: FakeEngine, *paths: str, listing_status: int = 200) -> None:

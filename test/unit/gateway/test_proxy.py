@@ -21,7 +21,16 @@ from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz_dev.testing.waiting import eventually
 
-from .support import FIRST_EVENT, LAST_EVENTS, WAIT, Cluster, engines, refused_endpoint, running_gateway
+from .support import (
+    FIRST_EVENT,
+    LAST_EVENTS,
+    LEAST_OUTSTANDING_GATEWAY,
+    WAIT,
+    Cluster,
+    engines,
+    refused_endpoint,
+    running_gateway,
+)
 
 CHAT = "/v1/chat/completions"
 STREAM_BODY = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
@@ -243,8 +252,10 @@ async def test_an_engine_failure_after_the_first_byte_is_not_retried_and_truncat
         cluster = Cluster().synced()
         cluster.serve("m", failing.endpoint, healthy.endpoint)
         in_flight = InFlight()
-        in_flight.acquire(healthy.endpoint)
-        async with running_gateway(cluster, in_flight=in_flight) as gw:
+        in_flight.acquire(
+            healthy.endpoint
+        )  # least outstanding then picks the failing one (a keyed prompt would go home)
+        async with running_gateway(cluster, LEAST_OUTSTANDING_GATEWAY, in_flight=in_flight) as gw:
             async with gw.session.post(gw.url + CHAT, data=STREAM_BODY) as resp:
                 assert await asyncio.wait_for(resp.content.readuntil(b"\n\n"), WAIT) == FIRST_EVENT
                 failing.release.set()

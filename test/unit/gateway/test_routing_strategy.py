@@ -12,12 +12,11 @@ from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE
 from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.picker import RoutingOptions
 
-from .support import Cluster, FakeEngine, engines, refused_endpoint, running_gateway
+from .support import LEAST_OUTSTANDING_GATEWAY, Cluster, FakeEngine, engines, refused_endpoint, running_gateway
 
 CHAT = "/v1/chat/completions"
 SYSTEM = "You are the support assistant of a bicycle shop. Answer briefly and politely. " * 8
 PREFIX_AWARE_GATEWAY = GatewayOptions(routing=RoutingOptions(strategy=PREFIX_AWARE))
-LEAST_OUTSTANDING_GATEWAY = GatewayOptions(routing=RoutingOptions(strategy=LEAST_OUTSTANDING))
 
 
 def chat(question: str, **extra: Any) -> dict[str, Any]:

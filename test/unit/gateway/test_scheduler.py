@@ -11,14 +11,13 @@ import pytest
 from aiohttp import web
 
 from llmaz.apis.routing import LEAST_OUTSTANDING, PREFIX_AWARE, RoutingWeights
-from llmaz.gateway.proxy.server import GatewayOptions
 from llmaz.gateway.routing.adapters import Adapter, EngineAdapters, ServedAdapters
 from llmaz.gateway.routing.balancer import LeastOutstanding
 from llmaz.gateway.routing.engines import engine
 from llmaz.gateway.routing.filters import HoldsAdapter, Untried, WithinBound
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import EngineLoad
-from llmaz.gateway.routing.picker import PrefixAware, PrefixIndex, Ring, RoutingOptions
+from llmaz.gateway.routing.picker import PrefixAware, PrefixIndex, Ring
 from llmaz.gateway.routing.prefix import RoutingKey
 from llmaz.gateway.routing.routes import Endpoint
 from llmaz.gateway.routing.scheduler import (
@@ -34,7 +33,7 @@ from llmaz.gateway.routing.scheduler import (
 )
 from llmaz.gateway.routing.scorers import FewestInFlight, FreeCapacity, PrefixMatch, Queue
 
-from .support import Cluster, engines, refused_endpoint, running_gateway
+from .support import LEAST_OUTSTANDING_GATEWAY, Cluster, engines, refused_endpoint, running_gateway
 
 A, B, C, D = (Endpoint(f"10.2.0.{i}", 8000) for i in range(1, 5))
 ADAPTER = Adapter("sql", "m", 0)
@@ -382,8 +381,7 @@ async def test_the_proxy_schedules_each_attempt_and_ends_each_with_post_response
             cluster.serve("m", refused, engine.endpoint)
             in_flight = InFlight()
             in_flight.acquire(engine.endpoint)  # the refusing endpoint is the least loaded: tried first
-            options = GatewayOptions(routing=RoutingOptions(strategy=LEAST_OUTSTANDING))
-            async with running_gateway(cluster, options, in_flight=in_flight) as gw:
+            async with running_gateway(cluster, LEAST_OUTSTANDING_GATEWAY, in_flight=in_flight) as gw:
                 scheduler = gw.gateway.pickers.least_outstanding
                 ended: list[tuple[Endpoint, PromptUsage | None, frozenset[Endpoint]]] = []
                 post_response = scheduler.post_response
