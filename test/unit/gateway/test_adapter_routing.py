@@ -325,6 +325,19 @@ async def test_an_adapter_its_service_left_out_is_503_at_once_its_why_logged_and
             assert [body["lora"] for body in chats(engine)] == [[{"id": 0, "scale": 1.0}], [{"id": 0, "scale": 0.0}]]
 
 
+async def test_before_its_listing_is_read_a_replica_is_sent_the_ids_of_the_adapters_its_service_loaded() -> None:
+    cluster = Cluster().synced()
+    async with engines(1) as (engine,):
+        serve_with_adapters(cluster, engine)  # sql (spec.adapters[0]) and chat ([1])
+        left_out = [{"name": "sql", "source": HUB, "reason": "ModelLoaderFailed", "message": "exited with code 3"}]
+        cluster.services.add({**inference_service("p", "m"), "status": {"unavailableAdapters": left_out}})
+        async with running_gateway(cluster) as gw:  # no engine signals: no listing read yet
+            assert (await gw.post(CHAT, {"model": "chat"}))[0] == 200
+            assert (await gw.post(CHAT, {"model": "m"}))[0] == 200
+        # The replica loaded chat alone, as llama.cpp's adapter 0: never sent sql's position for it.
+        assert [body["lora"] for body in chats(engine)] == [[{"id": 0, "scale": 1.0}], [{"id": 0, "scale": 0.0}]]
+
+
 async def test_a_held_adapter_request_goes_to_the_replica_that_lists_it_once_it_does() -> None:
     cluster, clock = Cluster().synced(), FakeClock()
     async with engines(2) as (old, new), scraping(cluster, clock=clock) as signals:

@@ -15,6 +15,7 @@ from llmaz.gateway.routing.adapters import (
     ServedAdapters,
     adapter_table,
     engine_body,
+    loaded,
     model_adapters,
     path_adapter_name,
     with_scales,
@@ -176,6 +177,18 @@ def test_only_llamacpp_bodies_change_and_they_carry_every_held_adapter_by_the_en
     assert lora(lora_slots("/m/adapters--chat/a.gguf"), None) == [{"id": 0, "scale": 0.0}]
     for name in ("vllm", "sglang", None):
         assert engine_body(engine(name).adapters.scales_member, None, both, sql, body, document) is body
+
+
+def test_before_an_engine_lists_its_adapters_those_its_service_left_out_take_no_id() -> None:
+    body = b'{"model": "good"}'
+    document = orjson.loads(body)
+    gone, other, good = Adapter("gone", "m", 0), Adapter("other", "m", 1), Adapter("good", "m", 2, 0.7)
+    held = loaded((gone, other, good), {"gone", "other"})
+    assert held == [Adapter("good", "m", 0, 0.7)]  # the replica loaded it alone: its llama.cpp id is 0
+    assert loaded((gone, other, good), ()) == [gone, other, good]
+    member = engine("llamacpp").adapters.scales_member
+    assert orjson.loads(engine_body(member, None, held, good, body, document))["lora"] == [{"id": 0, "scale": 0.7}]
+    assert orjson.loads(engine_body(member, None, held, None, body, document))["lora"] == [{"id": 0, "scale": 0.0}]
 
 
 def test_an_adapters_routing_key_is_its_own_and_the_base_models_is_unchanged() -> None:

@@ -94,7 +94,7 @@ from llmaz.gateway.proxy.limits import (
 )
 from llmaz.gateway.proxy.metrics import CLIENT_CLOSED, GatewayMetrics
 from llmaz.gateway.routing import engines
-from llmaz.gateway.routing.adapters import Adapter, engine_body
+from llmaz.gateway.routing.adapters import Adapter, engine_body, loaded
 from llmaz.gateway.routing.catalog import Catalog
 from llmaz.gateway.routing.inflight import InFlight
 from llmaz.gateway.routing.load import AdapterSignals, LoadSignals, NoSignals
@@ -549,10 +549,17 @@ class Gateway:
         """What each endpoint is sent for a request for a model with `adapters`, naming the adapter `named` or the
         base model (None): made for the engine at the endpoint (`engine_of`) and the adapters it lists."""
 
+        left_out: dict[Endpoint, frozenset[str]] | None = None
+
         def body_for(endpoint: Endpoint) -> bytes:
+            nonlocal left_out
             member = engine_of(endpoint).adapters.scales_member
             listing = self.adapters.adapters(endpoint)
-            return engine_body(member, listing, adapters, named, inference.body, inference.document)
+            held = adapters
+            if listing is None and member is not None:  # not listed yet: what its Service says it loaded
+                left_out = self.catalog.left_out_at(adapters[0].model) if left_out is None else left_out
+                held = loaded(adapters, left_out.get(endpoint, frozenset()))
+            return engine_body(member, listing, held, named, inference.body, inference.document)
 
         return body_for
 

@@ -32,8 +32,9 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -160,8 +161,16 @@ def lora_scales(
     for adapter in adapters:
         lora_id = adapter.index if listing is None else listing.lora_id(adapter)
         if lora_id is not None:
-            scales[lora_id] = adapter.scale if adapter == named else 0.0
+            scales[lora_id] = adapter.scale if named is not None and adapter.name == named.name else 0.0
     return [{"id": lora_id, "scale": scale} for lora_id, scale in sorted(scales.items())]
+
+
+def loaded(adapters: Iterable[Adapter], left_out: Collection[str]) -> list[Adapter]:
+    """The adapters a replica started without those named in `left_out` (its Service's `status.unavailableAdapters`)
+    loads, each at its llama.cpp id: its position among them, in spec order. What an endpoint whose listing is not
+    known yet holds: by spec position alone, an adapter after one left out would be sent another's id."""
+    kept = [adapter for adapter in adapters if adapter.name not in left_out]
+    return [adapter if adapter.index == i else dataclasses.replace(adapter, index=i) for i, adapter in enumerate(kept)]
 
 
 def engine_body(

@@ -403,6 +403,19 @@ class Catalog:
             first = first or f"adapter {adapter.name} is left out of model {adapter.model}: {entry.get('message')}"
         return first
 
+    def left_out_at(self, model: str) -> dict[Endpoint, frozenset[str]]:
+        """The ready endpoints of `model` whose inference Service left adapters out, each with their names (its
+        `status.unavailableAdapters`)."""
+        found: dict[Endpoint, frozenset[str]] = {}
+        for backend in self._routes().get(model, ()):
+            service = self._services.store.get(f"{backend.namespace}/{backend.service.removesuffix(LB_SERVICE_SUFFIX)}")
+            recorded = ((service or {}).get("status") or {}).get("unavailableAdapters") or ()
+            names = frozenset(str(e.get("name")) for e in recorded if isinstance(e, dict) and e.get("name"))
+            if names:
+                for endpoint in routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)):
+                    found.setdefault(endpoint, names)
+        return found
+
     def endpoints_with_adapters(self) -> set[Endpoint]:
         """The ready endpoints of every served model that has adapters (the engine signals list their adapters)."""
         return {endpoint for model in self._adapter_table() for endpoint in self.endpoints(model)}
