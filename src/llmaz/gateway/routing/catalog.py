@@ -395,9 +395,8 @@ class Catalog:
         `status.unavailableAdapters`, the first one's finding), or None."""
         first: str | None = None
         for backend in self._routes().get(adapter.model, ()):
-            service = self._services.store.get(f"{backend.namespace}/{backend.service.removesuffix(LB_SERVICE_SUFFIX)}")
-            recorded = ((service or {}).get("status") or {}).get("unavailableAdapters") or ()
-            entry = next((e for e in recorded if isinstance(e, dict) and e.get("name") == adapter.name), None)
+            recorded = self._unavailable_adapters(backend)
+            entry = next((e for e in recorded if e.get("name") == adapter.name), None)
             if entry is None:
                 return None
             first = first or f"adapter {adapter.name} is left out of model {adapter.model}: {entry.get('message')}"
@@ -408,13 +407,17 @@ class Catalog:
         `status.unavailableAdapters`)."""
         found: dict[Endpoint, frozenset[str]] = {}
         for backend in self._routes().get(model, ()):
-            service = self._services.store.get(f"{backend.namespace}/{backend.service.removesuffix(LB_SERVICE_SUFFIX)}")
-            recorded = ((service or {}).get("status") or {}).get("unavailableAdapters") or ()
-            names = frozenset(str(e.get("name")) for e in recorded if isinstance(e, dict) and e.get("name"))
+            names = frozenset(str(e["name"]) for e in self._unavailable_adapters(backend) if e.get("name"))
             if names:
                 for endpoint in routes.ready_endpoints(self.slices_of(backend.namespace, backend.service)):
                     found.setdefault(endpoint, names)
         return found
+
+    def _unavailable_adapters(self, backend: Backend) -> list[Obj]:
+        """The entries of `status.unavailableAdapters` of the inference Service behind `backend`."""
+        service = self._services.store.get(f"{backend.namespace}/{backend.service.removesuffix(LB_SERVICE_SUFFIX)}")
+        recorded = ((service or {}).get("status") or {}).get("unavailableAdapters") or ()
+        return [entry for entry in recorded if isinstance(entry, dict)]
 
     def endpoints_with_adapters(self) -> set[Endpoint]:
         """The ready endpoints of every served model that has adapters (the engine signals list their adapters)."""

@@ -9,9 +9,8 @@
   the engine is full, not until it carries more than the average. Past its slots, the home of the request's prefix
   stays within while the request would wait there less than recomputing its prompt elsewhere costs
   (`queue_allowance`, learned from the engines' timings, `holds.PrefixHolds.queue_allowance`): sticky until
-  saturated. When none is within, every one
-  stays (the least bad is still picked). It leaves the bound in the cycle for the scorers that score load against
-  it.
+  saturated. When none is within, every one stays (the least bad is still picked). It leaves the bound in the
+  cycle for the scorers that score load against it.
 
 A filter keeps the candidates' order and changes no state.
 """
