@@ -80,12 +80,15 @@ class WithinBound(Filter):
     def filter(self, cycle: Cycle, positions: list[int]) -> list[int]:
         total = sum(cycle.load(i).requests for i in positions)
         bound = cycle.bound = math.ceil(self.load_factor * (total + 1) / len(positions))
-        return [i for i in positions if cycle.load(i).requests + 1 <= self._room(cycle, i, bound)] or positions
+        return [i for i in positions if self._within(cycle, i, bound)] or positions
 
-    def _room(self, cycle: Cycle, position: int, bound: int) -> int:
+    def _within(self, cycle: Cycle, position: int, bound: int) -> bool:
         load = cycle.load(position)
-        room = load.room(bound)
+        if load.requests + 1 <= load.room(bound):
+            return True
         if load.slots is None or self.queue_allowance is None:
-            return room
-        allowance = self.queue_allowance(cycle.request, cycle.candidates[position], load.slots)
-        return max(room, load.slots + allowance)
+            return False
+        # Asked only of an endpoint over its room (its slots all busy): the queue allowance is the exception.
+        return load.requests + 1 <= load.slots + self.queue_allowance(
+            cycle.request, cycle.candidates[position], load.slots
+        )
