@@ -112,11 +112,16 @@ class PrefixHolds(Plugin):
     def deadline(self, model: str, sharing: int = 0) -> float:
         """How long a request of `model` may wait: what recomputing costs, for the request and for the `sharing`
         requests its pick serves (module docstring)."""
-        means = self._means.get(model)
-        recompute = DEFAULT_HOLD
-        if means is not None and means.miss is not None and means.hit is not None:
-            recompute = means.miss - means.hit
+        learned = self._learned(model)
+        recompute = DEFAULT_HOLD if learned is None else learned[0] - learned[1]
         return min(MAX_HOLD, max(MIN_HOLD, recompute * (1 + max(0, sharing))))
+
+    def _learned(self, model: str) -> tuple[float, float] | None:
+        """The mean times of `model`'s attempts that missed and that hit its cached prompt, once both are known."""
+        means = self._means.get(model)
+        if means is None or means.miss is None or means.hit is None:
+            return None
+        return means.miss, means.hit
 
     def queue_allowance(self, request: Request, endpoint: Endpoint, slots: int) -> int:
         """How many requests may wait at `endpoint`, an engine of `slots` slots, every one busy, and still start
@@ -128,11 +133,11 @@ class PrefixHolds(Plugin):
         key = request.key
         if key is None or self._home_of is None or self._home_of(key) != endpoint:
             return 0
-        means = self._means.get(request.model)
-        if means is None or means.miss is None or means.hit is None or slots <= 0 or means.hit <= 0:
+        learned = self._learned(request.model)
+        if learned is None or slots <= 0 or learned[1] <= 0:
             return 0
-        recompute = min(MAX_HOLD, max(0.0, means.miss - means.hit))
-        return min(slots, int(recompute * slots / means.hit))
+        miss, hit = learned
+        return min(slots, int(min(MAX_HOLD, max(0.0, miss - hit)) * slots / hit))
 
     def behind(self, request: Request, endpoint: Endpoint) -> Endpoint | None:
         """Where the request would wait: `endpoint` while it serves the request's prefix; else the prefix's home,
