@@ -39,6 +39,9 @@ from suite import llmd_epp
 
 TOKENS = 8
 MODEL = "bench-model"
+REQUEST_HEADER = "x-bench-request"
+"""A client's own name for a request, which Envoy's access log (SERVED_LOG) pairs with the engine that served it."""
+SERVED_LOG = "served.log"
 # Loopback and pod addresses only: never through a proxy the environment names.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 READY_SECONDS = 60.0
@@ -183,6 +186,40 @@ def peer(
         yield Peer(url, f"http://127.0.0.1:{ports.metrics}/metrics", work, epp_argv)
 
 
+def with_served_log(bootstrap: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """`bootstrap` with an access log at `path` on its listeners: per request, the client's REQUEST_HEADER and the
+    engine that served it (Envoy's upstream host), so a benchmark can tell which engine answered which request."""
+    found: dict[str, Any] = json.loads(json.dumps(bootstrap))
+    line = f"%REQ({REQUEST_HEADER.upper()})% %UPSTREAM_HOST%\n"
+    access_log = {
+        "name": "envoy.access_loggers.file",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "path": str(path),
+            "log_format": {"text_format_source": {"inline_string": line}},
+        },
+    }
+    for listener in found["static_resources"]["listeners"]:
+        for chain in listener["filter_chains"]:
+            for network_filter in chain["filters"]:
+                if network_filter["name"] == "envoy.filters.network.http_connection_manager":
+                    network_filter["typed_config"].setdefault("access_log", []).append(access_log)
+    return found
+
+
+def served_by(path: Path) -> dict[str, str]:
+    """The engine (ip:port) that served each request, by its REQUEST_HEADER, from a `with_served_log` log; a request
+    Envoy sent nowhere (answered itself) is left out."""
+    served: dict[str, str] = {}
+    if not path.exists():
+        return served
+    for line in path.read_text().splitlines():
+        request, _, upstream = line.partition(" ")
+        if request != "-" and upstream not in ("", "-"):
+            served[request] = upstream
+    return served
+
+
 @contextmanager
 def envoy_front(
     bootstrap: Mapping[str, Any],
@@ -196,8 +233,9 @@ def envoy_front(
 ) -> Iterator[str]:
     """Envoy (one worker) run with `bootstrap` (its API on 127.0.0.1:`api_port`, its admin on `admin_port`),
     stopped on exit; ready when a chat for `model` has been answered through it. Yields the API's URL. Files and
-    logs in `work`; `watch`: processes whose exit fails the wait."""
-    (work / "envoy.json").write_text(json.dumps(bootstrap, indent=2) + "\n")
+    logs in `work`, where each request's engine goes to SERVED_LOG (`with_served_log`); `watch`: processes whose
+    exit fails the wait."""
+    (work / "envoy.json").write_text(json.dumps(with_served_log(bootstrap, work / SERVED_LOG), indent=2) + "\n")
     envoy_argv = [envoy or envoy_binary(), "-c", str(work / "envoy.json"), "--log-level", "warn", "--concurrency", "1"]
     url = f"http://127.0.0.1:{api_port}"
     with _process(envoy_argv, work / "envoy.log") as proxy:

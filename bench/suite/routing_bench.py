@@ -43,8 +43,9 @@ Figures per strategy and workload, the median of `runs` runs: the cached-token r
 reused / prompt tokens sent), the ceiling and the efficiency, and the prefill tokens computed, which the machine's
 noise cannot move, and beside them TTFT p50/p90, end-to-end p50 and requests per second. Each run's requests are
 kept in the log directory, `routing-<workload>-<strategy>-run<N>.json` (`request_records`): per request its
-session, turn, send time, prompt, cached and at best reusable tokens and times, to see which requests a strategy
-lost.
+session, turn, send time, prompt, cached and at best reusable tokens and times, the engine's own time on the
+prompt (TTFT less it is what the request waited before its prefill), and, where Envoy is in front, the engine that
+served it (Envoy's access log, `llmd_peer.with_served_log`), to see which requests a strategy lost and why.
 
 (e) The trace workload, shaped like the shared-prefix and multi-turn traces published for prefix-cache routing
 benchmarks and scaled to this machine, and its knee. Sizes, and why:
@@ -101,7 +102,7 @@ from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE, install_llmaz
 from llmaz_dev.envtest.objectstore import ACCESS_KEY_ID, SECRET_ACCESS_KEY, ObjectStore, tiny_model
 from llmaz_dev.tinymodel import PREFILL_HEAVY
 from suite import llmd_epp
-from suite.llmd_peer import envoy_front, free_port, peer
+from suite.llmd_peer import REQUEST_HEADER, SERVED_LOG, envoy_front, free_port, peer, served_by
 from suite.settings import REPO, ROUTING_WORKLOADS
 
 MODEL = "bench-llama"
@@ -209,6 +210,10 @@ class Sample:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     prefill_tokens: int = 0
+    prompt_ms: float | None = None
+    """The engine's own time on the prompt (`timings.prompt_ms`), when it says: TTFT less it is the wait before."""
+    endpoint: str | None = None
+    """The engine that served it (ip:port), when Envoy fronts the strategy and logged it (`Front.served`)."""
     error: str = ""
     session: int = -1
     """Which of the workload's sessions sent it (-1: none, the trace's documents)."""
@@ -249,8 +254,10 @@ async def _stream(
     messages: list[dict[str, str]],
     max_tokens: int,
     started: float | None = None,
+    name: str | None = None,
 ) -> tuple[Sample, str]:
-    """One streamed chat; its times count from `started` (a monotonic time, default now)."""
+    """One streamed chat; its times count from `started` (a monotonic time, default now); `name`: the request's, sent
+    as REQUEST_HEADER, for `Front.served`."""
     body = {
         "model": MODEL,
         "messages": messages,
@@ -263,7 +270,8 @@ async def _stream(
     sample = Sample(ok=False, messages=[dict(m) for m in messages])
     answer: list[str] = []
     try:
-        async with http.post(f"{url}/v1/chat/completions", json=body) as resp:
+        headers = {} if name is None else {REQUEST_HEADER: name}
+        async with http.post(f"{url}/v1/chat/completions", json=body, headers=headers) as resp:
             if resp.status != 200:
                 sample.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
                 return sample, ""
@@ -287,6 +295,8 @@ async def _stream(
                     sample.cached_tokens = int(details.get("cached_tokens") or 0)
                     timings = chunk.get("timings") or {}
                     prompt_n = timings.get("prompt_n")
+                    prompt_ms = timings.get("prompt_ms")
+                    sample.prompt_ms = float(prompt_ms) if isinstance(prompt_ms, int | float) else None
                     sample.prefill_tokens = (
                         int(prompt_n) if isinstance(prompt_n, int) else sample.prompt_tokens - sample.cached_tokens
                     )
@@ -315,7 +325,7 @@ async def drive(url: str, workload: Workload, seed: int) -> Outcome:
                 sending = len(outcome.samples)
                 outcome.samples.append(Sample(ok=False))  # its place in the sending order
                 sent = time.monotonic()
-                sample, answer = await _stream(http, url, messages, workload.max_tokens, sent)
+                sample, answer = await _stream(http, url, messages, workload.max_tokens, sent, str(sending))
                 sample.session, sample.sent_at = number, sent - started
                 outcome.samples[sending] = sample
             if not sample.ok:
@@ -365,7 +375,8 @@ def _slug(name: str) -> str:
 
 def request_records(outcome: Outcome, reusable: list[int]) -> list[dict[str, Any]]:
     """Each request of a run in the order sent, for a look at where a strategy lost what it could have reused:
-    its session and turn, when it was sent, its tokens (prompt, cached, at best reusable) and times."""
+    its session and turn, when it was sent, its tokens (prompt, cached, at best reusable) and times (the engine's
+    own time on the prompt among them)."""
     records = []
     for sample, best in zip(outcome.samples, reusable, strict=True):
         records.append({
@@ -373,6 +384,7 @@ def request_records(outcome: Outcome, reusable: list[int]) -> list[dict[str, Any
             "sent_at": round(sample.sent_at, 3), "ok": sample.ok, "prompt_tokens": sample.prompt_tokens,
             "cached_tokens": sample.cached_tokens, "reusable_tokens": best,
             "ttft": round(sample.ttft, 4), "total": round(sample.total, 4),
+            "prompt_ms": None if sample.prompt_ms is None else round(sample.prompt_ms, 1), "endpoint": sample.endpoint,
         })  # fmt: skip
     return records
 
@@ -615,24 +627,38 @@ def pod_engines(pods: Iterable[dict[str, Any]]) -> list[llmd_epp.Engine]:
     return engines
 
 
+@dataclass(frozen=True, slots=True)
+class Front:
+    """Where a strategy's clients send, and, when Envoy is in front, its log of the engine each request went to."""
+
+    url: str
+    served_log: Path | None = None
+
+    def served(self) -> dict[str, str]:
+        """The engine (ip:port) of each request by the name its client gave it (`_stream`); empty without Envoy.
+        Complete once Envoy has stopped (it writes its log as it goes, and the rest when it exits)."""
+        return {} if self.served_log is None else served_by(self.served_log)
+
+
 @contextmanager
-def strategy_url(cluster: NodeCluster, strategy: str, llmd: Path | None, log_dir: Path) -> Iterator[str]:
+def strategy_url(cluster: NodeCluster, strategy: str, llmd: Path | None, log_dir: Path) -> Iterator[Front]:
     """`use_strategy`, or for llm-d's EPP: the gateway at one replica, the EPP and Envoy on this host in front of
     the model's Ready pods, stopped on exit (their files and logs under `log_dir`)."""
     if strategy == EPP_STRATEGY:
         use_strategy(cluster, "prefix-aware")
-        with epp_front(cluster, Path(tempfile.mkdtemp(prefix="routing-envoy-epp-", dir=log_dir))) as url:
-            yield url
+        work = Path(tempfile.mkdtemp(prefix="routing-envoy-epp-", dir=log_dir))
+        with epp_front(cluster, work) as url:
+            yield Front(url, work / SERVED_LOG)
         return
     if strategy != LLMD_STRATEGY:
-        yield use_strategy(cluster, strategy)
+        yield Front(use_strategy(cluster, strategy))
         return
     if llmd is None:
         raise ValueError(f"strategy {strategy!r} needs llm-d's EPP binary: set BENCH_LLMD_BINARY or BENCH_LLMD_SRC")
     use_strategy(cluster, "kube-proxy")  # one gateway replica, as for the other strategies' baseline
     work = Path(tempfile.mkdtemp(prefix="routing-llmd-", dir=log_dir))
     with peer(llmd, pod_engines(_pods(cluster)), work, model=MODEL) as running:
-        yield running.url
+        yield Front(running.url, work / SERVED_LOG)
 
 
 @contextmanager
@@ -903,7 +929,8 @@ def run_trace(
         cold_restart(cluster)
         ran: dict[str, Any] = {"unloaded": None, "steps": []}
         strategies[strategy] = ran
-        with strategy_url(cluster, strategy, llmd, log_dir or Path(tempfile.gettempdir())) as url:
+        with strategy_url(cluster, strategy, llmd, log_dir or Path(tempfile.gettempdir())) as front:
+            url = front.url
             _wait_answering(url)
             for step, rate in enumerate((ladder.unloaded_rate, *ladder.rates)):
                 requests = trace_requests(seed, step, rate, ladder.step_seconds)
@@ -973,9 +1000,12 @@ def run_once(
             for seed in range(runs):
                 for strategy in chosen_strategies:
                     cold_restart(cluster)
-                    with strategy_url(cluster, strategy, llmd, log_dir) as url:
-                        _wait_answering(url)
-                        outcome = asyncio.run(drive(url, workload, seed))
+                    with strategy_url(cluster, strategy, llmd, log_dir) as front:
+                        _wait_answering(front.url)
+                        outcome = asyncio.run(drive(front.url, workload, seed))
+                    served = front.served()
+                    for number, sample in enumerate(outcome.samples):
+                        sample.endpoint = served.get(str(number))
                     prompts = asyncio.run(tokenised(engine, outcome.samples))
                     reusable, total = reusable_tokens(prompts)
                     found = figures(outcome, reusable / total if total else None)

@@ -3,7 +3,9 @@ bootstrap in front of it and its command line."""
 
 from __future__ import annotations
 
+import json
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from suite.llmd_epp import (
     llmd_binary,
     version_name,
 )
+from suite.llmd_peer import REQUEST_HEADER, SERVED_LOG, envoy_binary, served_by, with_served_log
 from suite.routing_bench import STRATEGIES, pod_engines, with_peer
 
 from llmaz.gateway.envoy import DESTINATION_HEADER
@@ -204,3 +207,25 @@ def test_the_sticky_gate_filters_before_the_scorers_with_the_parameters_given(tm
 def test_without_the_sticky_gate_no_filter_is_configured(tmp_path: Path) -> None:
     config = epp_config(tmp_path / "endpoints.yaml")
     assert not [p for p in config["plugins"] if p["type"] == "prefix-cache-affinity-filter"]
+
+
+def test_envoy_logs_each_requests_engine_by_the_clients_name_for_it(tmp_path: Path) -> None:
+    log = tmp_path / SERVED_LOG
+    config = with_served_log(envoy_bootstrap(18000, 18001, 18002), log)
+    (listener,) = config["static_resources"]["listeners"]
+    (access_log,) = listener["filter_chains"][0]["filters"][0]["typed_config"]["access_log"]
+    assert access_log["typed_config"]["path"] == str(log)
+    line = access_log["typed_config"]["log_format"]["text_format_source"]["inline_string"]
+    assert line == f"%REQ({REQUEST_HEADER.upper()})% %UPSTREAM_HOST%\n"
+    (tmp_path / "envoy.json").write_text(json.dumps(config))
+    validate = [envoy_binary(), "--mode", "validate", "-c", str(tmp_path / "envoy.json"), "--use-dynamic-base-id"]
+    checked = subprocess.run(validate, capture_output=True, text=True, timeout=60, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # Envoy itself takes the access log
+
+
+def test_the_served_log_pairs_each_named_request_with_its_engine(tmp_path: Path) -> None:
+    assert served_by(tmp_path / "absent.log") == {}  # Envoy never started: nothing is known
+    log = tmp_path / SERVED_LOG
+    log.write_text("0 10.0.0.7:8080\n1 10.0.0.8:8080\n- 10.0.0.7:8080\n2 -\n")
+    # the readiness probe has no name; a request Envoy answered itself (a refusal) went to no engine
+    assert served_by(log) == {"0": "10.0.0.7:8080", "1": "10.0.0.8:8080"}

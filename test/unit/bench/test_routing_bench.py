@@ -85,7 +85,7 @@ def test_each_requests_record_says_its_session_turn_and_what_it_reused_against_w
     system = {"role": "system", "content": "s"}
     turn = [system, {"role": "user", "content": "q1"}]
     samples = [
-        Sample(ok=True, messages=turn, prompt_tokens=3, session=0, sent_at=0.0, ttft=0.5, total=1.0),
+        Sample(ok=True, messages=turn, prompt_tokens=3, session=0, sent_at=0.0, ttft=0.5, total=1.0, prompt_ms=412.25),
         Sample(
             ok=True,
             messages=[*turn, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}],
@@ -101,6 +101,7 @@ def test_each_requests_record_says_its_session_turn_and_what_it_reused_against_w
     assert [(r["prompt_tokens"], r["cached_tokens"], r["reusable_tokens"], r["ok"]) for r in records] == [
         (3, 0, 0, True), (5, 2, 3, True), (0, 0, 0, False)
     ]  # fmt: skip
+    assert [r["prompt_ms"] for r in records] == [412.2, None, None]  # the engine's own, only when it said
     assert json.loads(json.dumps(records)) == records
     with pytest.raises(ValueError, match="shorter"):  # one reusable figure per request, never a silent cut
         request_records(Outcome(samples, 2.0), [0, 3])
