@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import subprocess
 import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 import yaml
 
 from llmaz.apis import constants as c
+from llmaz.apis.quantity import parse_quantity
+from llmaz_dev.envtest._assets import tool_path
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
@@ -130,3 +133,20 @@ def test_the_envoy_image_builds_from_its_lock_file_and_runs_the_binary_it_instal
     makefile = (REPO / "Makefile").read_text()
     assert "ENVOY_IMG ?= llmaz-envoy:v$(VERSION)" in makefile
     assert "edit set image controller=$(IMG) envoy=$(ENVOY_IMG)" in makefile, "make deploy sets Envoy's image"
+
+
+def test_on_the_node_the_gateway_asks_for_more_cpu_than_an_engine_pod() -> None:
+    """Engines on CPU keep the node's cores busy, and the kernel shares them by request: a gateway that asks for less
+    than an engine waits behind the engines on every request (docs/gateway.md, Performance)."""
+    built = subprocess.run(
+        [str(tool_path("kustomize")), "build", str(REPO / "config" / "node")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(built) if doc}
+    gateway = found["Deployment", "llmaz-gateway"]["spec"]["template"]["spec"]["containers"][0]
+    engine = found["BackendRuntime", "llamacpp"]["spec"]["recommendedConfigs"][0]
+    gateway_cpu = parse_quantity(gateway["resources"]["requests"]["cpu"])
+    engine_cpu = parse_quantity(engine["resources"]["requests"]["cpu"])
+    assert gateway_cpu > engine_cpu, (gateway_cpu, engine_cpu)
