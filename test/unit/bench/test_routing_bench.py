@@ -169,28 +169,34 @@ def test_our_epp_is_judged_against_llm_ds_on_each_workload_only_when_that_epp_ra
     found["shared-prefix"][EPP_STRATEGY] = {"failed": 0, "cached_ratio": 0.70, "ttft_p50": 0.30}
     found["shared-prefix"][LLMD_STRATEGY] = {"failed": 2, "cached_ratio": 0.60, "ttft_p50": 0.25}
     verdicts = {row["goal"]: row["pass"] for row in goals(found)}
-    assert verdicts[f"(a) cached-token ratio, {EPP_STRATEGY} / {LLMD_STRATEGY} >= 1 (or at the ceiling)"] is True
+    assert verdicts[f"(a) cached-token ratio, {EPP_STRATEGY} / {LLMD_STRATEGY} >= 1 (or within 0.001 of it)"] is True
     assert verdicts[f"(a) TTFT p50, {EPP_STRATEGY} / {LLMD_STRATEGY} <= 1"] is False
     assert not [goal for goal in verdicts if goal.startswith("(b)") and LLMD_STRATEGY in goal]  # it did not run there
     assert verdicts["failed requests, every strategy and workload = 0"] is False  # the peer's failures count too
 
 
 @pytest.mark.parametrize(
-    ("ours", "theirs", "verdict"),
+    ("workload", "ours", "theirs", "verdict"),
     [
-        ((0.8168, 0.9998), (0.8169, 0.9999), True),  # both at the ceiling: a token's accounting apart
-        ((0.8000, 0.9790), (0.8169, 0.9999), False),  # short of it, and of theirs
-        ((0.8170, 0.9990), (0.8169, 0.9989), True),  # at least theirs
+        ("multi-turn", 0.8168, 0.8169, True),  # both at the ceiling: a token's accounting apart
+        ("multi-turn", 0.8000, 0.8169, False),  # short of theirs
+        ("multi-turn", 0.8150, 0.8169, False),  # short by more than the accounting
+        ("multi-turn", 0.8170, 0.8169, True),  # at least theirs
+        ("unique", 0.00257, 0.00259, True),  # the control: nothing to reuse but the template's first tokens
     ],
 )
-def test_our_epp_at_the_ceiling_counts_as_reusing_at_least_what_llm_ds_does(
-    ours: tuple[float, float], theirs: tuple[float, float], verdict: bool
+def test_our_epp_reusing_what_llm_ds_does_to_the_engines_accounting_counts_as_at_least_it(
+    workload: str, ours: float, theirs: float, verdict: bool
 ) -> None:
     found = _figures()
-    for strategy, (cached_ratio, efficiency) in ((EPP_STRATEGY, ours), (LLMD_STRATEGY, theirs)):
-        found["multi-turn"][strategy] = {"failed": 0, "cached_ratio": cached_ratio, "efficiency": efficiency}
+    for strategy, cached_ratio in ((EPP_STRATEGY, ours), (LLMD_STRATEGY, theirs)):
+        found[workload][strategy] = {"failed": 0, "cached_ratio": cached_ratio}
     verdicts = {row["goal"]: row["pass"] for row in goals(found)}
-    assert verdicts[f"(b) cached-token ratio, {EPP_STRATEGY} / {LLMD_STRATEGY} >= 1 (or at the ceiling)"] is verdict
+    title = next(w.title for w in WORKLOADS if w.name == workload).split()[0]
+    assert (
+        verdicts[f"{title} cached-token ratio, {EPP_STRATEGY} / {LLMD_STRATEGY} >= 1 (or within 0.001 of it)"]
+        is verdict
+    )
 
 
 def test_a_run_may_choose_its_strategies_in_the_benchs_order_and_is_told_which_cannot_run() -> None:
