@@ -641,7 +641,7 @@ class Front:
 
 
 @contextmanager
-def strategy_url(cluster: NodeCluster, strategy: str, llmd: Path | None, log_dir: Path) -> Iterator[Front]:
+def strategy_front(cluster: NodeCluster, strategy: str, llmd: Path | None, log_dir: Path) -> Iterator[Front]:
     """`use_strategy`, or for llm-d's EPP: the gateway at one replica, the EPP and Envoy on this host in front of
     the model's Ready pods, stopped on exit (their files and logs under `log_dir`)."""
     if strategy == EPP_STRATEGY:
@@ -746,11 +746,11 @@ TRACE_ANSWER_WORDS = 16
 TRACE_TIMEOUT = 30.0
 """Seconds a trace request may take; a failed request counts as this in its step's TTFT."""
 KNEE_FACTOR = 2.0
+"""A step is within the knee while its TTFT p90 is at most this times the unloaded TTFT p90."""
 # Two strategies whose cached-token ratios are this close reuse the same: an engine's own accounting moves its cached
 # tokens by a token or two a run (which token of a restored prompt it computes again), about a token a request of
 # ~1,000, not the router.
 SAME_REUSE = 0.001
-"""A step is within the knee while its TTFT p90 is at most this times the unloaded TTFT p90."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -930,7 +930,7 @@ def run_trace(
         cold_restart(cluster)
         ran: dict[str, Any] = {"unloaded": None, "steps": []}
         strategies[strategy] = ran
-        with strategy_url(cluster, strategy, llmd, log_dir or Path(tempfile.gettempdir())) as front:
+        with strategy_front(cluster, strategy, llmd, log_dir or Path(tempfile.gettempdir())) as front:
             url = front.url
             _wait_answering(url)
             for step, rate in enumerate((ladder.unloaded_rate, *ladder.rates)):
@@ -1001,7 +1001,7 @@ def run_once(
             for seed in range(runs):
                 for strategy in chosen_strategies:
                     cold_restart(cluster)
-                    with strategy_url(cluster, strategy, llmd, log_dir) as front:
+                    with strategy_front(cluster, strategy, llmd, log_dir) as front:
                         _wait_answering(front.url)
                         outcome = asyncio.run(drive(front.url, workload, seed))
                     served = front.served()
