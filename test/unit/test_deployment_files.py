@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import subprocess
 import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -17,6 +16,7 @@ import yaml
 
 from llmaz.apis import constants as c
 from llmaz.apis.quantity import parse_quantity
+from llmaz_dev.chartgen.sources import kustomize_build
 from llmaz_dev.envtest._assets import tool_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -138,13 +138,8 @@ def test_the_envoy_image_builds_from_its_lock_file_and_runs_the_binary_it_instal
 def test_on_the_node_the_gateway_asks_for_more_cpu_than_an_engine_pod() -> None:
     """Engines on CPU keep the node's cores busy, and the kernel shares them by request: a gateway that asks for less
     than an engine waits behind the engines on every request (docs/gateway.md, Performance)."""
-    built = subprocess.run(
-        [str(tool_path("kustomize")), "build", str(REPO / "config" / "node")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    found = {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(built) if doc}
+    built = kustomize_build(tool_path("kustomize"), REPO / "config" / "node")
+    found = {(doc["kind"], doc["metadata"]["name"]): doc for doc in built}
     gateway = found["Deployment", "llmaz-gateway"]["spec"]["template"]["spec"]["containers"][0]
     engine = found["BackendRuntime", "llamacpp"]["spec"]["recommendedConfigs"][0]
     gateway_cpu = parse_quantity(gateway["resources"]["requests"]["cpu"])
