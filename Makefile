@@ -138,7 +138,7 @@ debian-pins: ## Warn about pins of hack/node/packages.txt and hack/webui/package
 	@hack/node/install-packages.sh --check hack/node/packages.txt hack/webui/packages.txt
 
 .PHONY: node-bins
-node-bins: ## Also build kubelet, kube-proxy, CoreDNS and metrics-server (the real node of the e2e tier).
+node-bins: ## Also build kubelet, kube-proxy, CoreDNS, metrics-server and kube-router (the real node of the e2e tier).
 	@hack/cluster/build.sh --node >&2
 
 ##@ Development

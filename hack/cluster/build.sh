@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kubectl and etcd from their Go modules and fetches the LeaderWorkerSet CRD; with --e2e
 # also the components of the e2e tier's simulated cluster: kube-controller-manager, kube-scheduler, kwok and the
-# LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy, CoreDNS and
-# metrics-server; with
+# LeaderWorkerSet controller; with --node also those of the real node: kubelet, kube-proxy, CoreDNS,
+# metrics-server and kube-router (its NetworkPolicy firewall); with
 # --prometheus only the Prometheus Operator and Prometheus that scrape llmaz there, and promtool, which tests llmaz's
 # alerting rules (hack/images/build.sh runs it).
 #
 # Usage: hack/cluster/build.sh            build what is missing, print the binary directory
 #        hack/cluster/build.sh --e2e      the same plus the e2e components
-#        hack/cluster/build.sh --node     the same plus kubelet, kube-proxy, CoreDNS and metrics-server
+#        hack/cluster/build.sh --node     the same plus kubelet, kube-proxy, CoreDNS, metrics-server and kube-router
 #        hack/cluster/build.sh --print    print the binary directory only
 #        hack/cluster/build.sh --prometheus
 #                                         only the Prometheus Operator, Prometheus and promtool: build them if
@@ -18,9 +18,10 @@
 # Invariants:
 # - Versions come only from the go.mod files next to this script (k8s.io/kubernetes in go.mod, etcd in
 #   etcd/go.mod, LWS in lws/go.mod, kwok in kwok/go.mod, CoreDNS in coredns/go.mod, metrics-server in
-#   metrics-server/go.mod, the Prometheus Operator in prometheus-operator/go.mod, Prometheus in prometheus/go.mod);
-#   the output directories are keyed by those versions: $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd),
-#   bin/kwok-<v>/kwok, bin/lws-<v>/lws-controller, bin/coredns-<v>/coredns, bin/metrics-server-<v>/metrics-server,
+#   metrics-server/go.mod, kube-router in kube-router/go.mod, the Prometheus Operator in
+#   prometheus-operator/go.mod, Prometheus in prometheus/go.mod); the output directories are keyed by those
+#   versions: $LLMAZ_CACHE/bin/k8s-<v>/ (Kubernetes and etcd), bin/kwok-<v>/kwok, bin/lws-<v>/lws-controller,
+#   bin/coredns-<v>/coredns, bin/metrics-server-<v>/metrics-server, bin/kube-router-<v>/kube-router,
 #   bin/prometheus-operator-<v>/{operator,prometheus-config-reloader,bundle.yaml},
 #   bin/prometheus-<upstream v>/{prometheus,promtool}.
 # - A binary appears under its final name only when complete (built into a scratch dir, then renamed), so an
@@ -43,6 +44,7 @@ lws_version="$(module_version "$here/lws/go.mod" sigs.k8s.io/lws)"
 kwok_version="$(module_version "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 coredns_version="$(module_version "$here/coredns/go.mod" github.com/coredns/coredns)"
 metrics_server_version="$(module_version "$here/metrics-server/go.mod" sigs.k8s.io/metrics-server)"
+kube_router_version="$(module_version "$here/kube-router/go.mod" github.com/cloudnativelabs/kube-router/v2)"
 promop_module=github.com/prometheus-operator/prometheus-operator
 promop_version="$(module_version "$here/prometheus-operator/go.mod" "$promop_module")"
 prom_module_version="$(module_version "$here/prometheus/go.mod" github.com/prometheus/prometheus)"
@@ -55,6 +57,7 @@ kwok_bin="$cache/bin/kwok-$kwok_version/kwok"
 lws_bin="$cache/bin/lws-$lws_version/lws-controller"
 coredns_bin="$cache/bin/coredns-$coredns_version/coredns"
 metrics_server_bin="$cache/bin/metrics-server-$metrics_server_version/metrics-server"
+kube_router_bin="$cache/bin/kube-router-$kube_router_version/kube-router"
 promop_dir="$cache/bin/prometheus-operator-$promop_version"
 prom_dir="$cache/bin/prometheus-$prom_version"
 
@@ -218,6 +221,13 @@ if $node && [[ ! -x "$metrics_server_bin" ]]; then
   (cd "$here/metrics-server" && go build -trimpath -ldflags "$ms_ldflags" -o "$scratch/metrics-server" \
     sigs.k8s.io/metrics-server/cmd/metrics-server)
   mkdir -p "${metrics_server_bin%/*}" && mv "$scratch/metrics-server" "$metrics_server_bin"
+fi
+
+if $node && [[ ! -x "$kube_router_bin" ]]; then
+  echo "building kube-router $kube_router_version into ${kube_router_bin%/*} (~3 min)" >&2
+  (cd "$here/kube-router" && go build -trimpath -ldflags "-s -w" -o "$scratch/kube-router" \
+    github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
+  mkdir -p "${kube_router_bin%/*}" && mv "$scratch/kube-router" "$kube_router_bin"
 fi
 
 echo "$bin_dir"

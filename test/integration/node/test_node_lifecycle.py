@@ -2,7 +2,7 @@
 
 Each test drives `python -m llmaz_dev.envtest.node` (the node with only the sandbox image) as a separate process, as a
 user or a crashed test run would, and then checks the host itself: processes, mounts, cgroups, nft tables,
-iptables chains, the bridge, ip_forward and the paths kubelet, CNI and containerd write.
+iptables chains, kube-router's ipsets, the bridge, ip_forward and the paths kubelet, CNI and containerd write.
 """
 
 from __future__ import annotations
@@ -17,24 +17,33 @@ from pathlib import Path
 
 import pytest
 
+from llmaz_dev.envtest._assets import find_assets
 from llmaz_dev.envtest.node._host import DEFAULT_PATHS, HostState, _kubepods_trees, _mount_points, _own_processes
 from llmaz_dev.envtest.node._layout import NodeLayout
 from llmaz_dev.testing.waiting import eventually_sync
 
 START_TIMEOUT = 180.0
 LAYOUT = NodeLayout()
+DENY_ALL_INGRESS = """
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all-ingress, namespace: default}
+spec: {podSelector: {}, policyTypes: [Ingress]}
+"""
 
 
 def host_snapshot() -> dict[str, object]:
     """What the node could leave behind, as comparable values."""
     tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True).stdout
     chains = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, check=False).stdout
+    ipsets = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=False).stdout
     return {
         "processes": _own_processes(LAYOUT),
         "mounts": [p for p in _mount_points() if p.startswith(str(LAYOUT.root))],
         "cgroups": [str(tree) for tree in _kubepods_trees()],
         "nft tables": sorted(tables.split("\n")),
         "KUBE chains": [line for line in chains.splitlines() if "KUBE-" in line],
+        "KUBE ipsets": sorted(name for name in ipsets.split() if "KUBE-" in name),
         "bridge": Path(f"/sys/class/net/{LAYOUT.bridge}").exists(),
         "ip_forward": Path("/proc/sys/net/ipv4/ip_forward").read_text().strip(),
         "paths": [str(path) for path in (LAYOUT.root, *DEFAULT_PATHS) if path.exists()],
@@ -118,6 +127,14 @@ def test_a_crash_that_killed_the_reaper_too_is_cleaned_by_the_next_start(
 ) -> None:
     driver = Driver(tmp_path, "--images=pause", f"--dir={tmp_path / 'first'}")
     driver.wait_started()
+    # A NetworkPolicy, so that kube-router holds ipsets (of the policy's pods and sources) when the crash comes.
+    kubectl = find_assets().kubectl
+    assert kubectl is not None
+    subprocess.run(
+        [str(kubectl), f"--kubeconfig={tmp_path / 'first' / 'kubeconfig'}", "apply", "-f", "-"],
+        input=DENY_ALL_INGRESS, text=True, check=True, capture_output=True,
+    )  # fmt: skip
+    eventually_sync(lambda: host_snapshot()["KUBE ipsets"], 60.0, "kube-router's ipsets", interval=0.5)
     state = HostState.load(LAYOUT.state_file)
     assert state is not None
     assert state.owner_pid == driver.process.pid
@@ -134,6 +151,7 @@ def test_a_crash_that_killed_the_reaper_too_is_cleaned_by_the_next_start(
     second.wait_started()
     assert f"cleaned what pid {driver.process.pid} left behind:" in second.output()
     assert "bridge llmaz0" in second.output()
+    assert " ipsets" in second.output()
     second.process.send_signal(signal.SIGTERM)
     assert second.wait_exit() == 0, second.output()
     assert host_snapshot() == clean_host

@@ -99,6 +99,16 @@ def test_kube_proxy_uses_nftables_and_exposes_node_ports_on_the_bridge_only(tmp_
     assert config["healthzBindAddress"].startswith("127.0.0.1:")
 
 
+def test_kube_router_runs_only_its_firewall_for_this_node_and_the_service_range(tmp_path: Path) -> None:
+    args = _config.kube_router_args(LAYOUT, tmp_path / "kubeconfig")
+    flags = dict(arg.removeprefix("--").split("=", 1) for arg in args)
+    assert (flags["run-firewall"], flags["run-router"], flags["run-service-proxy"]) == ("true", "false", "false")
+    assert flags["hostname-override"] == LAYOUT.node_name
+    assert flags["service-cluster-ip-range"] == LAYOUT.service_cidr
+    assert flags["health-port"] == str(LAYOUT.ports.router_healthz)
+    assert flags["kubeconfig"] == str(tmp_path / "kubeconfig")
+
+
 def test_corefile_serves_the_cluster_domain_on_the_bridge_address_and_forwards_nothing(tmp_path: Path) -> None:
     corefile = _config.corefile(LAYOUT, tmp_path / "kubeconfig")
     assert "bind 10.244.0.1" in corefile

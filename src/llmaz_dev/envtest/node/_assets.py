@@ -1,6 +1,6 @@
-"""Where the node's binaries live: kubelet and kube-proxy beside the other Kubernetes binaries, CoreDNS and
-metrics-server each in a cache directory of its own, keyed by version (all built by `make node-bins`, i.e.
-`hack/cluster/build.sh --node`).
+"""Where the node's binaries live: kubelet and kube-proxy beside the other Kubernetes binaries, CoreDNS,
+metrics-server and kube-router each in a cache directory of its own, keyed by version (all built by
+`make node-bins`, i.e. `hack/cluster/build.sh --node`).
 
 Nothing here builds anything; a missing binary is reported with the command that provides it.
 """
@@ -21,6 +21,7 @@ class NodeAssets:
     kube_proxy: Path
     coredns: Path
     metrics_server: Path
+    kube_router: Path
 
 
 def find_node_assets() -> NodeAssets:
@@ -28,10 +29,14 @@ def find_node_assets() -> NodeAssets:
     k8s_dir = cache_root() / "bin" / f"k8s-{kubernetes_version()}"
     coredns_version = module_version(root / "hack/cluster/coredns/go.mod", "github.com/coredns/coredns")
     metrics_server_version = module_version(root / "hack/cluster/metrics-server/go.mod", "sigs.k8s.io/metrics-server")
+    kube_router_version = module_version(
+        root / "hack/cluster/kube-router/go.mod", "github.com/cloudnativelabs/kube-router/v2"
+    )
     assets = NodeAssets(
         kubelet=k8s_dir / "kubelet",
         kube_proxy=k8s_dir / "kube-proxy",
         coredns=cache_root() / "bin" / f"coredns-{coredns_version}" / "coredns",
         metrics_server=cache_root() / "bin" / f"metrics-server-{metrics_server_version}" / "metrics-server",
+        kube_router=cache_root() / "bin" / f"kube-router-{kube_router_version}" / "kube-router",
     )
     return all_files(assets, _BUILD_HINT)

@@ -165,6 +165,21 @@ def kube_proxy_config(layout: NodeLayout, kubeconfig: Path) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def kube_router_args(layout: NodeLayout, kubeconfig: Path) -> list[str]:
+    """kube-router as the node's NetworkPolicy firewall and nothing else: pod routes are the bridge's and Services
+    are kube-proxy's. It has no flag for the health server's address: it listens on every interface."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        "--run-firewall=true",
+        "--run-router=false",
+        "--run-service-proxy=false",
+        f"--hostname-override={layout.node_name}",
+        f"--service-cluster-ip-range={layout.service_cidr}",
+        f"--health-port={layout.ports.router_healthz}",
+        "--v=1",
+    ]
+
+
 def corefile(layout: NodeLayout, kubeconfig: Path) -> str:
     """Cluster DNS on the bridge address; names outside the cluster domain get no answer (no route out)."""
     ports = layout.ports

@@ -6,10 +6,10 @@ Invariants:
   owner's pid. `teardown` undoes exactly what that record says was ours, and nothing else.
 - `teardown` is idempotent and works from the record alone, so the process that started the node, its reaper
   (after a SIGKILL) and the next start (after a crash) all clean up the same way. It kills every process whose
-  command line names the node's root (kubelet, kube-proxy, CoreDNS, metrics-server, containerd and its shims) and
-  every process in kubelet's `kubepods` cgroups, unmounts everything under the root, removes the cgroups,
-  kube-proxy's nft tables, kubelet's iptables chains, the guard table and the bridge, restores ip_forward, and
-  deletes the root.
+  command line names the node's root (kubelet, kube-proxy, kube-router, CoreDNS, metrics-server, containerd and its
+  shims) and every process in kubelet's `kubepods` cgroups, unmounts everything under the root, removes the
+  cgroups, kube-proxy's nft tables, kubelet's and kube-router's iptables chains, kube-router's ipsets, the guard
+  table and the bridge, restores ip_forward, and deletes the root.
 - Every failed prerequisite is one `PrerequisiteError` line naming the missing thing and the fix.
 """
 
@@ -33,6 +33,8 @@ from llmaz_dev.envtest.node._layout import NodeLayout
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+# kube-router names its sets of a policy's sources and destinations so (IPv6 ones with "inet6:" before).
+ROUTER_IPSET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-")
 # Paths kubelet, libcni and containerd write whatever they are told; removed only when they were not there before.
 DEFAULT_PATHS = (
     Path("/var/lib/kubelet"),
@@ -93,6 +95,7 @@ def check_prerequisites(layout: NodeLayout) -> None:
         "runc": str(RUNC) if RUNC.is_file() else None,
         "nft": shutil.which("nft"),
         "iptables": shutil.which("iptables"),
+        "ipset": shutil.which("ipset"),
         "ip": shutil.which("ip"),
         "CNI bridge plugin": str(CNI_BIN_DIR / "bridge") if (CNI_BIN_DIR / "bridge").is_file() else None,
         "CNI host-local plugin": str(CNI_BIN_DIR / "host-local") if (CNI_BIN_DIR / "host-local").is_file() else None,
@@ -122,6 +125,7 @@ def check_ports(layout: NodeLayout) -> None:
         ("127.0.0.1", ports.kubelet_healthz, socket.SOCK_STREAM, "kubelet healthz"),
         ("127.0.0.1", ports.proxy_metrics, socket.SOCK_STREAM, "kube-proxy metrics"),
         ("127.0.0.1", ports.proxy_healthz, socket.SOCK_STREAM, "kube-proxy healthz"),
+        ("0.0.0.0", ports.router_healthz, socket.SOCK_STREAM, "kube-router healthz"),
         (layout.host_ip, ports.dns, socket.SOCK_DGRAM, "CoreDNS"),
         (layout.host_ip, ports.dns, socket.SOCK_STREAM, "CoreDNS"),
         ("127.0.0.1", ports.dns_health, socket.SOCK_STREAM, "CoreDNS health"),
@@ -191,6 +195,9 @@ def teardown(layout: NodeLayout, state: HostState) -> list[str]:
     chains = _remove_kube_chains()
     if chains:
         cleaned.append(f"{chains} iptables chains")
+    sets = _remove_router_ipsets()
+    if sets:
+        cleaned.append(f"{sets} ipsets")
     if state.nft_tables is not None:
         # kubelet's iptables calls create the iptables-nft tables themselves on a host that had none.
         for table in _nft_tables():
@@ -324,6 +331,17 @@ def _remove_kube_chains() -> int:
                 if _run_ok(tool, "-w", "-t", table, "-X", chain):
                     removed += 1
     return removed
+
+
+def _remove_router_ipsets() -> int:
+    """kube-router's ipsets of pods and policies (once no iptables rule refers to them)."""
+    if shutil.which("ipset") is None:
+        return 0
+    listing = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=False)
+    if listing.returncode != 0:
+        return 0
+    names = [name for name in listing.stdout.split() if name.removeprefix("inet6:").startswith(ROUTER_IPSET_PREFIXES)]
+    return sum(_run_ok("ipset", "destroy", name) for name in names)
 
 
 def _nft_tables() -> list[str]:

@@ -31,6 +31,7 @@ class NodePorts:
     dns_health: int = 10280
     dns_ready: int = 10281
     metrics_server: int = 10282
+    router_healthz: int = 10283
     # Not the node's own: where the node tier's S3-compatible object store listens, on the bridge address.
     object_store: int = 10290
 

@@ -1,5 +1,6 @@
 """One real Kubernetes node on this machine: the simulated cluster's components plus containerd, kubelet,
-kube-proxy, CoreDNS and metrics-server, so that pods really run and HPAs see their CPU and memory.
+kube-proxy, kube-router's firewall, CoreDNS and metrics-server, so that pods really run, NetworkPolicies are
+enforced and HPAs see their CPU and memory.
 
 On top of `SimulatedCluster` (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the LeaderWorkerSet
 controller, and kwok for any simulated node pools asked for) it runs:
@@ -7,6 +8,8 @@ controller, and kwok for any simulated node pools asked for) it runs:
   bridge and host-local plugins, and the project's images imported (the pod sandbox image among them);
 - kubelet, registered as `llmaz-node` with a client certificate of the `system:nodes` group;
 - kube-proxy in nftables mode;
+- kube-router with only its firewall running (no routes, no service proxy): it enforces NetworkPolicies with
+  iptables rules and ipsets on pod traffic (the node's own traffic passes);
 - CoreDNS on the bridge address, behind the `kube-dns` Service;
 - metrics-server on the bridge address, behind the `kube-system/metrics-server` Service and the APIService
   `v1beta1.metrics.k8s.io`, which kube-apiserver's aggregator proxies to it (`_metrics`).
@@ -14,7 +17,8 @@ kube-apiserver listens on the bridge address, so pods reach it through the `kube
 
 Invariants:
 - `start()` checks every prerequisite before starting anything, cleans what a crashed run left (saying what it
-  cleaned), and returns only when the node is Ready, kube-proxy and CoreDNS are healthy, metrics-server is live
+  cleaned), and returns only when the node is Ready, kube-proxy, kube-router and CoreDNS are healthy,
+  metrics-server is live
   and its APIService Available; on any failure everything started is stopped and the host is restored before the
   error propagates. A node that never gets Ready is reported with its conditions and kubelet's last log lines.
   Pod metrics appear once metrics-server has scraped kubelet twice (10-20 s after a pod starts): whoever needs
@@ -50,8 +54,8 @@ DEV_TAG = "dev"
 
 
 class NodeCluster(SimulatedCluster):
-    """SimulatedCluster + containerd + kubelet + kube-proxy + CoreDNS + metrics-server: one node where pods really
-    run."""
+    """SimulatedCluster + containerd + kubelet + kube-proxy + kube-router + CoreDNS + metrics-server: one node where
+    pods really run."""
 
     def __init__(
         self,
@@ -114,7 +118,8 @@ class NodeCluster(SimulatedCluster):
             self._reaper = None
 
     def node_logs(self, lines: int = 30) -> str:
-        """The last `lines` of containerd's, kubelet's, kube-proxy's, CoreDNS's and metrics-server's logs."""
+        """The last `lines` of each node process's log (containerd, kubelet, kube-proxy, kube-router, CoreDNS,
+        metrics-server)."""
         return "\n".join(f"--- {p.name} ---\n{p.log_tail(lines)}" for p in self._node_processes)
 
     def component_logs(self, lines: int = 30) -> str:
@@ -218,12 +223,22 @@ class NodeCluster(SimulatedCluster):
         metrics_server = self._start_metrics_server(config)
         self._wait_node_ready(kubelet)
         ports = layout.ports
+        # kube-router reads its Node at start: only once kubelet has registered it.
+        router_args = _config.kube_router_args(layout, self._node_copy(config))
+        router = self._spawn_node("kube-router", [str(assets.kube_router), *router_args])
         self._wait(proxy, lambda: _http_ok(f"http://127.0.0.1:{ports.proxy_healthz}/healthz"), "kube-proxy /healthz")
+        self._wait(router, lambda: _http_ok(f"http://127.0.0.1:{ports.router_healthz}/healthz"), "kube-router /healthz")
         self._wait(coredns, lambda: _http_ok(f"http://127.0.0.1:{ports.dns_ready}/ready"), "CoreDNS /ready")
         self._wait(metrics_server, self._metrics_server_live, "metrics-server /livez")
         api_service = _metrics.api_service(self.ca_file.read_bytes())
         self.admin_client().apply(_manifest_path(api_service), api_service, _FIELD_MANAGER)
         self._wait(metrics_server, self._metrics_api_available, f"APIService {_metrics.API_SERVICE} Available")
+
+    def _node_copy(self, config: Path) -> Path:
+        """The admin kubeconfig under the node's root, so that teardown finds whoever reads it by its command line."""
+        path = config / "kube-router.kubeconfig"
+        path.write_bytes(Path(self.kubeconfig).read_bytes())
+        return path
 
     def _start_metrics_server(self, config: Path) -> ManagedProcess:
         """Apply metrics-server's RBAC, Service and EndpointSlice, then start it once kube-apiserver grants it what
