@@ -72,6 +72,13 @@ def serve_chat(e2e: Environment, namespace: str, models: ModelNames, store: Obje
     return model
 
 
+def counter(page: str, name: str) -> float:
+    """The value of the unlabelled metric `name` on a Prometheus text page."""
+    values = [float(line.split()[-1]) for line in page.splitlines() if line.startswith(f"{name} ")]
+    assert len(values) == 1, f"{name} not on the page"
+    return values[0]
+
+
 def lb_url(e2e: Environment, namespace: str, name: str) -> str:
     ip = e2e.must_get("services", f"{name}-lb", namespace)["spec"]["clusterIP"]
     return f"http://{ip}:8080"

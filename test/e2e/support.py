@@ -42,6 +42,7 @@ _COLLECTIONS = {
     "hpas": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
     "events": "/api/v1/namespaces/{ns}/events",
     "configmaps": "/api/v1/namespaces/{ns}/configmaps",
+    "networkpolicies": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
     "nodes": "/api/v1/nodes",
     "openmodels": "/apis/llmaz.io/v1alpha1/openmodels",
     "backendruntimes": "/apis/inference.llmaz.io/v1alpha1/backendruntimes",

@@ -6,17 +6,10 @@ import pytest
 
 from llmaz_dev.envtest.objectstore import ObjectStore
 
-from .serving import BUCKET, KEY, credentials, gateway_completion, routable, served, tiny_llama
-from .support import Environment, ModelNames, http_request, wait_playground_ready
+from .serving import BUCKET, KEY, counter, credentials, gateway_completion, routable, served, tiny_llama
+from .support import LWS_NAME_LABEL, Environment, ModelNames, http_request, wait_playground_ready
 
 pytestmark = pytest.mark.tier("node")
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-
-
-def counter(page: str, name: str) -> float:
-    values = [float(line.split()[-1]) for line in page.splitlines() if line.startswith(f"{name} ")]
-    assert len(values) == 1, f"{name} not on the page"
-    return values[0]
 
 
 def test_a_speculative_playground_answers_and_llama_cpp_accepts_the_drafts_of_its_draft_model(
