@@ -281,6 +281,17 @@ class SteadyCreates:
 
 
 @contextlib.contextmanager
+def another_namespace(e2e: Environment, hint: str) -> Iterator[str]:
+    """A second fresh namespace on the node tier (another team's), ready for pods; deleted afterwards."""
+    name = e2e.cluster.create_namespace(hint)
+    try:
+        eventually(lambda: e2e.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), what="its ServiceAccount")
+        yield name
+    finally:
+        e2e.cluster.delete_namespace(name)
+
+
+@contextlib.contextmanager
 def creating_openmodels_steadily(e2e: Environment, name_prefix: str, every: float = 0.1) -> Iterator[SteadyCreates]:
     """Create OpenModels one at a time, `every` seconds apart (at most 2,000), from a thread while the block runs,
     as users' writes go on through an upgrade; every create passes admission. The models are deleted afterwards."""

@@ -1,6 +1,8 @@
-"""The gateway-only NetworkPolicy enforced on the real node (kube-router's firewall runs there): another
-namespace's pods reach a walled model only through llmaz-gateway, the model's own namespace reaches its engine
-directly, and the engine's own token counters show that no request of the outsider got to it."""
+"""Tenants' walls on the real node, shown by the engines' own token counters:
+- a copy of a team's Playground made in another namespace gets none of the model's requests through llmaz-gateway,
+  and is told why;
+- with the gateway-only NetworkPolicy (enforced by the node's kube-router), another namespace's pods reach the
+  model only through llmaz-gateway, while the model's own namespace reaches its engine directly."""
 
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ from .serving import (
     GATEWAY,
     GATEWAY_NAMESPACE,
     KEY,
+    api_chat,
     counter,
     credentials,
+    gateway_url,
     routable,
+    serve_chat,
     served,
     tiny_llama,
 )
@@ -26,6 +31,8 @@ from .support import (
     LWS_NAME_LABEL,
     Environment,
     ModelNames,
+    another_namespace,
+    conditions,
     eventually,
     http_request,
     run_python_pod,
@@ -34,6 +41,8 @@ from .support import (
 
 pytestmark = pytest.mark.tier("node")
 PREDICTED = "llamacpp:tokens_predicted_total"
+PROMPT_TOKENS = "llamacpp:prompt_tokens_total"
+CHATS = 30
 # Long enough for an engine on a busy node to answer; a blocked connection never does.
 PROBE_TIMEOUT_SECONDS = 10
 
@@ -76,11 +85,46 @@ def _probe(
     return {name: rest.split()[0] for name, rest in (line.split(" ", 1) for line in log.strip().splitlines())}
 
 
-def _predicted(engine_ip: str) -> float:
-    """The engine's tokens predicted so far, read from the node (whose own traffic no policy stops)."""
+def _engine_counter(engine_ip: str, name: str = PREDICTED) -> float:
+    """One of the engine's token counters, read from the node (whose own traffic no policy stops)."""
     status, page = http_request(f"http://{engine_ip}:8080/metrics")
     assert status == 200, page[:300]
-    return counter(page.decode(), PREDICTED)
+    return counter(page.decode(), name)
+
+
+def _engine_ip(e2e: Environment, namespace: str, playground: str) -> str:
+    (pod,) = e2e.pods_of(namespace, playground)
+    ip: str = pod["status"]["podIP"]
+    return ip
+
+
+def test_a_copy_of_a_playground_in_another_namespace_gets_none_of_the_models_requests(
+    e2e: Environment, namespace: str, models: ModelNames, object_store: ObjectStore
+) -> None:
+    model = serve_chat(e2e, namespace, models, object_store)
+    routable(e2e, model)
+    with another_namespace(e2e, "copycat") as other:
+        # Another team copies the Playground: same name, same model, its own engine.
+        e2e.apply([credentials()], other)
+        e2e.apply([served("chat", model, object_store)], other)
+        wait_playground_ready(e2e, other, "chat", replicas=1)
+
+        def told() -> dict[str, tuple[str, str | None]] | None:
+            found = conditions(e2e.get("playgrounds", "chat", other))
+            return found if found.get("ModelRouted") == ("False", "ModelNameTaken") else None
+
+        eventually(told, what="the copy's ModelRouted=False/ModelNameTaken")
+        owner, copy = _engine_ip(e2e, namespace, "chat"), _engine_ip(e2e, other, "chat")
+        before = {ip: (_engine_counter(ip, PROMPT_TOKENS), _engine_counter(ip)) for ip in (owner, copy)}
+        # Each chat its own prompt: were the namespaces pooled, prefix-aware routing would spread them over both.
+        for i in range(CHATS):
+            status, body = api_chat(gateway_url(e2e), model, 30, content=f"Chat {i}: what comes after {i}?")
+            assert status == 200, body[:300]
+        after = {ip: (_engine_counter(ip, PROMPT_TOKENS), _engine_counter(ip)) for ip in (owner, copy)}
+        print(f"\nprompt and predicted tokens over {CHATS} chats: owner {before[owner]} -> {after[owner]}, "
+              f"copy {before[copy]} -> {after[copy]}")  # fmt: skip
+        assert after[copy] == before[copy], "the copy's engine computed tokens of the owner's chats"
+        assert after[owner][1] - before[owner][1] >= CHATS, (before[owner], after[owner])
 
 
 def test_with_the_gateway_only_policy_no_request_reaches_an_engine_around_the_gateway(
@@ -96,26 +140,22 @@ def test_with_the_gateway_only_policy_no_request_reaches_an_engine_around_the_ga
     assert policy["spec"]["podSelector"] == {"matchLabels": {LWS_NAME_LABEL: "walled"}}, policy
     routable(e2e, model)
 
-    (pod,) = e2e.pods_of(namespace, "walled")
-    engine_ip = pod["status"]["podIP"]
+    engine_ip = _engine_ip(e2e, namespace, "walled")
     lb_ip = e2e.must_get("services", "walled-lb", namespace)["spec"]["clusterIP"]
     gateway_ip = e2e.must_get("services", GATEWAY, GATEWAY_NAMESPACE)["spec"]["clusterIP"]
     chat = "/v1/chat/completions"
     around = {"engine": f"http://{engine_ip}:8080{chat}", "lb-service": f"http://{lb_ip}:8080{chat}"}
     targets = {**around, "gateway": f"http://{gateway_ip}{chat}"}
 
-    outsider = e2e.cluster.create_namespace("outsider")
-    try:
-        before = _predicted(engine_ip)
+    with another_namespace(e2e, "outsider") as outsider:
+        before = _engine_counter(engine_ip)
         answers = _probe(e2e, outsider, "outsider", model, targets)
         assert answers == {"engine": "no-connection", "lb-service": "no-connection", "gateway": "200"}, answers
-        after = _predicted(engine_ip)
+        after = _engine_counter(engine_ip)
         # The gateway's one answer is the only one the engine computed: at most max_tokens (4) tokens.
         assert 0 < after - before <= 4, (before, after)
 
-        # The model's own namespace is inside the wall: both of its direct requests are answered and counted.
-        answers = _probe(e2e, namespace, "insider", model, around, retry_seconds=ADMISSION_SECONDS)
-        assert answers == {"engine": "200", "lb-service": "200"}, answers
-        assert _predicted(engine_ip) - after >= 2, json.dumps(answers)
-    finally:
-        e2e.cluster.delete_namespace(outsider)
+    # The model's own namespace is inside the wall: both of its direct requests are answered and counted.
+    answers = _probe(e2e, namespace, "insider", model, around, retry_seconds=ADMISSION_SECONDS)
+    assert answers == {"engine": "200", "lb-service": "200"}, answers
+    assert _engine_counter(engine_ip) - after >= 2, json.dumps(answers)
