@@ -5,7 +5,7 @@ Which cluster (`E2E_CLUSTER`):
   kube-scheduler, kwok nodes, the LeaderWorkerSet controller). llmaz is installed from `config/default`; its
   Deployment is scaled to 0 and the manager runs instead as local processes with the Deployment's arguments and its
   ServiceAccount's token (only the generated RBAC applies); the webhook configurations are `config/local`'s, by URL.
-- `node`: a `NodeCluster` (one real node: containerd, kubelet, kube-proxy, CoreDNS) with the images of
+- `node`: a `NodeCluster` (one real node: containerd, kubelet, kube-proxy, kube-router, CoreDNS) with the images of
   `make image-build` imported. llmaz is installed as users install it, `make deploy` of `config/node` with the
   local manager image: its pods really run, and admission goes through the webhook Service.
 - `migration` (`make test-migration LLMAZ_GO_SRC=<llmaz checkout>`, opt-in): the same real node with nothing of

@@ -9,8 +9,9 @@ Node mode (`llmaz_dev.envtest.node`; needs root on a Debian host, with `make nod
 2. Install llmaz as users do: `make deploy` of config/node with the local manager image (and llmaz-gateway), and
    put the gateway's Service on http://127.0.0.1:8000 (`llmaz_dev.envtest.forward`), the base URL OpenAI clients take.
 3. Unless `--no-demo`: start the local object store, upload the tiny model, apply `config/samples/tiny-llama.yaml`
-   in `default`, report each phase until its first answer, then its first answer through the gateway, and print
-   `OPENAI_BASE_URL` and a `curl` that chats with it.
+   in `default`, report each phase until its first answer, then its first answer through the gateway; give it an
+   InferencePool (the CRD from config/gie when missing); print `OPENAI_BASE_URL`, a `curl` that chats with it,
+   and how a Gateway API Inference Extension gateway or a plain Envoy routes to it.
 4. Run until Ctrl-C (or SIGTERM/SIGHUP); then stop everything and restore the host.
 
 Control-plane mode, in order:
@@ -155,7 +156,13 @@ def run_node(state_dir: Path, *, demo: bool) -> int:
     from llmaz_dev.envtest.forward import TcpForwarder
     from llmaz_dev.envtest.images import find_images
     from llmaz_dev.envtest.node import NodeCluster, PrerequisiteError
-    from llmaz_dev.envtest.node.demo import DemoError, serve_demo, upload_tiny_model, wait_answer
+    from llmaz_dev.envtest.node.demo import (
+        DemoError,
+        serve_demo,
+        serve_inference_pool,
+        upload_tiny_model,
+        wait_answer,
+    )
     from llmaz_dev.envtest.node.install import GATEWAY, NAMESPACE, InstallError, install_llmaz
     from llmaz_dev.envtest.objectstore import ObjectStore
 
@@ -171,8 +178,8 @@ def run_node(state_dir: Path, *, demo: bool) -> int:
         kubeconfig=state_dir / "kubeconfig",
     )
     _say(
-        "starting the node: control plane, controllers, LeaderWorkerSet, containerd, kubelet, kube-proxy, CoreDNS,"
-        " metrics-server ..."
+        "starting the node: control plane, controllers, LeaderWorkerSet, containerd, kubelet, kube-proxy, kube-router,"
+        " CoreDNS, metrics-server ..."
     )
     started = time.monotonic()
     try:
@@ -203,10 +210,11 @@ def run_node(state_dir: Path, *, demo: bool) -> int:
                 url, _, _ = serve_demo(cluster, "default", _say)
                 started = time.monotonic()
                 answer = wait_answer(GATEWAY_URL, "tiny-llama", 60.0)
+                _say(f"  {'via gateway':<13} {time.monotonic() - started:5.1f} s later")
+                picker = serve_inference_pool(cluster, "default")
             except DemoError as error:
                 raise DevRunError(str(error)) from None
-            _say(f"  {'via gateway':<13} {time.monotonic() - started:5.1f} s later")
-            _say(_node_instructions(cluster, url, answer))
+            _say(_node_instructions(cluster, url, answer, picker))
         else:
             _say(_node_instructions(cluster, None, None))
         while True:
@@ -230,7 +238,7 @@ def _check_no_dev_up(state_dir: Path) -> None:
             raise DevRunError(f"a `make dev-up` control plane uses {state_dir}; stop it with `make dev-down`")
 
 
-def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | None) -> str:
+def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | None, picker: str | None = None) -> str:
     kubectl = "kubectl" if shutil.which("kubectl") else str(cluster.kubectl_path)
     lines = ["", "llmaz runs on a real node. In another terminal:", "", f"  export KUBECONFIG={cluster.kubeconfig}"]
     lines += [f"  {kubectl} get nodes,pods -A", f"  {kubectl} logs -n llmaz-system deployment/llmaz-controller-manager"]
@@ -251,8 +259,33 @@ def _node_instructions(cluster: Any, url: str | None, answer: dict[str, Any] | N
             f"It just answered through the gateway ({answer['usage']['completion_tokens']} tokens): {reply[:200]}",
             f"Its own Service, {url} (tiny-llama-lb), answers the same requests.",
         ]
+    if picker is not None:
+        lines += ["", *_pool_instructions(picker)]
     lines += ["", "Ctrl-C stops llmaz, the node and everything it started, and restores the host.", ""]
     return "\n".join(lines)
+
+
+def _pool_instructions(picker: str) -> list[str]:
+    """How a Gateway API Inference Extension gateway, or a plain Envoy, routes to the demo's InferencePool."""
+    return [
+        'Behind a Gateway API Inference Extension gateway (docs/gateway.md, "Behind a GIE gateway"): the',
+        "InferencePool default/tiny-llama holds its engines, and its endpoint picker is llmaz-gateway's (Service",
+        f"default/llmaz-epp, {picker}, Envoy's ext_proc over plain gRPC). Route to it with an HTTPRoute:",
+        "",
+        "  kubectl apply -f - <<'EOF'",
+        "  apiVersion: gateway.networking.k8s.io/v1",
+        "  kind: HTTPRoute",
+        "  metadata: {name: tiny-llama, namespace: default}",
+        "  spec:",
+        "    parentRefs: [{name: inference-gateway}]  # your GIE-enabled Gateway",
+        "    rules:",
+        "      - backendRefs: [{group: inference.networking.k8s.io, kind: InferencePool, name: tiny-llama}]",
+        "  EOF",
+        "",
+        f"A plain Envoy routes the same way: its ext_proc filter asks {picker} (request body BUFFERED), and an",
+        "ORIGINAL_DST cluster connects to the header x-gateway-destination-endpoint; llmaz-gateway's Envoy variant",
+        "runs exactly that (`python -m llmaz.gateway.envoy` prints its bootstrap).",
+    ]
 
 
 def _check_free(state_dir: Path) -> None:

@@ -4,6 +4,11 @@
 Secret) into `namespace`, and follows the Playground from apply to its first answer, reporting each phase as it
 passes: the pod scheduled, the model loader done, the engine Ready, the first chat completion. The same timings
 are what the benchmark's time-to-first-token reports.
+
+`serve_inference_pool` then gives the demo an InferencePool, for a Gateway API Inference Extension gateway: the
+CRD from `config/gie` when the cluster lacks it (as docs/gateway.md says), the Playground's
+`llmaz.io/inference-pool` annotation, and a wait for the pool and the endpoint picker's Service (`llmaz-epp`) in
+its namespace.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ DEMO_NAME = "tiny-llama"
 DEMO_BUCKET = "models"
 DEMO_KEY = "tiny-llama/tiny-llama.gguf"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+POOLS_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.inference.networking.k8s.io"
+PICKER_SERVICE = "llmaz-epp"
+PICKER_PORT = 9002
 _POLL = 0.2
 
 
@@ -99,6 +107,35 @@ def serve_demo(
     answer = wait_answer(url, DEMO_NAME, deadline - time.monotonic())
     say(f"  {'first answer':<13} {phases.mark('first answer', started):5.1f} s")
     return url, answer, phases
+
+
+def serve_inference_pool(cluster: Cluster, namespace: str, timeout: float = 60.0) -> str:
+    """Give the demo Playground an InferencePool (see the module docstring); return its picker's `ip:port`."""
+    client = cluster.admin_client()
+    if not _exists(client, POOLS_CRD):
+        root = source_root()
+        assert root is not None, "config/gie lives in the source checkout"
+        cluster.kubectl("apply", "--server-side", "-k", str(root / "config" / "gie"))
+    annotation = "llmaz.io/inference-pool=true"
+    cluster.kubectl("annotate", "--overwrite", "-n", namespace, "playground", DEMO_NAME, annotation)
+    pool = f"/apis/inference.networking.k8s.io/v1/namespaces/{namespace}/inferencepools/{DEMO_NAME}"
+    picker = f"/api/v1/namespaces/{namespace}/services/{PICKER_SERVICE}"
+    deadline = time.monotonic() + timeout
+    while not (_exists(client, pool) and _exists(client, picker)):
+        if time.monotonic() > deadline:
+            raise DemoError(f"no InferencePool {namespace}/{DEMO_NAME} and picker Service within {timeout:.0f} s")
+        time.sleep(_POLL)
+    return f"{client.request('GET', picker)['spec']['clusterIP']}:{PICKER_PORT}"
+
+
+def _exists(client: Any, path: str) -> bool:
+    try:
+        client.request("GET", path)
+    except ApiError as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
 
 
 def wait_answer(url: str, model: str, timeout: float) -> dict[str, Any]:
