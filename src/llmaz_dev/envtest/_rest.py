@@ -63,6 +63,16 @@ class RestClient:
         data = None if body is None else json.dumps(body).encode()
         return send(urllib.request.Request(url, data, headers, method=method), self._context, timeout)
 
+    def exists(self, path: str) -> bool:
+        """Whether GET `path` finds an object (404: no; any other error is raised)."""
+        try:
+            self.request("GET", path)
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
     def apply(self, path: str, obj: dict[str, Any], field_manager: str) -> Any:
         """Server-side apply `obj` at `path` (the object's own URL), taking over conflicting fields."""
         query = {"fieldManager": field_manager, "force": "true"}

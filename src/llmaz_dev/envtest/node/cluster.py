@@ -18,9 +18,9 @@ kube-apiserver listens on the bridge address, so pods reach it through the `kube
 Invariants:
 - `start()` checks every prerequisite before starting anything, cleans what a crashed run left (saying what it
   cleaned), and returns only when the node is Ready, kube-proxy, kube-router and CoreDNS are healthy,
-  metrics-server is live
-  and its APIService Available; on any failure everything started is stopped and the host is restored before the
-  error propagates. A node that never gets Ready is reported with its conditions and kubelet's last log lines.
+  metrics-server is live and its APIService Available; on any failure everything started is stopped and the host
+  is restored before the error propagates. A node that never gets Ready is reported with its conditions and
+  kubelet's last log lines.
   Pod metrics appear once metrics-server has scraped kubelet twice (10-20 s after a pod starts): whoever needs
   them waits for them.
 - `stop()`, interpreter exit, SIGTERM and Ctrl-C stop the processes and undo every host change

@@ -112,7 +112,7 @@ def serve_demo(
 def serve_inference_pool(cluster: Cluster, namespace: str, timeout: float = 60.0) -> str:
     """Give the demo Playground an InferencePool (see the module docstring); return its picker's `ip:port`."""
     client = cluster.admin_client()
-    if not _exists(client, POOLS_CRD):
+    if not client.exists(POOLS_CRD):
         root = source_root()
         assert root is not None, "config/gie lives in the source checkout"
         cluster.kubectl("apply", "--server-side", "-k", str(root / "config" / "gie"))
@@ -121,21 +121,11 @@ def serve_inference_pool(cluster: Cluster, namespace: str, timeout: float = 60.0
     pool = f"/apis/inference.networking.k8s.io/v1/namespaces/{namespace}/inferencepools/{DEMO_NAME}"
     picker = f"/api/v1/namespaces/{namespace}/services/{PICKER_SERVICE}"
     deadline = time.monotonic() + timeout
-    while not (_exists(client, pool) and _exists(client, picker)):
+    while not (client.exists(pool) and client.exists(picker)):
         if time.monotonic() > deadline:
             raise DemoError(f"no InferencePool {namespace}/{DEMO_NAME} and picker Service within {timeout:.0f} s")
         time.sleep(_POLL)
     return f"{client.request('GET', picker)['spec']['clusterIP']}:{PICKER_PORT}"
-
-
-def _exists(client: Any, path: str) -> bool:
-    try:
-        client.request("GET", path)
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
 
 
 def wait_answer(url: str, model: str, timeout: float) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from typing import Any, Self
 
 from llmaz_dev.envtest._pki import ControlPlanePKI
 from llmaz_dev.envtest._process import ManagedProcess, free_loopback_ports, is_listening, stop_in_reverse
-from llmaz_dev.envtest._rest import ApiError
 from llmaz_dev.envtest.control_plane import ControlPlane, ControlPlaneError
 from llmaz_dev.envtest.simulated import _components, _lws
 from llmaz_dev.envtest.simulated._assets import SimulatedAssets, find_simulated_assets
@@ -139,13 +138,7 @@ class SimulatedCluster(ControlPlane):
         return ready >= set(self.node_names())
 
     def _default_service_account_exists(self) -> bool:
-        try:
-            self.admin_client().request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
-        except ApiError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
+        return self.admin_client().exists("/api/v1/namespaces/default/serviceaccounts/default")
 
 
 def _condition_true(obj: dict[str, Any], condition_type: str) -> bool:
