@@ -165,6 +165,16 @@ def gateway_patched(e2e: Environment, patch: Sequence[Mapping[str, object]]) -> 
     finally:
         e2e.kubectl("rollout", "undo", f"deployment/{GATEWAY}", "-n", GATEWAY_NAMESPACE)
         e2e.kubectl(*rollout)
+        # The rollout is done once the patched pods are told to stop; until they are gone, a request may still
+        # reach one of them through the Service.
+        eventually(lambda: _only_current_gateway_pods(e2e), what="the patched gateway pods gone")
+
+
+def _only_current_gateway_pods(e2e: Environment) -> bool:
+    deployment = e2e.must_get("deployments", GATEWAY, GATEWAY_NAMESPACE)
+    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+    pods = e2e.items("pods", GATEWAY_NAMESPACE, selector)
+    return len(pods) == deployment["spec"]["replicas"] and not any(p["metadata"].get("deletionTimestamp") for p in pods)
 
 
 def gateway_chat(e2e: Environment, model: str) -> tuple[int, bytes]:

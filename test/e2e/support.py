@@ -36,6 +36,7 @@ _COLLECTIONS = {
     "services.inference": "/apis/inference.llmaz.io/v1alpha1/namespaces/{ns}/services",
     "leaderworkersets": "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets",
     "statefulsets": "/apis/apps/v1/namespaces/{ns}/statefulsets",
+    "deployments": "/apis/apps/v1/namespaces/{ns}/deployments",
     "pods": "/api/v1/namespaces/{ns}/pods",
     "services": "/api/v1/namespaces/{ns}/services",
     "endpointslices": "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
