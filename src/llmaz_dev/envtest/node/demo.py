@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from llmaz.apis.constants import EPP_PORT, EPP_SERVICE_NAME, INFERENCE_POOL_ANNOTATION
 from llmaz_dev.envtest._assets import source_root
 from llmaz_dev.envtest._cluster import Cluster
 from llmaz_dev.envtest._rest import ApiError
@@ -33,8 +34,6 @@ DEMO_BUCKET = "models"
 DEMO_KEY = "tiny-llama/tiny-llama.gguf"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 POOLS_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.inference.networking.k8s.io"
-PICKER_SERVICE = "llmaz-epp"
-PICKER_PORT = 9002
 _POLL = 0.2
 
 
@@ -116,16 +115,16 @@ def serve_inference_pool(cluster: Cluster, namespace: str, timeout: float = 60.0
         root = source_root()
         assert root is not None, "config/gie lives in the source checkout"
         cluster.kubectl("apply", "--server-side", "-k", str(root / "config" / "gie"))
-    annotation = "llmaz.io/inference-pool=true"
+    annotation = f"{INFERENCE_POOL_ANNOTATION}=true"
     cluster.kubectl("annotate", "--overwrite", "-n", namespace, "playground", DEMO_NAME, annotation)
     pool = f"/apis/inference.networking.k8s.io/v1/namespaces/{namespace}/inferencepools/{DEMO_NAME}"
-    picker = f"/api/v1/namespaces/{namespace}/services/{PICKER_SERVICE}"
+    picker = f"/api/v1/namespaces/{namespace}/services/{EPP_SERVICE_NAME}"
     deadline = time.monotonic() + timeout
     while not (client.exists(pool) and client.exists(picker)):
         if time.monotonic() > deadline:
             raise DemoError(f"no InferencePool {namespace}/{DEMO_NAME} and picker Service within {timeout:.0f} s")
         time.sleep(_POLL)
-    return f"{client.request('GET', picker)['spec']['clusterIP']}:{PICKER_PORT}"
+    return f"{client.request('GET', picker)['spec']['clusterIP']}:{EPP_PORT}"
 
 
 def wait_answer(url: str, model: str, timeout: float) -> dict[str, Any]:
