@@ -41,13 +41,11 @@ from llmaz_dev.envtest.simulated.nodes import node_manifests
 
 from .managers import DEPLOYMENT, NAMESPACE, DeployedManager, LocalManagers
 from .serving import ADAPTER_KEY, BUCKET, KEY, OTHER_MODELS_ADAPTER_KEY, node_of
-from .support import Environment, ModelNames, eventually
+from .support import Environment, ModelNames, eventually, fresh_namespace
 
 REPO = Path(__file__).resolve().parents[2]
 _HERE = Path(__file__).parent
-NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
 TIERS = ("simulated", "node", "migration")
-REAL_NODE_TIERS = ("node", "migration")
 # envoy: the Envoy data plane's image (config/gateway-envoy), on the node for a gateway switched to that variant.
 NODE_IMAGES = ("pause", "manager", "loader", "envoy", "llama-server")
 
@@ -124,12 +122,8 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
 def namespace(e2e: Environment, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace, ready for pods (its ServiceAccount exists), whose pods go to the simulated nodes except on
     the node tier."""
-    name = e2e.cluster.create_namespace(request.node.name)
-    if e2e.mode not in REAL_NODE_TIERS:
-        e2e.cluster.kubectl("annotate", "namespace", name, f"{NODE_SELECTOR_ANNOTATION}=type=kwok")
-    eventually(lambda: e2e.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), what="default ServiceAccount")
-    yield name
-    e2e.cluster.delete_namespace(name)
+    with fresh_namespace(e2e, request.node.name) as name:
+        yield name
 
 
 @pytest.fixture

@@ -30,6 +30,8 @@ WAIT = 60.0 * float(os.environ.get("E2E_TIMEOUT_SCALE", "1"))
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
+REAL_NODE_TIERS = ("node", "migration")
 
 _COLLECTIONS = {
     "playgrounds": "/apis/inference.llmaz.io/v1alpha1/namespaces/{ns}/playgrounds",
@@ -282,10 +284,13 @@ class SteadyCreates:
 
 
 @contextlib.contextmanager
-def another_namespace(e2e: Environment, hint: str) -> Iterator[str]:
-    """A second fresh namespace on the node tier (another team's), ready for pods; deleted afterwards."""
+def fresh_namespace(e2e: Environment, hint: str) -> Iterator[str]:
+    """A fresh namespace named after `hint`, ready for pods (its ServiceAccount exists), whose pods go to the
+    simulated nodes except on the real node's tiers; deleted afterwards."""
     name = e2e.cluster.create_namespace(hint)
     try:
+        if e2e.mode not in REAL_NODE_TIERS:
+            e2e.cluster.kubectl("annotate", "namespace", name, f"{NODE_SELECTOR_ANNOTATION}=type=kwok")
         eventually(lambda: e2e.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), what="its ServiceAccount")
         yield name
     finally:

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from llmaz.apis.constants import NETWORK_POLICY_ANNOTATION
+from llmaz.apis.networkpolicy import GATEWAY_ONLY
 from llmaz_dev.envtest.objectstore import ObjectStore
 
 from .serving import (
@@ -31,9 +32,9 @@ from .support import (
     LWS_NAME_LABEL,
     Environment,
     ModelNames,
-    another_namespace,
     conditions,
     eventually,
+    fresh_namespace,
     http_request,
     run_python_pod,
     wait_playground_ready,
@@ -103,7 +104,7 @@ def test_a_copy_of_a_playground_in_another_namespace_gets_none_of_the_models_req
 ) -> None:
     model = serve_chat(e2e, namespace, models, object_store)
     routable(e2e, model)
-    with another_namespace(e2e, "copycat") as other:
+    with fresh_namespace(e2e, "copycat") as other:
         # Another team copies the Playground: same name, same model, its own engine.
         e2e.apply([credentials()], other)
         e2e.apply([served("chat", model, object_store)], other)
@@ -132,7 +133,7 @@ def test_with_the_gateway_only_policy_no_request_reaches_an_engine_around_the_ga
 ) -> None:
     model = models.new("walled")
     walled = served("walled", model, object_store)
-    walled["metadata"]["annotations"] = {NETWORK_POLICY_ANNOTATION: "gateway-only"}
+    walled["metadata"]["annotations"] = {NETWORK_POLICY_ANNOTATION: GATEWAY_ONLY}
     e2e.apply([credentials()], namespace)
     e2e.apply([tiny_llama(model, f"s3://{BUCKET}/{KEY}"), walled], namespace)
     wait_playground_ready(e2e, namespace, "walled", replicas=1)
@@ -147,7 +148,7 @@ def test_with_the_gateway_only_policy_no_request_reaches_an_engine_around_the_ga
     around = {"engine": f"http://{engine_ip}:8080{chat}", "lb-service": f"http://{lb_ip}:8080{chat}"}
     targets = {**around, "gateway": f"http://{gateway_ip}{chat}"}
 
-    with another_namespace(e2e, "outsider") as outsider:
+    with fresh_namespace(e2e, "outsider") as outsider:
         before = _engine_counter(engine_ip)
         answers = _probe(e2e, outsider, "outsider", model, targets)
         assert answers == {"engine": "no-connection", "lb-service": "no-connection", "gateway": "200"}, answers
