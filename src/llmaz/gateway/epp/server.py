@@ -1,28 +1,36 @@
 """The EPP's gRPC server: Envoy's external processing service and gRPC health, plain text on one port.
 
-Health services (`grpc.health.v1`): `liveness` SERVING while the server runs; `readiness` and
-`envoy.service.ext_proc.v3.ExternalProcessor` SERVING once the catalog has synced; all NOT_SERVING when it stops.
-On stop the server takes no new stream and gives the streams in flight (each one HTTP exchange) `drain_timeout`
-seconds. Transport security (TLS) is not supported yet.
+It serves on the picker's own transport (`http2`: gRPC over cleartext HTTP/2 on the event loop, a fraction of
+grpcio's server CPU per request). Health services (`grpc.health.v1`, `health`): `liveness` SERVING while the server
+runs; `readiness` and `envoy.service.ext_proc.v3.ExternalProcessor` SERVING once the catalog has synced; all
+NOT_SERVING when it stops. On stop the server takes no new connection or stream (GOAWAY) and gives the streams in
+flight (each one HTTP exchange) `drain_timeout` seconds. Transport security (TLS) is not supported yet.
 
-Each stream is served by its own task, so a conversation waiting for its request's endpoint (a held request) holds
-only its own stream; the gateway cancelling the stream cancels the wait, and the request stops counting.
+Each stream's messages are handled in order by a task of its own while it has any, so a conversation waiting for
+its request's endpoint (a held request) holds only its own stream; the gateway cancelling the stream cancels the
+wait, and the request stops counting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import traceback
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Final
 
-import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from google.protobuf.message import DecodeError
 
-from llmaz.gateway.epp.processor import DEFAULT_MAX_BODY_BYTES, Conversation, RefusalError, Serving
+from llmaz.gateway.epp.health import NOT_SERVING, SERVING, Health
+from llmaz.gateway.epp.http2 import Call, Http2Server
+from llmaz.gateway.epp.processor import (
+    DEFAULT_MAX_BODY_BYTES,
+    Conversation,
+    RefusalError,
+    Serving,
+    bad_message,
+)
 from llmaz.gateway.proxy.auth import Authenticator
 from llmaz.gateway.proxy.limits import DEFAULT_MAX_TOKENS_RESERVATION, Limits
 from llmaz.gateway.proxy.metrics import GatewayMetrics
@@ -35,6 +43,7 @@ from llmaz.runtime.log import get_logger
 
 DEFAULT_PORT: Final = 9002
 EXT_PROC_SERVICE: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
+PROCESS_METHOD: Final = f"/{EXT_PROC_SERVICE}/Process"
 LIVENESS: Final = "liveness"
 READINESS: Final = "readiness"
 # How often readiness looks at the catalog until it has synced.
@@ -73,41 +82,79 @@ def _internal_error() -> ext.ProcessingResponse:
     ).response()
 
 
-class Processor(ext_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-    """The ext_proc service: one `Conversation` per stream."""
+class ProcessCall:
+    """One ext_proc stream: its messages, in order, to its `Conversation`; its answers back on the call."""
 
-    def __init__(self, serving: Serving) -> None:
-        self.serving = serving
+    def __init__(self, serving: Serving, call: Call) -> None:
+        self.call = call
+        self.conversation = Conversation(serving)
+        self.inbox: collections.deque[bytes | None] = collections.deque()
+        """The stream's messages not handled yet; None: the gateway's side has ended."""
+        self.worker: asyncio.Task[None] | None = None
 
-    async def Process(  # noqa: N802 (the gRPC method's name)
-        self,
-        request_iterator: AsyncIterator[ext.ProcessingRequest],
-        context: grpc.aio.ServicerContext[ext.ProcessingRequest, ext.ProcessingResponse],
-    ) -> None:
-        conversation = Conversation(self.serving)
+    def on_message(self, message: bytes) -> None:
+        self.inbox.append(message)
+        self._work()
+
+    def on_half_close(self) -> None:
+        self.inbox.append(None)
+        self._work()
+
+    def on_cancel(self) -> None:
+        self.inbox.clear()
+        if self.worker is not None:
+            self.worker.cancel()  # its own end finishes the conversation
+        else:
+            self.conversation.finish()
+
+    def _work(self) -> None:
+        if self.worker is None:
+            self.worker = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
         try:
-            async for message in request_iterator:
-                try:
-                    answers, over = await conversation.handle(message)
-                except Exception as exc:
-                    # A fault of the picker's own: this request is answered 500, the server goes on serving.
-                    _LOG.error(
-                        "processing failed",
-                        error=type(exc).__name__,
-                        stack="".join(traceback.format_tb(exc.__traceback__))[-_LOGGED_STACK_CHARS:],
-                    )
-                    answers, over = [_internal_error()], True
-                for answer in answers:
-                    await context.write(answer)
-                if over:
+            while self.inbox:
+                data = self.inbox.popleft()
+                if data is None:
+                    # The gateway closed its side: told why if mid-request; with response processing off, this
+                    # end (or a reset) is how the request's end shows.
+                    ending = self.conversation.ended()
+                    if ending is not None:
+                        self.call.send(ending.SerializeToString())
+                    self._end()
                     return
-            # The gateway closed its side mid-request: it is told why, if it still reads.
-            ending = conversation.ended()
-            if ending is not None and not context.done():
-                await context.write(ending)
+                answers, over = await self._answers(data)
+                for answer in answers:
+                    self.call.send(answer.SerializeToString())
+                if over:
+                    self._end()
+                    return
+        except asyncio.CancelledError:
+            self.conversation.finish()
+            raise
         finally:
-            # The stream closed, however: the request ended (with response processing off, this is how it shows).
-            conversation.finish()
+            self.worker = None
+
+    async def _answers(self, data: bytes) -> tuple[list[ext.ProcessingResponse], bool]:
+        try:
+            message = ext.ProcessingRequest.FromString(data)
+        except DecodeError:
+            return [bad_message("a message that is not an ext_proc ProcessingRequest").response()], True
+        try:
+            return await self.conversation.handle(message)
+        except Exception as exc:
+            # A fault of the picker's own: this request is answered 500, the server goes on serving.
+            _LOG.error(
+                "processing failed",
+                error=type(exc).__name__,
+                stack="".join(traceback.format_tb(exc.__traceback__))[-_LOGGED_STACK_CHARS:],
+            )
+            return [_internal_error()], True
+
+    def _end(self) -> None:
+        self.inbox.clear()
+        self.call.finish()
+        self.conversation.finish()
 
 
 class EndpointPicker:
@@ -151,8 +198,8 @@ class EndpointPicker:
             wake_timeout=opts.wake_timeout,
             recognised=recognised,
         )
-        self.processor = Processor(serving)
-        self.health = health.aio.HealthServicer()
+        self.serving = serving
+        self.health = Health()
         self.port: int | None = None
         self._ready = asyncio.Event()
         self._started = asyncio.Event()
@@ -164,29 +211,25 @@ class EndpointPicker:
         await self._ready.wait()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        # A BUFFERED body comes in one message: gRPC's default bound (4 MiB) would refuse it before the EPP's own.
+        # A BUFFERED body comes in one message: the bound is the EPP's own, with room for what comes beside it.
         limit = self.options.max_body_bytes + MESSAGE_OVERHEAD_BYTES
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit)])
-        ext_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        host = self.options.host
-        address = f"[{host}]:{self.options.port}" if ":" in host else f"{host or '[::]'}:{self.options.port}"
-        self.port = server.add_insecure_port(address)
-        await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
+        methods = {PROCESS_METHOD: lambda call: ProcessCall(self.serving, call), **self.health.methods()}
+        server = Http2Server(methods, max_message_bytes=limit)
+        self.health.set(LIVENESS, SERVING)
         for service in (READINESS, EXT_PROC_SERVICE):
-            await self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await server.start()
+            self.health.set(service, NOT_SERVING)
+        self.port = await server.start(self.options.host, self.options.port)
         self._started.set()
         _LOG.info("endpoint picker serving", port=self.port)
         try:
             if await self._synced(stopping):
                 for service in (READINESS, EXT_PROC_SERVICE):
-                    await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+                    self.health.set(service, SERVING)
                 self._ready.set()
                 await stopping.wait()
         finally:
             self._ready.clear()
-            await self.health.enter_graceful_shutdown()
+            self.health.enter_graceful_shutdown()
             await server.stop(self.options.drain_timeout)
             _LOG.info("endpoint picker stopped")
 
