@@ -183,6 +183,26 @@ async def test_a_chat_goes_through_envoy_to_the_engine_the_picker_chose(tmp_path
     assert b.requests[0]["messages"] == [{"role": "user", "content": "hello"}]  # the body arrived whole
 
 
+@pytest.mark.parametrize("request_body_mode", ["BUFFERED", "FULL_DUPLEX_STREAMED"])
+async def test_an_answered_request_stops_counting_in_flight_at_the_picker_once_envoy_ends_its_stream(
+    tmp_path: Path, request_body_mode: str
+) -> None:
+    # With response processing off, Envoy's end of the ext_proc stream (its last DATA, then a reset, read together)
+    # is the only sign that the request ended: least-outstanding, the prefix holds and the autoscaler count on it.
+    async with envoy_in_front(tmp_path, request_body_mode) as setup:
+        for _ in range(3):
+            status, _, _ = await setup.chat("m")
+            assert status == 200
+            await eventually(
+                lambda: (
+                    setup.in_flight.of_model("m") == 0
+                    and all(setup.in_flight.outstanding(e.endpoint) == 0 for e in setup.engines)
+                ),
+                WAIT,
+                "the answered request to stop counting in flight",
+            )
+
+
 async def test_an_unknown_model_gets_404_in_openai_format_from_envoy(tmp_path: Path) -> None:
     async with envoy_in_front(tmp_path) as setup:
         status, answer, _ = await setup.chat("nope")

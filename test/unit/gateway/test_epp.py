@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import orjson
@@ -35,8 +35,9 @@ from test.unit.gateway.test_waker import asleep, engine_starts
 from test.unit.gateway.test_waker import setup as scaling_setup
 
 from llmaz.apis.routing import LEAST_OUTSTANDING
+from llmaz.gateway.epp.http2 import Call, Status
 from llmaz.gateway.epp.processor import DESTINATION_HEADER, LB_NAMESPACE, SUBSET_KEY, SUBSET_NAMESPACE, usage_of
-from llmaz.gateway.epp.server import EndpointPicker, EppOptions
+from llmaz.gateway.epp.server import EndpointPicker, EppOptions, ProcessCall
 from llmaz.gateway.proxy import errors
 from llmaz.gateway.proxy.auth import ApiKeys, Authenticator
 from llmaz.gateway.proxy.keys import SecretKeys
@@ -495,6 +496,37 @@ async def test_the_attempt_ends_once_when_the_gateway_cancels_the_stream_mid_req
         assert epp.in_flight.outstanding(A) == 1
         call.cancel()
         await asyncio.wait_for(epp.in_flight.changed.wait(), WAIT)
+        assert epp.in_flight.outstanding(A) == 0
+    assert epp.in_flight.released == [A]
+
+
+@dataclass
+class RecordingCall:
+    """Stands for the transport's `Call`: what the stream's handler sends, and its status."""
+
+    sent: list[ext.ProcessingResponse] = field(default_factory=list)
+    status: Status | None = None
+
+    def send(self, message: bytes) -> None:
+        self.sent.append(ext.ProcessingResponse.FromString(message))
+
+    def finish(self, status: Status = Status.OK, details: str = "") -> None:
+        self.status = status
+
+
+async def test_a_stream_ended_then_reset_in_one_turn_ends_the_attempt_once() -> None:
+    # Envoy ends an ext_proc stream with its last DATA and a reset, which one read delivers together: the reset
+    # comes before the end's own handling has begun.
+    async with running_epp(served(A)) as epp:
+        call = RecordingCall()
+        stream = ProcessCall(epp.picker.serving, cast(Call, call))
+        stream.on_message(headers().SerializeToString())
+        stream.on_message(body(chat()).SerializeToString())
+        await eventually(lambda: len(call.sent) == 2, WAIT, "the headers' and the body's answers")
+        assert destination(call.sent[1], "request_body") == (str(A), str(A))
+        assert epp.in_flight.outstanding(A) == 1
+        stream.on_half_close()
+        stream.on_cancel()
         assert epp.in_flight.outstanding(A) == 0
     assert epp.in_flight.released == [A]
 

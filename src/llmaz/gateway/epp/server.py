@@ -101,11 +101,12 @@ class ProcessCall:
         self._work()
 
     def on_cancel(self) -> None:
+        # Finished here, not by the worker's own end: a worker cancelled before its first step never runs (Envoy's
+        # last DATA and its reset come in one read, so the worker the end queued has not started yet).
         self.inbox.clear()
+        self.conversation.finish()
         if self.worker is not None:
-            self.worker.cancel()  # its own end finishes the conversation
-        else:
-            self.conversation.finish()
+            self.worker.cancel()
 
     def _work(self) -> None:
         if self.worker is None:
