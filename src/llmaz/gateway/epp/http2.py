@@ -83,7 +83,6 @@ END_HEADERS: Final = 0x4
 PADDED: Final = 0x8
 PRIORITY_FLAG: Final = 0x20
 
-SETTINGS_HEADER_TABLE_SIZE: Final = 0x1
 SETTINGS_INITIAL_WINDOW_SIZE: Final = 0x4
 SETTINGS_MAX_FRAME_SIZE: Final = 0x5
 SETTINGS_MAX_HEADER_LIST_SIZE: Final = 0x6
@@ -158,7 +157,6 @@ class Call:
         "_trailers",
         "gone",
         "handler",
-        "method",
         "received",
         "send_window",
         "started",
@@ -166,10 +164,9 @@ class Call:
         "unacknowledged",
     )
 
-    def __init__(self, connection: _Connection, stream_id: int, method: str, send_window: int) -> None:
+    def __init__(self, connection: _Connection, stream_id: int, send_window: int) -> None:
         self._connection = connection
         self.stream_id = stream_id
-        self.method = method
         self.send_window = send_window
         self.received = bytearray()
         self.handler: CallHandler | None = None
@@ -458,7 +455,7 @@ class _Connection(asyncio.Protocol):
             return
         headers = {bytes(name): bytes(value) for name, value in fields}
         path = headers.get(b":path", b"").decode("latin-1")
-        call = Call(self, stream_id, path, self.peer_initial_window)
+        call = Call(self, stream_id, self.peer_initial_window)
         self.calls[stream_id] = call
         content_type = headers.get(b"content-type", b"")
         if headers.get(b":method") != b"POST" or not content_type.startswith(b"application/grpc"):
